@@ -1,0 +1,307 @@
+/*
+ * attn.h — scaled dot-product attention and multi-head attention in C11.
+ *
+ * The one public header of libattn. Everything the CLI, the tests and users
+ * need goes through it.
+ *
+ * Conventions
+ *   - Every fallible call returns an attn_status and takes a last argument
+ *     `attn_error *err` that may be NULL; on failure it receives a one-line
+ *     message naming the offending argument. The library never prints, exits
+ *     or aborts, and has no global mutable state: calls are thread-safe as
+ *     long as they do not write the same buffers.
+ *   - Tensors are strided views (attn_tensor): shape and element strides per
+ *     dimension, so (B,N,H,D) buffers straight out of a projection are valid
+ *     (B,H,N,D) views without a copy. Strides may be 0 (broadcast) for inputs.
+ *   - float32 data and float32 accumulation. Boolean tensors are one byte per
+ *     element, 0 or 1.
+ *   - Each forward has a backward with a mirrored signature. Backward calls
+ *     OVERWRITE input gradients (dQ, dK, dV, d query...). MHA parameter
+ *     gradients ACCUMULATE into the module's gradient buffer (zero it with
+ *     attn_mha_zero_grad), so several backward calls can form one batch.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_VERSION_MAJOR 0
+#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_PATCH 0
+#define ATTN_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum {
+    ATTN_OK = 0,
+    ATTN_ERR_NULL,        /* a required pointer was NULL */
+    ATTN_ERR_SHAPE,       /* shapes are inconsistent or unsupported */
+    ATTN_ERR_STRIDE,      /* a stride is invalid (e.g. broadcast in an output) */
+    ATTN_ERR_DTYPE,       /* wrong element type */
+    ATTN_ERR_ARG,         /* an option has an invalid value */
+    ATTN_ERR_OVERFLOW,    /* a size computation would overflow */
+    ATTN_ERR_ALLOC,       /* out of memory */
+    ATTN_ERR_WORKSPACE,   /* caller-provided workspace too small */
+    ATTN_ERR_IO,          /* a file could not be opened, read or written */
+    ATTN_ERR_FORMAT,      /* a file is malformed */
+    ATTN_ERR_UNSUPPORTED, /* valid input this build does not support */
+    ATTN_STATUS_COUNT
+} attn_status;
+
+/* Receives the message of a failed call. */
+typedef struct {
+    attn_status status;
+    char message[256];
+} attn_error;
+
+/* Stable name of a status, e.g. "shape mismatch". Never NULL. */
+const char *attn_status_string(attn_status status);
+
+/* ----------------------------------------------------------------- tensors */
+
+#define ATTN_MAX_DIMS 8
+
+typedef enum {
+    ATTN_F32 = 0, /* float */
+    ATTN_BOOL,    /* uint8_t, 0 or 1 */
+} attn_dtype;
+
+/* A strided view. Strides are in elements, not bytes. */
+typedef struct {
+    void *data;
+    attn_dtype dtype;
+    int ndim;
+    int64_t shape[ATTN_MAX_DIMS];
+    int64_t stride[ATTN_MAX_DIMS];
+} attn_tensor;
+
+/* Contiguous (C-order) views. */
+attn_tensor attn_tensor_1d(float *data, int64_t n0);
+attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1);
+attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2);
+attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+/* Contiguous view of any rank and dtype. */
+attn_tensor attn_tensor_make(void *data, attn_dtype dtype, int ndim, const int64_t *shape);
+/* Number of elements (product of the shape), 0 for an invalid shape. */
+int64_t attn_tensor_numel(const attn_tensor *t);
+/* Swap two dimensions of a view (no data moves). */
+attn_tensor attn_tensor_transpose(attn_tensor t, int dim0, int dim1);
+
+/* ------------------------------------------------------------------- SDPA */
+
+typedef enum {
+    ATTN_CAUSAL_NONE = 0,
+    ATTN_CAUSAL_TOP_LEFT,     /* query i sees keys j <= i (PyTorch is_causal) */
+    ATTN_CAUSAL_BOTTOM_RIGHT, /* query i sees keys j <= i + Nk - Nq (FlashAttention) */
+} attn_causal;
+
+typedef enum {
+    ATTN_PATH_AUTO = 0,  /* fastest available path (ATTN_ARCH=reference forces the oracle) */
+    ATTN_PATH_REFERENCE, /* the plain, obviously-correct path */
+    ATTN_PATH_FUSED,     /* tiled online-softmax kernels */
+} attn_path;
+
+#define ATTN_SDPA_MAX_MASKS 2
+
+/*
+ * Options for attn_sdpa / attn_sdpa_backward. Start from
+ * attn_sdpa_opts_default() (or zero-initialise: all-zero is the default).
+ *
+ * mask[i]  up to two masks, combined. Each broadcasts to (B,Hq,Nq,Nk) the
+ *          PyTorch way (aligned from the right, size-1 dims broadcast), e.g.
+ *          (Nq,Nk), (1,Nk), (B,1,Nq,Nk), (B,Hq,Nq,Nk), or (B,1,1,Nk) for
+ *          key padding. ATTN_BOOL: true = may attend (PyTorch SDPA).
+ *          ATTN_F32: added to the scaled scores (-inf allowed).
+ * causal   combined with the masks.
+ * scale    multiplies Q·Kᵀ; 0 means the default 1/sqrt(D).
+ */
+typedef struct {
+    float scale;
+    attn_causal causal;
+    const attn_tensor *mask[ATTN_SDPA_MAX_MASKS];
+    int num_threads;      /* 0: ATTN_NUM_THREADS, else all cores */
+    attn_path path;
+    void *workspace;      /* optional; see attn_sdpa_workspace_size */
+    size_t workspace_size;
+} attn_sdpa_opts;
+
+attn_sdpa_opts attn_sdpa_opts_default(void);
+
+/*
+ * Forward.  Shapes (each a strided view):
+ *   q   (B, Hq,  Nq, D)
+ *   k   (B, Hkv, Nk, D)
+ *   v   (B, Hkv, Nk, Dv)          Hq % Hkv == 0; query head h reads kv head h/(Hq/Hkv)
+ *   out (B, Hq,  Nq, Dv)
+ *   lse (B, Hq,  Nq)      optional: log Σ_j exp(scale·q·k_j + mask), natural log
+ *   weights (B, Hq, Nq, Nk) optional: the softmax probabilities
+ * A query row that sees no key gets out = 0, lse = -inf, weights = 0.
+ */
+attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                      attn_tensor *out, attn_tensor *lse, attn_tensor *weights,
+                      const attn_sdpa_opts *opts, attn_error *err);
+
+/*
+ * Backward. Mirrors attn_sdpa: from dout (B,Hq,Nq,Dv) produce dq, dk, dv
+ * (overwritten; dk/dv summed over the query heads sharing a kv head).
+ * out and lse are what attn_sdpa returned for the same inputs; both may be
+ * NULL, in which case they are recomputed. dq, dk or dv may be NULL if not
+ * wanted.
+ */
+attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_tensor *out, const attn_tensor *lse,
+                               const attn_tensor *dout,
+                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                               const attn_sdpa_opts *opts, attn_error *err);
+
+/* Bytes of workspace attn_sdpa / attn_sdpa_backward need for these inputs
+ * (without a workspace they allocate it themselves). */
+attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, bool backward,
+                                     const attn_sdpa_opts *opts, size_t *bytes,
+                                     attn_error *err);
+
+/* --------------------------------------------------------------------- MHA */
+
+/* torch.nn.MultiheadAttention(embed_dim, num_heads, bias, add_bias_kv,
+ * add_zero_attn, kdim, vdim, batch_first=True). kdim/vdim 0 mean embed_dim. */
+typedef struct {
+    int64_t embed_dim;
+    int64_t num_heads;
+    int64_t kdim;
+    int64_t vdim;
+    bool bias;
+    bool add_bias_kv;
+    bool add_zero_attn;
+} attn_mha_config;
+
+typedef struct attn_mha attn_mha;
+
+/* Allocates a module; parameters and gradients are zero until attn_mha_init
+ * or attn_mha_param writes. */
+attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out, attn_error *err);
+void attn_mha_free(attn_mha *m);
+const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+
+/* Initialise like torch (xavier_uniform_ in_proj, kaiming-uniform-style
+ * out_proj.weight, zero biases, xavier_normal_ bias_k/bias_v), from a seeded
+ * generator of attn's own (not torch's stream). */
+void attn_mha_init(attn_mha *m, uint64_t seed);
+
+/* Parameters under torch's state_dict names, in state_dict order:
+ * in_proj_weight (3E,E) | q_proj_weight (E,E), k_proj_weight (E,kdim),
+ * v_proj_weight (E,vdim); in_proj_bias (3E); bias_k (1,1,E); bias_v (1,1,E);
+ * out_proj.weight (E,E); out_proj.bias (E). */
+int attn_mha_num_params(const attn_mha *m);
+/* i-th parameter: its name, a view of its value and of its gradient. */
+attn_status attn_mha_param_at(attn_mha *m, int i, const char **name, attn_tensor *value,
+                              attn_tensor *grad);
+/* Look a parameter up by torch name. */
+attn_status attn_mha_param(attn_mha *m, const char *name, attn_tensor *value,
+                           attn_tensor *grad, attn_error *err);
+/* All parameters (and gradients) as one contiguous float array, for optimizers. */
+float *attn_mha_params_flat(attn_mha *m, size_t *count);
+float *attn_mha_grads_flat(attn_mha *m, size_t *count);
+void attn_mha_zero_grad(attn_mha *m);
+
+/*
+ * Masks follow torch.nn.MultiheadAttention (note: the opposite boolean
+ * convention to SDPA):
+ *   key_padding_mask (B,S) or (S) unbatched: ATTN_BOOL true = ignore that key;
+ *                    ATTN_F32 added.
+ *   attn_mask        (L,S) or (B·H,L,S): ATTN_BOOL true = NOT allowed;
+ *                    ATTN_F32 added.
+ *   causal           same as attn_mask = triu(ones(L,S), 1) (combined with any
+ *                    attn_mask).
+ * Keys appended by add_bias_kv / add_zero_attn are never masked.
+ * weights, if non-NULL, receives (B,L,S') averaged over heads, or
+ * (B,H,L,S') with per_head_weights; S' = S + add_bias_kv + add_zero_attn.
+ * Unbatched inputs drop the leading B of every shape.
+ */
+typedef struct {
+    const attn_tensor *key_padding_mask;
+    const attn_tensor *attn_mask;
+    bool causal;
+    attn_tensor *weights;
+    bool per_head_weights;
+    int num_threads;
+    attn_path path;
+} attn_mha_opts;
+
+attn_mha_opts attn_mha_opts_default(void);
+
+/*
+ * Forward, batch_first:
+ *   query (B,L,E) or (L,E)
+ *   key   (B,S,kdim), value (B,S,vdim)  — both NULL for self-attention (key =
+ *         value = query)
+ *   out   (B,L,E)
+ * A query row that sees no key gives a zero attention output (then out_proj
+ * bias), where torch returns NaN.
+ */
+attn_status attn_mha_forward(const attn_mha *m, const attn_tensor *query,
+                             const attn_tensor *key, const attn_tensor *value,
+                             attn_tensor *out, const attn_mha_opts *opts, attn_error *err);
+
+/*
+ * Backward. Same inputs as the forward, plus dout (B,L,E). Parameter
+ * gradients ACCUMULATE into the module's gradients; dquery/dkey/dvalue (each
+ * may be NULL) are OVERWRITTEN. For self-attention (key == value == NULL)
+ * dquery receives the gradient of the one shared input and dkey/dvalue must
+ * be NULL.
+ */
+attn_status attn_mha_backward(attn_mha *m, const attn_tensor *query, const attn_tensor *key,
+                              const attn_tensor *value, const attn_tensor *dout,
+                              attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
+                              const attn_mha_opts *opts, attn_error *err);
+
+/* ----------------------------------------------------------------- files */
+
+/* An owned array read from a file; free with attn_array_free. Data is
+ * float32 (other float types are converted) or bool. */
+typedef struct {
+    char *name; /* tensor name (safetensors), NULL for .npy */
+    attn_tensor t;
+} attn_array;
+
+void attn_array_free(attn_array *a);
+
+/* .npy versions 1.0/2.0/3.0; <f4, <f8 (converted), |b1. Fortran order is
+ * read (converted to C order). */
+attn_status attn_npy_read(const char *path, attn_array *out, attn_error *err);
+/* Writes float32 (<f4) or bool (|b1), through a temporary file and rename. */
+attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *err);
+
+/* .safetensors: F32, F64, F16, BF16 read (as float32), BOOL read; F32 and
+ * BOOL written. Tensors are returned in file order. */
+typedef struct {
+    attn_array *arrays;
+    size_t count;
+} attn_safetensors;
+
+attn_status attn_safetensors_read(const char *path, attn_safetensors *out, attn_error *err);
+void attn_safetensors_free(attn_safetensors *st);
+/* NULL if absent. */
+const attn_array *attn_safetensors_find(const attn_safetensors *st, const char *name);
+/* Writes the named tensors (any strides) atomically (temporary file + rename). */
+attn_status attn_safetensors_write(const char *path, const char *const *names,
+                                   const attn_tensor *tensors, size_t count, attn_error *err);
+
+/* ----------------------------------------------------------- runtime info */
+
+/* The instruction set the fused kernels use: "avx512", "avx2", "generic", or
+ * "reference" when ATTN_ARCH=reference. */
+const char *attn_isa(void);
+/* Threads a call with num_threads = 0 uses. */
+int attn_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTN_H */

@@ -1,0 +1,65 @@
+/* Internal helpers shared by every part of the library: error reporting,
+ * overflow-checked arithmetic, threads. Never included by users. */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include "attn.h"
+
+#include <stdarg.h>
+
+#if defined(__GNUC__)
+#define ATTN_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define ATTN_PRINTF(f, a)
+#endif
+
+/* Records status and a formatted message in err (if any) and returns status. */
+attn_status attn_fail(attn_error *err, attn_status status, const char *fmt, ...) ATTN_PRINTF(3, 4);
+
+/* Returns from the enclosing function with a message when cond holds. */
+#define RETURN_IF(cond, err, status, ...)                                                     \
+    do {                                                                                      \
+        if (cond) return attn_fail((err), (status), __VA_ARGS__);                             \
+    } while (0)
+
+/* Propagates a non-OK status. */
+#define RETURN_IF_ERROR(expr)                                                                 \
+    do {                                                                                      \
+        attn_status attn_s_ = (expr);                                                         \
+        if (attn_s_ != ATTN_OK) return attn_s_;                                               \
+    } while (0)
+
+static inline void attn_ok(attn_error *err)
+{
+    if (err) {
+        err->status = ATTN_OK;
+        err->message[0] = '\0';
+    }
+}
+
+/* a*b and a+b for non-negative sizes; false on overflow (result untouched). */
+static inline bool attn_mul_ok(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+static inline bool attn_add_ok(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+/* Threads for a call: requested if > 0, else attn_default_threads(). */
+int attn_resolve_threads(int requested);
+
+/* Checks a view: non-NULL data, the expected rank and dtype, non-negative
+ * shape, and (for outputs) no zero/negative strides on dims of size > 1.
+ * Also checks that the element count fits in int64. */
+attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, attn_dtype dtype,
+                              bool is_output, attn_error *err);
+
+#endif

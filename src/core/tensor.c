@@ -1,0 +1,78 @@
+/* Tensor views: constructors and validation. */
+#include "internal.h"
+
+attn_tensor attn_tensor_make(void *data, attn_dtype dtype, int ndim, const int64_t *shape)
+{
+    attn_tensor t = {.data = data, .dtype = dtype, .ndim = ndim};
+    int64_t stride = 1;
+    for (int i = ndim - 1; i >= 0; --i) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride;
+        stride *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return t;
+}
+
+attn_tensor attn_tensor_1d(float *data, int64_t n0)
+{
+    return attn_tensor_make(data, ATTN_F32, 1, (int64_t[]){n0});
+}
+attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1)
+{
+    return attn_tensor_make(data, ATTN_F32, 2, (int64_t[]){n0, n1});
+}
+attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2)
+{
+    return attn_tensor_make(data, ATTN_F32, 3, (int64_t[]){n0, n1, n2});
+}
+attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    return attn_tensor_make(data, ATTN_F32, 4, (int64_t[]){n0, n1, n2, n3});
+}
+
+int64_t attn_tensor_numel(const attn_tensor *t)
+{
+    if (!t || t->ndim < 0 || t->ndim > ATTN_MAX_DIMS) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; ++i)
+        if (!attn_mul_ok(n, t->shape[i], &n)) return 0;
+    return n;
+}
+
+attn_tensor attn_tensor_transpose(attn_tensor t, int dim0, int dim1)
+{
+    if (dim0 < 0 || dim1 < 0 || dim0 >= t.ndim || dim1 >= t.ndim) return t;
+    int64_t s = t.shape[dim0], st = t.stride[dim0];
+    t.shape[dim0] = t.shape[dim1];
+    t.stride[dim0] = t.stride[dim1];
+    t.shape[dim1] = s;
+    t.stride[dim1] = st;
+    return t;
+}
+
+attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, attn_dtype dtype,
+                              bool is_output, attn_error *err)
+{
+    RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", name);
+    RETURN_IF(t->ndim != ndim, err, ATTN_ERR_SHAPE, "%s: expected %d dimensions, got %d", name,
+              ndim, t->ndim);
+    RETURN_IF(t->dtype != dtype, err, ATTN_ERR_DTYPE, "%s: expected %s elements", name,
+              dtype == ATTN_F32 ? "float32" : "bool");
+    int64_t n = 1, last = 0;
+    for (int i = 0; i < ndim; ++i) {
+        RETURN_IF(t->shape[i] < 0, err, ATTN_ERR_SHAPE, "%s: negative size %lld in dimension %d",
+                  name, (long long)t->shape[i], i);
+        RETURN_IF(!attn_mul_ok(n, t->shape[i], &n), err, ATTN_ERR_OVERFLOW,
+                  "%s: element count overflows", name);
+        if (t->shape[i] > 1) {
+            int64_t reach;
+            int64_t s = t->stride[i] < 0 ? -t->stride[i] : t->stride[i];
+            RETURN_IF(!attn_mul_ok(s, t->shape[i] - 1, &reach) || !attn_add_ok(last, reach, &last),
+                      err, ATTN_ERR_OVERFLOW, "%s: stride %d overflows", name, i);
+            RETURN_IF(is_output && t->stride[i] <= 0, err, ATTN_ERR_STRIDE,
+                      "%s: output stride in dimension %d must be positive", name, i);
+        }
+    }
+    RETURN_IF(n > 0 && !t->data, err, ATTN_ERR_NULL, "%s: data is NULL", name);
+    return ATTN_OK;
+}

@@ -1,0 +1,206 @@
+/* Public SDPA entry points: validate once, resolve views into an
+ * sdpa_problem, and dispatch to a path. */
+#include "problem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+attn_sdpa_opts attn_sdpa_opts_default(void)
+{
+    attn_sdpa_opts o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+static void copy_strides(int64_t *dst, const attn_tensor *t)
+{
+    for (int i = 0; i < t->ndim; ++i) dst[i] = t->stride[i];
+}
+
+/* Checks that t is a (n0,n1,n2[,n3]) view; name appears in messages. */
+static attn_status check_shape(const attn_tensor *t, const char *name, int ndim,
+                               const int64_t *want, bool is_output, attn_error *err)
+{
+    static const char *const dim_names[4] = {"batch", "heads", "sequence", "feature"};
+    RETURN_IF_ERROR(attn_check_tensor(t, name, ndim, ATTN_F32, is_output, err));
+    for (int i = 0; i < ndim; ++i)
+        RETURN_IF(t->shape[i] != want[i], err, ATTN_ERR_SHAPE,
+                  "%s: %s size is %lld, expected %lld", name, dim_names[i],
+                  (long long)t->shape[i], (long long)want[i]);
+    return ATTN_OK;
+}
+
+/* Resolves one mask to strides over (B,Hq,Nq,Nk), PyTorch broadcasting. */
+static attn_status resolve_mask(sdpa_mask *out, const attn_tensor *m, const sdpa_problem *p,
+                                int index, attn_error *err)
+{
+    char name[16];
+    snprintf(name, sizeof name, "mask[%d]", index);
+    RETURN_IF(m->ndim < 1 || m->ndim > 4, err, ATTN_ERR_SHAPE,
+              "%s: expected 1 to 4 dimensions, got %d", name, m->ndim);
+    RETURN_IF(m->dtype != ATTN_F32 && m->dtype != ATTN_BOOL, err, ATTN_ERR_DTYPE,
+              "%s: must be bool or float32", name);
+    RETURN_IF_ERROR(attn_check_tensor(m, name, m->ndim, m->dtype, false, err));
+    const int64_t full[4] = {p->B, p->Hq, p->Nq, p->Nk};
+    out->data = m->data;
+    out->dtype = m->dtype;
+    for (int d = 0; d < 4; ++d) {
+        int md = m->ndim - 4 + d; /* aligned from the right */
+        if (md < 0 || m->shape[md] == 1) {
+            out->stride[d] = 0;
+            continue;
+        }
+        RETURN_IF(m->shape[md] != full[d], err, ATTN_ERR_SHAPE,
+                  "%s: size %lld in dimension %d does not broadcast to %lld", name,
+                  (long long)m->shape[md], md, (long long)full[d]);
+        out->stride[d] = m->stride[md];
+    }
+    RETURN_IF(attn_tensor_numel(m) > 0 && !m->data, err, ATTN_ERR_NULL, "%s: data is NULL", name);
+    return ATTN_OK;
+}
+
+attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, const attn_sdpa_opts *opts, attn_error *err)
+{
+    memset(p, 0, sizeof *p);
+    RETURN_IF(!q, err, ATTN_ERR_NULL, "query: tensor is NULL");
+    RETURN_IF(!k, err, ATTN_ERR_NULL, "key: tensor is NULL");
+    RETURN_IF(!v, err, ATTN_ERR_NULL, "value: tensor is NULL");
+    RETURN_IF_ERROR(attn_check_tensor(q, "query", 4, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_tensor(k, "key", 4, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_tensor(v, "value", 4, ATTN_F32, false, err));
+    p->B = q->shape[0];
+    p->Hq = q->shape[1];
+    p->Nq = q->shape[2];
+    p->D = q->shape[3];
+    p->Hkv = k->shape[1];
+    p->Nk = k->shape[2];
+    p->Dv = v->shape[3];
+    RETURN_IF(k->shape[0] != p->B, err, ATTN_ERR_SHAPE, "key: batch size is %lld, query has %lld",
+              (long long)k->shape[0], (long long)p->B);
+    RETURN_IF(k->shape[3] != p->D, err, ATTN_ERR_SHAPE,
+              "key: feature size is %lld, query has %lld", (long long)k->shape[3],
+              (long long)p->D);
+    RETURN_IF(p->Hkv < 1 || p->Hq % p->Hkv != 0, err, ATTN_ERR_SHAPE,
+              "key: %lld heads do not divide the query's %lld heads", (long long)p->Hkv,
+              (long long)p->Hq);
+    const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
+    RETURN_IF_ERROR(check_shape(v, "value", 4, vwant, false, err));
+    p->group = p->Hq / p->Hkv;
+    p->q = q->data;
+    p->k = k->data;
+    p->v = v->data;
+    copy_strides(p->qs, q);
+    copy_strides(p->ks, k);
+    copy_strides(p->vs, v);
+
+    attn_sdpa_opts defaults = attn_sdpa_opts_default();
+    if (!opts) opts = &defaults;
+    RETURN_IF(!(opts->scale >= 0.0f) || isinf(opts->scale), err, ATTN_ERR_ARG,
+              "scale: must be finite and non-negative (0 = 1/sqrt(D))");
+    p->scale = opts->scale != 0.0f ? opts->scale : (p->D > 0 ? 1.0f / sqrtf((float)p->D) : 1.0f);
+    RETURN_IF(opts->causal < ATTN_CAUSAL_NONE || opts->causal > ATTN_CAUSAL_BOTTOM_RIGHT, err,
+              ATTN_ERR_ARG, "causal: unknown value %d", (int)opts->causal);
+    p->causal = opts->causal;
+    RETURN_IF(opts->path < ATTN_PATH_AUTO || opts->path > ATTN_PATH_FUSED, err, ATTN_ERR_ARG,
+              "path: unknown value %d", (int)opts->path);
+    RETURN_IF(opts->num_threads < 0, err, ATTN_ERR_ARG, "num_threads: must be >= 0");
+    p->threads = attn_resolve_threads(opts->num_threads);
+    p->workspace = opts->workspace;
+    p->workspace_size = opts->workspace_size;
+    for (int i = 0; i < ATTN_SDPA_MAX_MASKS; ++i) {
+        if (!opts->mask[i]) continue;
+        RETURN_IF_ERROR(resolve_mask(&p->mask[p->nmask], opts->mask[i], p, i, err));
+        p->nmask++;
+    }
+    return ATTN_OK;
+}
+
+/* Optional (B,Hq,Nq[,X]) output or input. */
+static attn_status bind(const attn_tensor *t, const char *name, int ndim, int64_t last,
+                        bool is_output, const sdpa_problem *p, int64_t *strides,
+                        attn_error *err)
+{
+    const int64_t want[4] = {p->B, p->Hq, p->Nq, last};
+    RETURN_IF_ERROR(check_shape(t, name, ndim, want, is_output, err));
+    copy_strides(strides, t);
+    return ATTN_OK;
+}
+
+attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                      attn_tensor *out, attn_tensor *lse, attn_tensor *weights,
+                      const attn_sdpa_opts *opts, attn_error *err)
+{
+    sdpa_problem p;
+    RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
+    RETURN_IF(!out, err, ATTN_ERR_NULL, "out: tensor is NULL");
+    RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, true, &p, p.os, err));
+    p.o = out->data;
+    if (lse) {
+        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, true, &p, p.ls, err));
+        p.lse = lse->data;
+    }
+    if (weights) {
+        RETURN_IF_ERROR(bind(weights, "weights", 4, p.Nk, true, &p, p.ws, err));
+        p.w = weights->data;
+    }
+    attn_status s = sdpa_reference_forward(&p, err);
+    if (s == ATTN_OK) attn_ok(err);
+    return s;
+}
+
+attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_tensor *out, const attn_tensor *lse,
+                               const attn_tensor *dout,
+                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                               const attn_sdpa_opts *opts, attn_error *err)
+{
+    sdpa_problem p;
+    RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
+    RETURN_IF(!dout, err, ATTN_ERR_NULL, "grad_out: tensor is NULL");
+    RETURN_IF_ERROR(bind(dout, "grad_out", 4, p.Dv, false, &p, p.dos, err));
+    p.dout = dout->data;
+    if (out) {
+        RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, false, &p, p.os, err));
+        p.o = out->data;
+    }
+    if (lse) {
+        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, false, &p, p.ls, err));
+        p.lse = lse->data;
+    }
+    if (dq) {
+        RETURN_IF_ERROR(bind(dq, "grad_query", 4, p.D, true, &p, p.dqs, err));
+        p.dq = dq->data;
+    }
+    const int64_t kwant[4] = {p.B, p.Hkv, p.Nk, p.D}, vwant[4] = {p.B, p.Hkv, p.Nk, p.Dv};
+    if (dk) {
+        RETURN_IF_ERROR(check_shape(dk, "grad_key", 4, kwant, true, err));
+        copy_strides(p.dks, dk);
+        p.dk = dk->data;
+    }
+    if (dv) {
+        RETURN_IF_ERROR(check_shape(dv, "grad_value", 4, vwant, true, err));
+        copy_strides(p.dvs, dv);
+        p.dv = dv->data;
+    }
+    attn_status s = sdpa_reference_backward(&p, err);
+    if (s == ATTN_OK) attn_ok(err);
+    return s;
+}
+
+attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, bool backward,
+                                     const attn_sdpa_opts *opts, size_t *bytes, attn_error *err)
+{
+    sdpa_problem p;
+    RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
+    RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
+    (void)backward;
+    int64_t n;
+    RETURN_IF(!attn_mul_ok(p.Nk, 2 * (int64_t)sizeof(float) * p.threads, &n), err,
+              ATTN_ERR_OVERFLOW, "workspace size overflows");
+    *bytes = (size_t)n;
+    attn_ok(err);
+    return ATTN_OK;
+}
