@@ -1,1 +1,44 @@
-int main(void) { return 0; }
+/* attn: the sub-command table and top-level help. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const cli_command *const commands[] = {
+    &cmd_sdpa, &cmd_sdpa_backward, &cmd_mha, &cmd_mha_backward, &cmd_example,
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void print_help(FILE *f)
+{
+    fprintf(f, "usage: attn COMMAND [OPTIONS]\n\n"
+               "Scaled dot-product and multi-head attention, forward and backward,\n"
+               "with PyTorch's semantics. Tensors are .npy files, parameters .safetensors.\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; ++i)
+        fprintf(f, "  %-15s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "\n  attn COMMAND --help    options of one command\n"
+               "  attn --version         version, kernel ISA and threads\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return CLI_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        print_help(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(name, "--version")) {
+        printf("attn %s (kernels: %s, threads: %d)\n", ATTN_VERSION_STRING, attn_isa(),
+               attn_default_threads());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < NCOMMANDS; ++i)
+        if (!strcmp(name, commands[i]->name)) return commands[i]->run(argc - 1, argv + 1);
+    fprintf(stderr, "attn: unknown command '%s' (see attn --help)\n", name);
+    return CLI_USAGE;
+}

@@ -25,3 +25,9 @@ int attn_resolve_threads(int requested)
 {
     return requested > 0 ? requested : attn_default_threads();
 }
+
+/* Until the kernel dispatch defines it: only the plain path exists. */
+__attribute__((weak)) const char *attn_isa(void)
+{
+    return "reference";
+}

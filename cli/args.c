@@ -1,0 +1,187 @@
+/* Option parsing and error reporting shared by every sub-command. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_print_help(const cli_command *cmd)
+{
+    printf("usage: attn %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
+    if (cmd->options && cmd->options[0].name) {
+        printf("\noptions:\n");
+        for (const cli_option *o = cmd->options; o->name; ++o) {
+            char left[64];
+            snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "",
+                     o->metavar ? o->metavar : "");
+            printf("  %-26s %s\n", left, o->help);
+        }
+    }
+    printf("  %-26s %s\n", "--help", "show this help");
+    if (cmd->details) printf("\n%s\n", cmd->details);
+}
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "attn %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+static const cli_option *find_option(const cli_command *cmd, const char *name)
+{
+    for (const cli_option *o = cmd->options; o && o->name; ++o)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, bool *help_shown)
+{
+    memset(args, 0, sizeof *args);
+    args->cmd = cmd;
+    *help_shown = false;
+    for (int i = 1; i < argc; ++i) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            cli_print_help(cmd);
+            *help_shown = true;
+            return CLI_OK;
+        }
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            if (args->npositional == CLI_MAX_VALUES)
+                return cli_usage_error(cmd, "too many arguments");
+            args->positional[args->npositional++] = arg;
+            continue;
+        }
+        /* --name=value or --name value */
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name) return cli_usage_error(cmd, "unknown option '%s'", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        const cli_option *o = find_option(cmd, name);
+        if (!o) return cli_usage_error(cmd, "unknown option '%s' (see attn %s --help)", name, cmd->name);
+        const char *value = "";
+        if (o->metavar) {
+            if (eq) value = eq + 1;
+            else if (i + 1 < argc) value = argv[++i];
+            else return cli_usage_error(cmd, "option %s needs a value %s", name, o->metavar);
+        } else if (eq) {
+            return cli_usage_error(cmd, "option %s takes no value", name);
+        }
+        for (int k = 0; k < args->count; ++k)
+            if (!strcmp(args->names[k], o->name))
+                return cli_usage_error(cmd, "option %s given twice", name);
+        if (args->count == CLI_MAX_VALUES) return cli_usage_error(cmd, "too many options");
+        args->names[args->count] = o->name;
+        args->values[args->count++] = value;
+    }
+    return CLI_OK;
+}
+
+const char *cli_get(const cli_args *a, const char *name)
+{
+    for (int i = 0; i < a->count; ++i)
+        if (!strcmp(a->names[i], name)) return a->values[i];
+    return NULL;
+}
+
+bool cli_flag(const cli_args *a, const char *name)
+{
+    return cli_get(a, name) != NULL;
+}
+
+const char *cli_require(const cli_args *a, const char *name)
+{
+    const char *v = cli_get(a, name);
+    if (!v) cli_usage_error(a->cmd, "missing %s (see attn %s --help)", name, a->cmd->name);
+    return v;
+}
+
+bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *out)
+{
+    const char *v = cli_get(a, name);
+    if (!v) return true; /* keep the default */
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > hi) {
+        cli_usage_error(a->cmd, "%s: expected an integer from %ld to %ld, got '%s'", name, lo, hi, v);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+bool cli_get_float(const cli_args *a, const char *name, float *out)
+{
+    const char *v = cli_get(a, name);
+    if (!v) return true;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x)) {
+        cli_usage_error(a->cmd, "%s: expected a finite number, got '%s'", name, v);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+int cli_report(const char *context, const attn_error *err)
+{
+    fprintf(stderr, "attn %s: %s\n", context, err->message[0] ? err->message
+                                                             : attn_status_string(err->status));
+    switch (err->status) {
+    case ATTN_ERR_IO:
+    case ATTN_ERR_FORMAT:
+    case ATTN_ERR_UNSUPPORTED:
+    case ATTN_ERR_SHAPE:
+    case ATTN_ERR_DTYPE:
+    case ATTN_ERR_ARG:
+    case ATTN_ERR_OVERFLOW: return CLI_USAGE;
+    default: return CLI_FAIL;
+    }
+}
+
+bool cli_load_npy(const char *path, attn_array *out)
+{
+    attn_error err = {0};
+    if (attn_npy_read(path, out, &err) != ATTN_OK) {
+        /* the library's message already starts with the path */
+        fprintf(stderr, "attn: %s\n", err.message);
+        return false;
+    }
+    return true;
+}
+
+bool cli_save_npy(const char *path, const attn_tensor *t)
+{
+    attn_error err = {0};
+    if (attn_npy_write(path, t, &err) != ATTN_OK) {
+        fprintf(stderr, "attn: %s\n", err.message);
+        return false;
+    }
+    return true;
+}
+
+bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        if (!paths[i]) continue;
+        if (!cli_save_npy(paths[i], &tensors[i])) {
+            for (int k = 0; k < i; ++k) /* leave no partial set of results */
+                if (paths[k]) remove(paths[k]);
+            return false;
+        }
+    }
+    return true;
+}

@@ -1,0 +1,74 @@
+/* The attn command-line tool: sub-command table, option parsing and the
+ * helpers every sub-command shares. Uses the library only through attn.h. */
+#ifndef ATTN_CLI_H
+#define ATTN_CLI_H
+
+#include "attn.h"
+
+#include <stdbool.h>
+
+/* Exit statuses: 0 success, 1 a computation failed, 2 bad usage or a bad file. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* One option of a sub-command. metavar NULL = a flag without a value. */
+typedef struct {
+    const char *name; /* "--query" */
+    const char *metavar;
+    const char *help;
+} cli_option;
+
+typedef struct {
+    const char *name;    /* "sdpa" */
+    const char *summary; /* one line for `attn --help` */
+    const char *usage;   /* text after "usage: attn NAME " */
+    const char *details; /* paragraph printed by --help after the options, may be NULL */
+    const cli_option *options; /* terminated by {0} */
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+/* Parsed options: values by name. */
+#define CLI_MAX_VALUES 64
+typedef struct {
+    const cli_command *cmd;
+    int count;
+    const char *names[CLI_MAX_VALUES];
+    const char *values[CLI_MAX_VALUES]; /* "" for flags */
+    int npositional;
+    const char *positional[CLI_MAX_VALUES];
+} cli_args;
+
+/* Parses argv (argv[0] is the command name). Prints help and returns 0 with
+ * *help_shown = true on --help; prints one error line and returns CLI_USAGE on
+ * a bad option. */
+int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, bool *help_shown);
+void cli_print_help(const cli_command *cmd);
+
+const char *cli_get(const cli_args *a, const char *name);   /* NULL if absent */
+bool cli_flag(const cli_args *a, const char *name);
+/* Required option: prints "attn CMD: missing --name" and returns NULL. */
+const char *cli_require(const cli_args *a, const char *name);
+/* Numeric options; print a one-line error and return false on bad input. */
+bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *out);
+bool cli_get_float(const cli_args *a, const char *name, float *out);
+
+/* Prints "attn: CONTEXT: message" for a library error. Returns exit code:
+ * CLI_USAGE for file/argument errors, CLI_FAIL otherwise. */
+int cli_report(const char *context, const attn_error *err);
+/* Prints "attn CMD: message" and returns CLI_USAGE. */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reads a .npy file; on failure prints the one-line error and returns false. */
+bool cli_load_npy(const char *path, attn_array *out);
+/* Writes a float32 tensor; prints the error and returns false on failure. */
+bool cli_save_npy(const char *path, const attn_tensor *t);
+/* Writes every tensor whose path is non-NULL; on any failure removes the ones
+ * already written so that a failed command leaves no output behind. */
+bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n);
+
+/* Command tables (one per file). */
+extern const cli_command cmd_sdpa, cmd_sdpa_backward;
+extern const cli_command cmd_mha, cmd_mha_backward;
+extern const cli_command cmd_example;
+
+#endif

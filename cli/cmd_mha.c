@@ -1,0 +1,329 @@
+/* attn mha / attn mha-backward: torch.nn.MultiheadAttention (batch_first) on
+ * .npy inputs with parameters from a torch state_dict in .safetensors. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char mha_details[] =
+    "X (B,L,E) or unbatched (L,E); without --key/--value it is self-attention.\n"
+    "P holds torch's state_dict: in_proj_weight (3E,E) or q/k/v_proj_weight,\n"
+    "in_proj_bias, out_proj.weight, out_proj.bias; bias_k/bias_v present means\n"
+    "add_bias_kv; kdim and vdim are read from the weight shapes.\n"
+    "Masks follow nn.MultiheadAttention: bool true = NOT allowed, float added.\n"
+    "--key-padding-mask (B,S); --attn-mask (L,S) or (B*H,L,S); --causal is\n"
+    "attn_mask = triu(ones(L,S), 1). A query that sees no key gets a zero\n"
+    "attention output (torch gives NaN).";
+
+#define MHA_INPUT_OPTIONS                                                                      \
+    {"--params", "P.safetensors", "the module's state_dict (required)"},                       \
+    {"--num-heads", "H", "number of heads (required)"},                                        \
+    {"--query", "X.npy", "query (B,L,E) or (L,E) (required)"},                                 \
+    {"--key", "K.npy", "key (B,S,kdim); omit for self-attention"},                             \
+    {"--value", "V.npy", "value (B,S,vdim); omit for self-attention"},                         \
+    {"--key-padding-mask", "KPM.npy", "(B,S): bool true = ignore the key, or float added"},    \
+    {"--attn-mask", "M.npy", "(L,S) or (B*H,L,S): bool true = blocked, or float added"},       \
+    {"--causal", NULL, "block keys after the query position"},                                 \
+    {"--add-zero-attn", NULL, "append a zero key and value (torch add_zero_attn)"},            \
+    {"--threads", "N", "worker threads"},                                                      \
+    {"--reference", NULL, "use the plain reference path"}
+
+static const cli_option mha_options[] = {
+    MHA_INPUT_OPTIONS,
+    {"--out", "Y.npy", "output (B,L,E) (required)"},
+    {"--attn-weights", "A.npy", "also write attention weights, averaged over heads (B,L,S')"},
+    {"--per-head", NULL, "with --attn-weights: per head (B,H,L,S')"},
+    {0},
+};
+
+static const cli_option backward_options[] = {
+    MHA_INPUT_OPTIONS,
+    {"--grad-out", "dY.npy", "gradient of the output (B,L,E) (required)"},
+    {"--grads", "G.safetensors", "write parameter and input gradients (required)"},
+    {"--out", "Y.npy", "also write the forward output"},
+    {0},
+};
+
+typedef struct {
+    attn_mha *m;
+    attn_array x, k, v, kpm, mask, dout;
+    attn_mha_opts opts;
+    bool self;
+} mha_inputs;
+
+static void free_inputs(mha_inputs *in)
+{
+    attn_mha_free(in->m);
+    attn_array_free(&in->x);
+    attn_array_free(&in->k);
+    attn_array_free(&in->v);
+    attn_array_free(&in->kpm);
+    attn_array_free(&in->mask);
+    attn_array_free(&in->dout);
+}
+
+static const attn_array *find_2d(const attn_safetensors *st, const char *name)
+{
+    const attn_array *a = attn_safetensors_find(st, name);
+    return a && a->t.ndim == 2 ? a : NULL;
+}
+
+/* Builds the module from a state_dict: config from the tensor shapes, then
+ * every expected tensor copied in by name. */
+static int load_module(const cli_command *cmd, const char *path, long heads, bool zero_attn,
+                       attn_mha **out)
+{
+    attn_safetensors st = {0};
+    attn_error err = {0};
+    int rc = CLI_USAGE;
+    if (attn_safetensors_read(path, &st, &err) != ATTN_OK) {
+        fprintf(stderr, "attn: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    attn_mha_config cfg = {.num_heads = heads, .add_zero_attn = zero_attn};
+    const attn_array *packed = find_2d(&st, "in_proj_weight"), *qw = find_2d(&st, "q_proj_weight"),
+                     *kw = find_2d(&st, "k_proj_weight"), *vw = find_2d(&st, "v_proj_weight");
+    if (packed) {
+        cfg.embed_dim = packed->t.shape[1];
+    } else if (qw && kw && vw) {
+        cfg.embed_dim = qw->t.shape[1];
+        cfg.kdim = kw->t.shape[1];
+        cfg.vdim = vw->t.shape[1];
+    } else {
+        fprintf(stderr, "attn: %s: needs in_proj_weight, or q_proj_weight, k_proj_weight and "
+                        "v_proj_weight\n", path);
+        goto done;
+    }
+    cfg.bias = attn_safetensors_find(&st, "in_proj_bias") != NULL;
+    cfg.add_bias_kv = attn_safetensors_find(&st, "bias_k") != NULL;
+    if (attn_mha_create(&cfg, out, &err) != ATTN_OK) {
+        fprintf(stderr, "attn %s: %s: %s\n", cmd->name, path, err.message);
+        goto done;
+    }
+    int n = attn_mha_num_params(*out);
+    for (int i = 0; i < n; ++i) {
+        const char *name;
+        attn_tensor value, grad;
+        attn_mha_param_at(*out, i, &name, &value, &grad);
+        const attn_array *a = attn_safetensors_find(&st, name);
+        if (!a) {
+            fprintf(stderr, "attn: %s: missing tensor '%s'\n", path, name);
+            goto done;
+        }
+        bool same = a->t.dtype == ATTN_F32 && a->t.ndim == value.ndim;
+        for (int d = 0; same && d < value.ndim; ++d) same = a->t.shape[d] == value.shape[d];
+        if (!same) {
+            fprintf(stderr, "attn: %s: tensor '%s' has the wrong shape or dtype for embed_dim %lld\n",
+                    path, name, (long long)cfg.embed_dim);
+            goto done;
+        }
+        memcpy(value.data, a->t.data, sizeof(float) * (size_t)attn_tensor_numel(&value));
+    }
+    for (size_t i = 0; i < st.count; ++i) {
+        attn_tensor v, g;
+        if (attn_mha_param(*out, st.arrays[i].name, &v, &g, NULL) != ATTN_OK) {
+            fprintf(stderr, "attn: %s: unexpected tensor '%s'\n", path, st.arrays[i].name);
+            goto done;
+        }
+    }
+    rc = CLI_OK;
+done:
+    attn_safetensors_free(&st);
+    return rc;
+}
+
+static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in)
+{
+    const char *pp = cli_require(a, "--params"), *xp = cli_require(a, "--query");
+    if (!pp || !xp || !cli_require(a, "--num-heads")) return CLI_USAGE;
+    long heads = 0, threads = 0;
+    if (!cli_get_int(a, "--num-heads", 1, 1 << 20, &heads) ||
+        !cli_get_int(a, "--threads", 1, 1024, &threads))
+        return CLI_USAGE;
+    const char *kp = cli_get(a, "--key"), *vp = cli_get(a, "--value");
+    if (!kp != !vp) return cli_usage_error(cmd, "give both --key and --value, or neither");
+    in->self = !kp;
+    in->opts = attn_mha_opts_default();
+    in->opts.causal = cli_flag(a, "--causal");
+    in->opts.num_threads = (int)threads;
+    if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
+    int rc = load_module(cmd, pp, heads, cli_flag(a, "--add-zero-attn"), &in->m);
+    if (rc) return rc;
+    if (!cli_load_npy(xp, &in->x)) return CLI_USAGE;
+    if (kp && (!cli_load_npy(kp, &in->k) || !cli_load_npy(vp, &in->v))) return CLI_USAGE;
+    const char *kpm = cli_get(a, "--key-padding-mask"), *mp = cli_get(a, "--attn-mask");
+    if (kpm) {
+        if (!cli_load_npy(kpm, &in->kpm)) return CLI_USAGE;
+        in->opts.key_padding_mask = &in->kpm.t;
+    }
+    if (mp) {
+        if (!cli_load_npy(mp, &in->mask)) return CLI_USAGE;
+        in->opts.attn_mask = &in->mask.t;
+    }
+    return CLI_OK;
+}
+
+/* Number of keys after add_bias_kv / add_zero_attn. */
+static int64_t total_keys(const mha_inputs *in)
+{
+    const attn_mha_config *c = attn_mha_get_config(in->m);
+    const attn_tensor *kt = in->self ? &in->x.t : &in->k.t;
+    return kt->shape[kt->ndim - 2] + c->add_bias_kv + c->add_zero_attn;
+}
+
+static int run_forward(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_mha;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc || help) return rc;
+    const char *out_path = cli_require(&a, "--out");
+    if (!out_path) return CLI_USAGE;
+    const char *w_path = cli_get(&a, "--attn-weights");
+    if (cli_flag(&a, "--per-head") && !w_path)
+        return cli_usage_error(cmd, "--per-head needs --attn-weights");
+
+    mha_inputs in = {0};
+    float *y = NULL, *w = NULL;
+    rc = load_inputs(cmd, &a, &in);
+    if (rc) goto done;
+    const attn_tensor *x = &in.x.t;
+    const bool batched = x->ndim == 3;
+    const int64_t B = batched ? x->shape[0] : 1, L = x->shape[x->ndim - 2];
+    const int64_t H = attn_mha_get_config(in.m)->num_heads;
+    const int64_t S = total_keys(&in);
+    y = malloc(sizeof(float) * (size_t)(attn_tensor_numel(x) + 1));
+    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape), wt;
+    if (w_path) {
+        in.opts.per_head_weights = cli_flag(&a, "--per-head");
+        int64_t shape[4], nd = 0;
+        if (batched) shape[nd++] = B;
+        if (in.opts.per_head_weights) shape[nd++] = H;
+        shape[nd++] = L;
+        shape[nd++] = S;
+        w = malloc(sizeof(float) * (size_t)(B * (in.opts.per_head_weights ? H : 1) * L * S + 1));
+        wt = attn_tensor_make(w, ATTN_F32, (int)nd, shape);
+        in.opts.weights = &wt;
+    }
+    if (!y || (w_path && !w)) {
+        fprintf(stderr, "attn mha: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    attn_error err = {0};
+    if (attn_mha_forward(in.m, x, in.self ? NULL : &in.k.t, in.self ? NULL : &in.v.t, &yt,
+                         &in.opts, &err) != ATTN_OK) {
+        rc = cli_report("mha", &err);
+        goto done;
+    }
+    const char *paths[2] = {out_path, w_path};
+    attn_tensor ts[2] = {yt, w_path ? wt : yt};
+    rc = cli_save_all(paths, ts, 2) ? CLI_OK : CLI_USAGE;
+done:
+    free(y);
+    free(w);
+    free_inputs(&in);
+    return rc;
+}
+
+static int run_backward(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_mha_backward;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc || help) return rc;
+    const char *do_path = cli_require(&a, "--grad-out"), *g_path = cli_require(&a, "--grads");
+    if (!do_path || !g_path) return CLI_USAGE;
+
+    mha_inputs in = {0};
+    float *buf = NULL;
+    const char **names = NULL;
+    attn_tensor *ts = NULL;
+    rc = load_inputs(cmd, &a, &in);
+    if (rc) goto done;
+    if (!cli_load_npy(do_path, &in.dout)) {
+        rc = CLI_USAGE;
+        goto done;
+    }
+    const attn_tensor *x = &in.x.t;
+    const int64_t nx = attn_tensor_numel(x), nk = in.self ? 0 : attn_tensor_numel(&in.k.t),
+                  nv = in.self ? 0 : attn_tensor_numel(&in.v.t);
+    buf = malloc(sizeof(float) * (size_t)(2 * nx + nk + nv + 1));
+    const int np = attn_mha_num_params(in.m);
+    names = malloc(sizeof *names * (size_t)(np + 3));
+    ts = malloc(sizeof *ts * (size_t)(np + 3));
+    if (!buf || !names || !ts) {
+        fprintf(stderr, "attn mha-backward: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    float *y = buf, *dx = y + nx, *dk = dx + nx, *dv = dk + nk;
+    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape),
+                dxt = attn_tensor_make(dx, ATTN_F32, x->ndim, x->shape), dkt, dvt;
+    if (!in.self) {
+        dkt = attn_tensor_make(dk, ATTN_F32, in.k.t.ndim, in.k.t.shape);
+        dvt = attn_tensor_make(dv, ATTN_F32, in.v.t.ndim, in.v.t.shape);
+    }
+    const attn_tensor *kt = in.self ? NULL : &in.k.t, *vt = in.self ? NULL : &in.v.t;
+    attn_error err = {0};
+    if (attn_mha_forward(in.m, x, kt, vt, &yt, &in.opts, &err) != ATTN_OK ||
+        attn_mha_backward(in.m, x, kt, vt, &in.dout.t, &dxt, in.self ? NULL : &dkt,
+                          in.self ? NULL : &dvt, &in.opts, &err) != ATTN_OK) {
+        rc = cli_report("mha-backward", &err);
+        goto done;
+    }
+    int n = 0;
+    for (int i = 0; i < np; ++i) {
+        attn_tensor value;
+        attn_mha_param_at(in.m, i, &names[n], &value, &ts[n]);
+        ++n;
+    }
+    names[n] = "query";
+    ts[n++] = dxt;
+    if (!in.self) {
+        names[n] = "key";
+        ts[n++] = dkt;
+        names[n] = "value";
+        ts[n++] = dvt;
+    }
+    if (attn_safetensors_write(g_path, names, ts, (size_t)n, &err) != ATTN_OK) {
+        fprintf(stderr, "attn: %s\n", err.message);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    const char *out_path = cli_get(&a, "--out");
+    if (out_path && !cli_save_npy(out_path, &yt)) {
+        remove(g_path);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    rc = CLI_OK;
+done:
+    free(buf);
+    free(names);
+    free(ts);
+    free_inputs(&in);
+    return rc;
+}
+
+const cli_command cmd_mha = {
+    .name = "mha",
+    .summary = "multi-head attention exactly as torch.nn.MultiheadAttention (batch_first)",
+    .usage = "--params P.safetensors --num-heads H --query X.npy --out Y.npy [options]",
+    .details = mha_details,
+    .options = mha_options,
+    .run = run_forward,
+};
+
+const cli_command cmd_mha_backward = {
+    .name = "mha-backward",
+    .summary = "gradients of multi-head attention for every parameter and input",
+    .usage = "--params P.safetensors --num-heads H --query X.npy --grad-out dY.npy "
+             "--grads G.safetensors [options]",
+    .details = mha_details,
+    .options = backward_options,
+    .run = run_backward,
+};

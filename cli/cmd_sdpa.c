@@ -1,0 +1,255 @@
+/* attn sdpa / attn sdpa-backward: scaled dot-product attention on .npy files,
+ * torch.nn.functional.scaled_dot_product_attention semantics. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char sdpa_details[] =
+    "Q (B,H,Nq,D), K (B,Hkv,Nk,D), V (B,Hkv,Nk,Dv); (H,N,D) and (N,D) drop the\n"
+    "leading dimensions, and the outputs drop them too. Hq %% Hkv == 0 (GQA).\n"
+    "--attn-mask: bool (true = may attend) or float (added to the scores), any\n"
+    "shape that broadcasts to (B,Hq,Nq,Nk).\n"
+    "--causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
+    "--causal bottom-right: query i sees keys j <= i + Nk - Nq (FlashAttention).\n"
+    "A query that sees no key gets output 0 and LSE -inf, never NaN.\n"
+    "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
+
+#define SDPA_INPUT_OPTIONS                                                                     \
+    {"--query", "Q.npy", "queries (B,H,Nq,D), (H,Nq,D) or (Nq,D)"},                            \
+    {"--key", "K.npy", "keys (B,Hkv,Nk,D)"},                                                   \
+    {"--value", "V.npy", "values (B,Hkv,Nk,Dv)"},                                              \
+    {"--attn-mask", "M.npy", "bool (true = attend) or float additive mask"},                   \
+    {"--causal", "ALIGN", "top-left or bottom-right"},                                         \
+    {"--scale", "S", "score scale (default 1/sqrt(D))"},                                       \
+    {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},             \
+    {"--reference", NULL, "use the plain reference path"}
+
+static const cli_option sdpa_options[] = {
+    SDPA_INPUT_OPTIONS,
+    {"--out", "O.npy", "output (B,H,Nq,Dv) (required)"},
+    {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,H,Nq)"},
+    {"--attn-weights", "A.npy", "also write the attention weights (B,H,Nq,Nk)"},
+    {0},
+};
+
+static const cli_option backward_options[] = {
+    SDPA_INPUT_OPTIONS,
+    {"--grad-out", "dO.npy", "gradient of the output (B,H,Nq,Dv) (required)"},
+    {"--grad-query", "dQ.npy", "write dL/dQ"},
+    {"--grad-key", "dK.npy", "write dL/dK (summed over the query heads of a group)"},
+    {"--grad-value", "dV.npy", "write dL/dV"},
+    {"--out", "O.npy", "also write the forward output"},
+    {"--lse", "LSE.npy", "also write the forward log-sum-exp"},
+    {0},
+};
+
+/* Inputs of one call, loaded and viewed as 4-D. */
+typedef struct {
+    attn_array q, k, v, mask, dout;
+    attn_tensor q4, k4, v4, dout4;
+    int rank; /* of the query file: outputs mirror it */
+    attn_sdpa_opts opts;
+} sdpa_inputs;
+
+static void free_inputs(sdpa_inputs *in)
+{
+    attn_array_free(&in->q);
+    attn_array_free(&in->k);
+    attn_array_free(&in->v);
+    attn_array_free(&in->mask);
+    attn_array_free(&in->dout);
+}
+
+/* Views a rank-2..4 float array as (B,H,N,D) by prepending size-1 dims. */
+static bool as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
+                  attn_tensor *out)
+{
+    const attn_tensor *t = &a->t;
+    if (t->dtype != ATTN_F32) {
+        cli_usage_error(cmd, "%s: expected a float array", opt);
+        return false;
+    }
+    if (t->ndim != rank) {
+        cli_usage_error(cmd, "%s: has %d dimensions but --query has %d", opt, t->ndim, rank);
+        return false;
+    }
+    *out = *t;
+    out->ndim = 4;
+    int pad = 4 - rank;
+    for (int i = 3; i >= 0; --i) {
+        out->shape[i] = i >= pad ? t->shape[i - pad] : 1;
+        out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
+    }
+    return true;
+}
+
+/* Output tensor of the query's rank with the given 4-D shape's trailing dims. */
+static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n, int64_t d)
+{
+    const int64_t full[4] = {b, h, n, d};
+    int64_t shape[4];
+    int nd = rank - (d < 0); /* d < 0: a 3-D (B,H,N) quantity */
+    int first = (d < 0 ? 3 : 4) - nd;
+    for (int i = 0; i < nd; ++i) shape[i] = full[first + i];
+    return attn_tensor_make(data, ATTN_F32, nd, shape);
+}
+
+static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
+{
+    const char *qp = cli_require(a, "--query"), *kp = cli_require(a, "--key"),
+               *vp = cli_require(a, "--value");
+    if (!qp || !kp || !vp) return CLI_USAGE;
+    in->opts = attn_sdpa_opts_default();
+    const char *causal = cli_get(a, "--causal");
+    if (causal) {
+        if (!strcmp(causal, "top-left")) in->opts.causal = ATTN_CAUSAL_TOP_LEFT;
+        else if (!strcmp(causal, "bottom-right")) in->opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+        else return cli_usage_error(cmd, "--causal: expected top-left or bottom-right, got '%s'", causal);
+    }
+    long threads = 0;
+    if (!cli_get_float(a, "--scale", &in->opts.scale) ||
+        !cli_get_int(a, "--threads", 1, 1024, &threads))
+        return CLI_USAGE;
+    if (cli_get(a, "--scale") && !(in->opts.scale > 0.0f))
+        return cli_usage_error(cmd, "--scale: must be positive");
+    in->opts.num_threads = (int)threads;
+    if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
+
+    if (!cli_load_npy(qp, &in->q) || !cli_load_npy(kp, &in->k) || !cli_load_npy(vp, &in->v))
+        return CLI_USAGE;
+    in->rank = in->q.t.ndim;
+    if (in->rank < 2 || in->rank > 4)
+        return cli_usage_error(cmd, "--query: expected 2 to 4 dimensions, got %d", in->rank);
+    if (!as_4d(cmd, "--query", &in->q, in->rank, &in->q4) ||
+        !as_4d(cmd, "--key", &in->k, in->rank, &in->k4) ||
+        !as_4d(cmd, "--value", &in->v, in->rank, &in->v4))
+        return CLI_USAGE;
+    const char *mp = cli_get(a, "--attn-mask");
+    if (mp) {
+        if (!cli_load_npy(mp, &in->mask)) return CLI_USAGE;
+        in->opts.mask[0] = &in->mask.t;
+    }
+    return CLI_OK;
+}
+
+static int run_forward(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_sdpa;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc || help) return rc;
+    const char *out_path = cli_require(&a, "--out");
+    if (!out_path) return CLI_USAGE;
+
+    sdpa_inputs in = {0};
+    float *o = NULL, *lse = NULL, *w = NULL;
+    rc = load_inputs(cmd, &a, &in);
+    if (rc) goto done;
+    const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
+                  Nk = in.k4.shape[2], Dv = in.v4.shape[3];
+    const char *lse_path = cli_get(&a, "--lse"), *w_path = cli_get(&a, "--attn-weights");
+    o = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv + 1));
+    lse = malloc(sizeof(float) * (size_t)(B * H * Nq + 1));
+    w = w_path ? malloc(sizeof(float) * (size_t)(B * H * Nq * Nk + 1)) : NULL;
+    if (!o || !lse || (w_path && !w)) {
+        fprintf(stderr, "attn sdpa: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    attn_tensor o4 = attn_tensor_4d(o, B, H, Nq, Dv), l3 = attn_tensor_3d(lse, B, H, Nq);
+    attn_tensor w4 = attn_tensor_4d(w, B, H, Nq, Nk);
+    attn_error err = {0};
+    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK) {
+        rc = cli_report("sdpa", &err);
+        goto done;
+    }
+    const char *paths[3] = {out_path, lse_path, w_path};
+    attn_tensor ts[3] = {mirror(o, in.rank, B, H, Nq, Dv), mirror(lse, in.rank, B, H, Nq, -1),
+                         mirror(w, in.rank, B, H, Nq, Nk)};
+    rc = cli_save_all(paths, ts, 3) ? CLI_OK : CLI_USAGE;
+done:
+    free(o);
+    free(lse);
+    free(w);
+    free_inputs(&in);
+    return rc;
+}
+
+static int run_backward(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_sdpa_backward;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc || help) return rc;
+    const char *do_path = cli_require(&a, "--grad-out");
+    if (!do_path) return CLI_USAGE;
+    const char *paths[5] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
+                            cli_get(&a, "--grad-value"), cli_get(&a, "--out"), cli_get(&a, "--lse")};
+    if (!paths[0] && !paths[1] && !paths[2])
+        return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key or --grad-value");
+
+    sdpa_inputs in = {0};
+    float *buf = NULL;
+    rc = load_inputs(cmd, &a, &in);
+    if (rc) goto done;
+    if (!cli_load_npy(do_path, &in.dout)) {
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (!as_4d(cmd, "--grad-out", &in.dout, in.rank, &in.dout4)) {
+        rc = CLI_USAGE;
+        goto done;
+    }
+    const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
+                  Hkv = in.k4.shape[1], Nk = in.k4.shape[2], D = in.q4.shape[3],
+                  Dv = in.v4.shape[3];
+    const int64_t nq = B * H * Nq * D, nk = B * Hkv * Nk * D, nv = B * Hkv * Nk * Dv,
+                  no = B * H * Nq * Dv, nl = B * H * Nq;
+    buf = malloc(sizeof(float) * (size_t)(nq + nk + nv + no + nl + 1));
+    if (!buf) {
+        fprintf(stderr, "attn sdpa-backward: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    float *dq = buf, *dk = dq + nq, *dv = dk + nk, *o = dv + nv, *lse = o + no;
+    attn_tensor dq4 = attn_tensor_4d(dq, B, H, Nq, D), dk4 = attn_tensor_4d(dk, B, Hkv, Nk, D),
+                dv4 = attn_tensor_4d(dv, B, Hkv, Nk, Dv), o4 = attn_tensor_4d(o, B, H, Nq, Dv),
+                l3 = attn_tensor_3d(lse, B, H, Nq);
+    attn_error err = {0};
+    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, NULL, &in.opts, &err) != ATTN_OK ||
+        attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
+                           &in.opts, &err) != ATTN_OK) {
+        rc = cli_report("sdpa-backward", &err);
+        goto done;
+    }
+    attn_tensor ts[5] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
+                         mirror(dv, in.rank, B, Hkv, Nk, Dv), mirror(o, in.rank, B, H, Nq, Dv),
+                         mirror(lse, in.rank, B, H, Nq, -1)};
+    rc = cli_save_all(paths, ts, 5) ? CLI_OK : CLI_USAGE;
+done:
+    free(buf);
+    free_inputs(&in);
+    return rc;
+}
+
+const cli_command cmd_sdpa = {
+    .name = "sdpa",
+    .summary = "scaled dot-product attention: softmax(Q Kᵀ · scale + mask) V",
+    .usage = "--query Q.npy --key K.npy --value V.npy --out O.npy [options]",
+    .details = sdpa_details,
+    .options = sdpa_options,
+    .run = run_forward,
+};
+
+const cli_command cmd_sdpa_backward = {
+    .name = "sdpa-backward",
+    .summary = "gradients of scaled dot-product attention with respect to Q, K and V",
+    .usage = "--query Q.npy --key K.npy --value V.npy --grad-out dO.npy --grad-query dQ.npy ...",
+    .details = sdpa_details,
+    .options = backward_options,
+    .run = run_backward,
+};
