@@ -195,7 +195,7 @@ static int run_forward(int argc, char **argv)
     const int64_t H = attn_mha_get_config(in.m)->num_heads;
     const int64_t S = total_keys(&in);
     y = malloc(sizeof(float) * (size_t)(attn_tensor_numel(x) + 1));
-    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape), wt;
+    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape), wt = {0};
     if (w_path) {
         in.opts.per_head_weights = cli_flag(&a, "--per-head");
         int64_t shape[4], nd = 0;
