@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,4 +185,21 @@ bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n)
         }
     }
     return true;
+}
+
+float *cli_alloc_floats(const char *context, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    int64_t count = 1;
+    bool ok = true;
+    for (int i = 0; i < n; ++i) {
+        int64_t d = va_arg(ap, int64_t);
+        if (d < 0 || __builtin_mul_overflow(count, d, &count)) ok = false;
+    }
+    va_end(ap);
+    if (ok && (uint64_t)count > SIZE_MAX / sizeof(float) - 1) ok = false;
+    float *p = ok ? malloc(sizeof(float) * ((size_t)count + 1)) : NULL;
+    if (!p) fprintf(stderr, "attn %s: %s\n", context, ok ? "out of memory" : "array size overflows");
+    return p;
 }

@@ -66,6 +66,10 @@ bool cli_save_npy(const char *path, const attn_tensor *t);
  * already written so that a failed command leaves no output behind. */
 bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n);
 
+/* malloc of the product of n sizes in floats (at least one float), NULL
+ * with a message on overflow or exhaustion. */
+float *cli_alloc_floats(const char *context, int n, ...);
+
 /* Command tables (one per file). */
 extern const cli_command cmd_sdpa, cmd_sdpa_backward;
 extern const cli_command cmd_mha, cmd_mha_backward;

@@ -194,7 +194,7 @@ static int run_forward(int argc, char **argv)
     const int64_t B = batched ? x->shape[0] : 1, L = x->shape[x->ndim - 2];
     const int64_t H = attn_mha_get_config(in.m)->num_heads;
     const int64_t S = total_keys(&in);
-    y = malloc(sizeof(float) * (size_t)(attn_tensor_numel(x) + 1));
+    y = cli_alloc_floats(cmd->name, 1, attn_tensor_numel(x));
     attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape), wt = {0};
     if (w_path) {
         in.opts.per_head_weights = cli_flag(&a, "--per-head");
@@ -203,12 +203,11 @@ static int run_forward(int argc, char **argv)
         if (in.opts.per_head_weights) shape[nd++] = H;
         shape[nd++] = L;
         shape[nd++] = S;
-        w = malloc(sizeof(float) * (size_t)(B * (in.opts.per_head_weights ? H : 1) * L * S + 1));
+        w = cli_alloc_floats(cmd->name, 4, B, in.opts.per_head_weights ? H : (int64_t)1, L, S);
         wt = attn_tensor_make(w, ATTN_F32, (int)nd, shape);
         in.opts.weights = &wt;
     }
     if (!y || (w_path && !w)) {
-        fprintf(stderr, "attn mha: out of memory\n");
         rc = CLI_FAIL;
         goto done;
     }

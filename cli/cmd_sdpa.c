@@ -151,11 +151,10 @@ static int run_forward(int argc, char **argv)
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Nk = in.k4.shape[2], Dv = in.v4.shape[3];
     const char *lse_path = cli_get(&a, "--lse"), *w_path = cli_get(&a, "--attn-weights");
-    o = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv + 1));
-    lse = malloc(sizeof(float) * (size_t)(B * H * Nq + 1));
-    w = w_path ? malloc(sizeof(float) * (size_t)(B * H * Nq * Nk + 1)) : NULL;
+    o = cli_alloc_floats("sdpa", 4, B, H, Nq, Dv);
+    lse = cli_alloc_floats("sdpa", 3, B, H, Nq);
+    w = w_path ? cli_alloc_floats("sdpa", 4, B, H, Nq, Nk) : NULL;
     if (!o || !lse || (w_path && !w)) {
-        fprintf(stderr, "attn sdpa: out of memory\n");
         rc = CLI_FAIL;
         goto done;
     }
@@ -193,7 +192,7 @@ static int run_backward(int argc, char **argv)
         return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key or --grad-value");
 
     sdpa_inputs in = {0};
-    float *buf = NULL;
+    float *owned[5] = {0};
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if (!cli_load_npy(do_path, &in.dout)) {
@@ -207,15 +206,17 @@ static int run_backward(int argc, char **argv)
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Hkv = in.k4.shape[1], Nk = in.k4.shape[2], D = in.q4.shape[3],
                   Dv = in.v4.shape[3];
-    const int64_t nq = B * H * Nq * D, nk = B * Hkv * Nk * D, nv = B * Hkv * Nk * Dv,
-                  no = B * H * Nq * Dv, nl = B * H * Nq;
-    buf = malloc(sizeof(float) * (size_t)(nq + nk + nv + no + nl + 1));
-    if (!buf) {
-        fprintf(stderr, "attn sdpa-backward: out of memory\n");
+    float *dq = cli_alloc_floats(cmd->name, 4, B, H, Nq, D),
+          *dk = cli_alloc_floats(cmd->name, 4, B, Hkv, Nk, D),
+          *dv = cli_alloc_floats(cmd->name, 4, B, Hkv, Nk, Dv),
+          *o = cli_alloc_floats(cmd->name, 4, B, H, Nq, Dv),
+          *lse = cli_alloc_floats(cmd->name, 3, B, H, Nq);
+    float *bufs[5] = {dq, dk, dv, o, lse};
+    memcpy(owned, bufs, sizeof bufs);
+    if (!dq || !dk || !dv || !o || !lse) {
         rc = CLI_FAIL;
         goto done;
     }
-    float *dq = buf, *dk = dq + nq, *dv = dk + nk, *o = dv + nv, *lse = o + no;
     attn_tensor dq4 = attn_tensor_4d(dq, B, H, Nq, D), dk4 = attn_tensor_4d(dk, B, Hkv, Nk, D),
                 dv4 = attn_tensor_4d(dv, B, Hkv, Nk, Dv), o4 = attn_tensor_4d(o, B, H, Nq, Dv),
                 l3 = attn_tensor_3d(lse, B, H, Nq);
@@ -231,7 +232,7 @@ static int run_backward(int argc, char **argv)
                          mirror(lse, in.rank, B, H, Nq, -1)};
     rc = cli_save_all(paths, ts, 5) ? CLI_OK : CLI_USAGE;
 done:
-    free(buf);
+    for (int i = 0; i < 5; ++i) free(owned[i]);
     free_inputs(&in);
     return rc;
 }
