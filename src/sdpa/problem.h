@@ -5,6 +5,7 @@
 #define ATTN_SDPA_PROBLEM_H
 
 #include "../core/internal.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 
@@ -23,6 +24,7 @@ typedef struct {
     int nmask;
     sdpa_mask mask[ATTN_SDPA_MAX_MASKS];
     int threads;
+    attn_path path;  /* as requested; sdpa.c resolves AUTO */
     void *workspace; /* caller's, or NULL */
     size_t workspace_size;
 
@@ -69,6 +71,41 @@ static inline float sdpa_mask_bias(const sdpa_problem *p, int64_t b, int64_t h, 
     return bias;
 }
 
+/* First query row that may see key j under causality (sdpa_causal_end(i) > j
+ * exactly for i >= this); Nq when no row does. */
+static inline int64_t sdpa_causal_first_row(const sdpa_problem *p, int64_t j)
+{
+    int64_t first;
+    switch (p->causal) {
+    case ATTN_CAUSAL_TOP_LEFT: first = j; break;
+    case ATTN_CAUSAL_BOTTOM_RIGHT: first = j - (p->Nk - p->Nq); break;
+    default: first = 0; break;
+    }
+    return first < 0 ? 0 : first > p->Nq ? p->Nq : first;
+}
+
+/*
+ * Visibility of one tile of the fused path: query rows [i0, i0+mi) of head
+ * (b, h) against keys [j0, j0+nj). Causality and the masks are read only
+ * here (through sdpa_causal_end and the sdpa_mask strides, like
+ * sdpa_mask_bias), so the fused path means what the reference means.
+ */
+typedef struct {
+    int64_t cols;   /* max_r limit[r]: columns any row may see; 0 = skip the tile untouched */
+    bool use_bias;  /* bias holds something other than 0 in visible columns */
+    int64_t ldbias; /* row stride of bias: 0 when every row shares row 0 */
+} sdpa_tile;
+
+/*
+ * limit[r] (mi entries): row r may see only columns c < limit[r] (causal
+ * bound, tile edge, and trailing columns every mask hides).
+ * bias: (mi, ld) scratch, ld >= nj rounded up to SDPA_MAX_NPAD; receives the
+ * masks' additive bias (0 / float / -inf) when the problem has masks.
+ */
+sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                         int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *limit,
+                         float *bias, int64_t ld);
+
 /* Resolves and validates a forward (dout == NULL) or backward call. */
 attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_sdpa_opts *opts, attn_error *err);
@@ -76,5 +113,14 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
 /* The plain paths: the oracle. Need no workspace beyond what they allocate. */
 attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err);
 attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err);
+
+/* The fused paths (forward.c, backward.c) with a kernel table. Workspace:
+ * p->workspace if given (ATTN_ERR_WORKSPACE when smaller than what
+ * sdpa_fused_*_workspace report), else allocated per call. */
+attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err);
+attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err);
+/* Bytes the fused forward / backward need (false on size overflow). */
+bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes);
+bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes);
 
 #endif

@@ -105,6 +105,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     p->causal = opts->causal;
     RETURN_IF(opts->path < ATTN_PATH_AUTO || opts->path > ATTN_PATH_FUSED, err, ATTN_ERR_ARG,
               "path: unknown value %d", (int)opts->path);
+    p->path = opts->path;
     RETURN_IF(opts->num_threads < 0, err, ATTN_ERR_ARG, "num_threads: must be >= 0");
     p->threads = attn_resolve_threads(opts->num_threads);
     p->workspace = opts->workspace;
@@ -115,6 +116,17 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
         p->nmask++;
     }
     return ATTN_OK;
+}
+
+/* The fused kernels a call runs, or NULL for the reference path:
+ * ATTN_PATH_REFERENCE, or AUTO under ATTN_ARCH=reference. FUSED always gets
+ * kernels (the best the CPU supports when ATTN_ARCH=reference). */
+static const sdpa_kernels *choose_kernels(const sdpa_problem *p)
+{
+    if (p->path == ATTN_PATH_REFERENCE) return NULL;
+    const sdpa_isa isa = sdpa_isa_select();
+    if (p->path == ATTN_PATH_AUTO && isa == SDPA_ISA_REFERENCE) return NULL;
+    return sdpa_kernels_for(isa);
 }
 
 /* Optional (B,Hq,Nq[,X]) output or input. */
@@ -145,7 +157,8 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
         RETURN_IF_ERROR(bind(weights, "weights", 4, p.Nk, true, &p, p.ws, err));
         p.w = weights->data;
     }
-    attn_status s = sdpa_reference_forward(&p, err);
+    const sdpa_kernels *kern = choose_kernels(&p);
+    attn_status s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }
@@ -184,7 +197,8 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
         copy_strides(p.dvs, dv);
         p.dv = dv->data;
     }
-    attn_status s = sdpa_reference_backward(&p, err);
+    const sdpa_kernels *kern = choose_kernels(&p);
+    attn_status s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }
@@ -196,11 +210,26 @@ attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
     sdpa_problem p;
     RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
     RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
-    (void)backward;
+    /* Enough for whichever path runs: the reference's row buffers or the
+     * fused path's tiles (sized as if O and LSE had to be recomputed, so one
+     * answer fits every backward call on these inputs). */
     int64_t n;
-    RETURN_IF(!attn_mul_ok(p.Nk, 2 * (int64_t)sizeof(float) * p.threads, &n), err,
+    RETURN_IF(!attn_mul_ok(p.Nk > 0 ? p.Nk : 1, 2 * (int64_t)sizeof(float) * p.threads, &n), err,
               ATTN_ERR_OVERFLOW, "workspace size overflows");
-    *bytes = (size_t)n;
+    size_t need = (size_t)n, fused = 0;
+    if (choose_kernels(&p)) {
+        bool ok;
+        if (backward) {
+            p.dq = p.dk = p.dv = (float *)p.q; /* every gradient wanted: the largest case */
+            p.o = NULL;
+            p.lse = NULL;
+            ok = sdpa_fused_backward_workspace(&p, &fused);
+        } else {
+            ok = sdpa_fused_forward_workspace(&p, &fused);
+        }
+        RETURN_IF(!ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
+    }
+    *bytes = need > fused ? need : fused;
     attn_ok(err);
     return ATTN_OK;
 }

@@ -1,0 +1,114 @@
+/* Small helpers shared by the fused forward and backward: tile sizes,
+ * padding, operand packing and workspace carving. */
+#ifndef ATTN_SDPA_FUSED_UTIL_H
+#define ATTN_SDPA_FUSED_UTIL_H
+
+#include "problem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
+
+/* Workspace pieces start on cache lines. */
+#define SDPA_ALIGN 64
+
+static inline int64_t sdpa_round_up(int64_t x, int64_t unit)
+{
+    return (x + unit - 1) / unit * unit;
+}
+
+/* A running byte count that fails (stays false) on overflow. */
+typedef struct {
+    size_t bytes;
+    bool ok;
+} sdpa_size;
+
+static inline void sdpa_size_add(sdpa_size *s, int64_t count, size_t elem)
+{
+    int64_t n;
+    if (!s->ok || !attn_mul_ok(count < 0 ? 0 : count, (int64_t)elem, &n) ||
+        !attn_add_ok(n, SDPA_ALIGN - 1, &n)) {
+        s->ok = false;
+        return;
+    }
+    n -= n % SDPA_ALIGN;
+    if (s->bytes > SIZE_MAX - (size_t)n) {
+        s->ok = false;
+        return;
+    }
+    s->bytes += (size_t)n;
+}
+
+/* Takes count elements of elem bytes from *cursor (sized with sdpa_size_add). */
+static inline void *sdpa_take(char **cursor, int64_t count, size_t elem)
+{
+    void *p = *cursor;
+    size_t n = (size_t)(count < 0 ? 0 : count) * elem;
+    n = (n + SDPA_ALIGN - 1) / SDPA_ALIGN * SDPA_ALIGN;
+    *cursor += n;
+    return p;
+}
+
+/* The caller's workspace (checked) or a fresh aligned allocation of `need`
+ * bytes; *owned is what to free. NULL with err set on failure. */
+static inline char *sdpa_workspace(const sdpa_problem *p, size_t need, void **owned,
+                                   attn_error *err)
+{
+    *owned = NULL;
+    if (p->workspace) {
+        const uintptr_t at = (uintptr_t)p->workspace;
+        const size_t skew = (SDPA_ALIGN - at % SDPA_ALIGN) % SDPA_ALIGN;
+        if (p->workspace_size < need + skew) {
+            attn_fail(err, ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, %zu needed",
+                      p->workspace_size, need + skew);
+            return NULL;
+        }
+        return (char *)p->workspace + skew;
+    }
+    void *mem = NULL;
+    if (posix_memalign(&mem, SDPA_ALIGN, need ? need : SDPA_ALIGN) != 0) {
+        attn_fail(err, ATTN_ERR_ALLOC, "workspace: cannot allocate %zu bytes", need);
+        return NULL;
+    }
+    *owned = mem;
+    return mem;
+}
+
+/* Slack a caller-provided workspace needs for our alignment. */
+#define SDPA_WORKSPACE_SLACK SDPA_ALIGN
+
+/*
+ * Packs keys [j0, j0+nj) of one (b, kv head) as Kᵀ: kt[d*ld + c] = K[j0+c][d]
+ * for d < D, c < nj; columns [nj, ld) zero.
+ */
+static inline void sdpa_pack_transposed(const float *src, int64_t row_stride,
+                                        int64_t col_stride, int64_t nj, int64_t D, float *kt,
+                                        int64_t ld)
+{
+    for (int64_t d = 0; d < D; ++d) {
+        float *dst = kt + d * ld;
+        const float *s = src + d * col_stride;
+        for (int64_t c = 0; c < nj; ++c) dst[c] = s[c * row_stride];
+        for (int64_t c = nj; c < ld; ++c) dst[c] = 0.0f;
+    }
+}
+
+/* Packs nrows rows of width w (row stride rs, element stride cs) into
+ * dst rows of ld floats, zero-padding columns [w, ld). */
+static inline void sdpa_pack_rows(const float *src, int64_t rs, int64_t cs, int64_t nrows,
+                                  int64_t w, float *dst, int64_t ld)
+{
+    for (int64_t r = 0; r < nrows; ++r) {
+        const float *s = src + r * rs;
+        float *d = dst + r * ld;
+        if (cs == 1) {
+            memcpy(d, s, (size_t)w * sizeof *d);
+        } else {
+            for (int64_t c = 0; c < w; ++c) d[c] = s[c * cs];
+        }
+        for (int64_t c = w; c < ld; ++c) d[c] = 0.0f;
+    }
+}
+
+#endif

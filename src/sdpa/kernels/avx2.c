@@ -1,0 +1,122 @@
+/* AVX2 + FMA kernels: the SIMD body with 8-lane vectors and a 6 × 16
+ * microtile (12 accumulators + 2 B vectors + 1 broadcast of 16 registers). */
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <math.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+#include <immintrin.h>
+
+typedef __m256 vf;
+#define VW 8
+#define MR 6
+#define NV 2
+#define SIMD(name) avx2_##name
+#define V_ZERO() _mm256_setzero_ps()
+#define V_SET1(x) _mm256_set1_ps(x)
+#define V_LOAD(p) _mm256_loadu_ps(p)
+#define V_STORE(p, v) _mm256_storeu_ps((p), (v))
+#define V_BCAST(p) _mm256_broadcast_ss(p)
+#define V_ADD(a, b) _mm256_add_ps(a, b)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_MUL(a, b) _mm256_mul_ps(a, b)
+#define V_MAX(a, b) _mm256_max_ps(a, b)
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+
+static inline vf v_exp(vf x)
+{
+    /* Clamp first (NaN passes through: max/min return their second operand
+     * on NaN) so the integer exponent stays in range; out-of-range lanes are
+     * fixed up at the end from the original x. */
+    const vf xc = _mm256_min_ps(_mm256_set1_ps(SDPA_EXP_MAX), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
+    const vf n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(SDPA_LOG2E)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_LO), r);
+    vf p = _mm256_set1_ps(SDPA_EXP_C6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    vf y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ), y);
+    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY),
+                            _mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MAX), _CMP_GT_OQ));
+}
+
+static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
+{
+    const __m256i col = _mm256_add_epi32(_mm256_set1_epi32((int)c0),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i visible = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lim), col);
+    return _mm256_blendv_ps(fill, x, _mm256_castsi256_ps(visible));
+}
+
+static inline float v_hmax(vf v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float v_hsum(vf v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static inline vf v_bool_bias(const uint8_t *p)
+{
+    long long bytes;
+    __builtin_memcpy(&bytes, p, sizeof bytes);
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+    const __m256i blocked = _mm256_cmpeq_epi32(b, _mm256_setzero_si256());
+    return _mm256_and_ps(_mm256_castsi256_ps(blocked), _mm256_set1_ps(-INFINITY));
+}
+
+static inline unsigned v_hidden_bits(vf v)
+{
+    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+}
+
+static inline unsigned v_nonzero_visible_bits(vf v)
+{
+    const vf nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+    const vf vis = _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    return (unsigned)_mm256_movemask_ps(_mm256_and_ps(nz, vis));
+}
+
+#include "simd_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+const sdpa_kernels sdpa_kernels_avx2 = {
+    .name = "avx2",
+    .npad = NV * VW,
+    .gemm = avx2_gemm,
+    .softmax_online = avx2_softmax_online,
+    .probs_from_lse = avx2_probs_from_lse,
+    .dsoftmax = avx2_dsoftmax,
+    .mask_row = avx2_mask_row,
+    .vexp = avx2_vexp,
+};
+
+#endif

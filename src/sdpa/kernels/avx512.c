@@ -1,0 +1,125 @@
+/* AVX-512F kernels: the SIMD body with 16-lane vectors and a 12 × 32
+ * microtile (24 accumulators + 2 B vectors + 1 broadcast of 32 registers).
+ * Only ever selected when CPUID (and the OS, via XCR0) report AVX-512F. */
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <math.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+#include <immintrin.h>
+
+typedef __m512 vf;
+#define VW 16
+#define MR 12
+#define NV 2
+#define SIMD(name) avx512_##name
+#define V_ZERO() _mm512_setzero_ps()
+#define V_SET1(x) _mm512_set1_ps(x)
+#define V_LOAD(p) _mm512_loadu_ps(p)
+#define V_STORE(p, v) _mm512_storeu_ps((p), (v))
+#define V_BCAST(p) _mm512_set1_ps(*(p))
+#define V_ADD(a, b) _mm512_add_ps(a, b)
+#define V_SUB(a, b) _mm512_sub_ps(a, b)
+#define V_MUL(a, b) _mm512_mul_ps(a, b)
+#define V_MAX(a, b) _mm512_max_ps(a, b)
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+
+static inline vf v_exp(vf x)
+{
+    /* Same algorithm as avx2.c; see there. */
+    const vf xc = _mm512_min_ps(_mm512_set1_ps(SDPA_EXP_MAX), _mm512_max_ps(_mm512_set1_ps(-88.0f), x));
+    const vf n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(SDPA_LOG2E)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_LO), r);
+    vf p = _mm512_set1_ps(SDPA_EXP_C6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    vf y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ);
+    const __mmask16 huge = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MAX), _CMP_GT_OQ);
+    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, huge, _mm512_set1_ps(INFINITY));
+}
+
+static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
+{
+    const __m512i col = _mm512_add_epi32(
+        _mm512_set1_epi32((int)c0),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __mmask16 visible = _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32((int)lim));
+    return _mm512_mask_mov_ps(fill, visible, x);
+}
+
+static inline float v_hmax(vf v)
+{
+    /* Fixed tree: halves, then quarters, ... (deterministic). */
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float v_hsum(vf v)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static inline vf v_bool_bias(const uint8_t *p)
+{
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __mmask16 allowed = _mm512_test_epi32_mask(b, b);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), allowed, _mm512_setzero_ps());
+}
+
+static inline unsigned v_hidden_bits(vf v)
+{
+    return (unsigned)_mm512_cmp_ps_mask(v, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+}
+
+static inline unsigned v_nonzero_visible_bits(vf v)
+{
+    const __mmask16 nz = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    return (unsigned)_mm512_mask_cmp_ps_mask(nz, v, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+}
+
+#include "simd_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+const sdpa_kernels sdpa_kernels_avx512 = {
+    .name = "avx512",
+    .npad = NV * VW,
+    .gemm = avx512_gemm,
+    .softmax_online = avx512_softmax_online,
+    .probs_from_lse = avx512_probs_from_lse,
+    .dsoftmax = avx512_dsoftmax,
+    .mask_row = avx512_mask_row,
+    .vexp = avx512_vexp,
+};
+
+#endif

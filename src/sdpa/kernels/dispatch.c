@@ -1,0 +1,49 @@
+/* Run-time choice of the kernel table: CPUID, capped by ATTN_ARCH. Nothing
+ * is cached here (the library keeps no mutable global state); the compiler
+ * runtime caches the CPUID query itself, and getenv is cheap next to any
+ * attention call. */
+#include "kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sdpa_isa sdpa_isa_best(void)
+{
+#if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
+    /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
+    if (__builtin_cpu_supports("avx512f")) return SDPA_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SDPA_ISA_AVX2;
+#endif
+    return SDPA_ISA_GENERIC;
+}
+
+sdpa_isa sdpa_isa_select(void)
+{
+    const sdpa_isa best = sdpa_isa_best();
+    const char *env = getenv("ATTN_ARCH");
+    if (!env || !*env) return best;
+    sdpa_isa want;
+    if (strcmp(env, "reference") == 0) return SDPA_ISA_REFERENCE;
+    else if (strcmp(env, "generic") == 0) want = SDPA_ISA_GENERIC;
+    else if (strcmp(env, "avx2") == 0) want = SDPA_ISA_AVX2;
+    else if (strcmp(env, "avx512") == 0) want = SDPA_ISA_AVX512;
+    else return best; /* unknown names are ignored */
+    /* Never run an instruction set the CPU lacks: cap at the best one. */
+    return want < best ? want : best;
+}
+
+const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa)
+{
+    if (isa == SDPA_ISA_REFERENCE) isa = sdpa_isa_best();
+#if defined(SDPA_HAVE_X86)
+    if (isa == SDPA_ISA_AVX512 && sdpa_isa_best() >= SDPA_ISA_AVX512) return &sdpa_kernels_avx512;
+    if (isa >= SDPA_ISA_AVX2 && sdpa_isa_best() >= SDPA_ISA_AVX2) return &sdpa_kernels_avx2;
+#endif
+    return &sdpa_kernels_generic;
+}
+
+const char *attn_isa(void)
+{
+    const sdpa_isa isa = sdpa_isa_select();
+    return isa == SDPA_ISA_REFERENCE ? "reference" : sdpa_kernels_for(isa)->name;
+}

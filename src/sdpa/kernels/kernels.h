@@ -1,0 +1,147 @@
+/*
+ * The fused SDPA path's microkernels, one table per instruction set.
+ *
+ * forward.c and backward.c plan tiles, pack operands and own all memory;
+ * the kernels below only compute on buffers they are given (no allocation,
+ * no option parsing). Every ISA implements the same table:
+ *   generic.c  portable C (the readable definition of each primitive)
+ *   avx2.c     AVX2 + FMA      } one SIMD body, kernels/simd_body.h,
+ *   avx512.c   AVX-512F        } instantiated per vector width
+ * dispatch.c picks one at run time from CPUID and ATTN_ARCH.
+ *
+ * Layout conventions shared by all primitives:
+ *   - "n" column counts handed to sdpa_gemm_fn are multiples of the table's
+ *     npad; B and C rows are unit-stride (any alignment).
+ *   - A operands are read one element at a time (broadcast), so any strides
+ *     work: element (r, l) of A is a[r*a_rs + l*a_cs].
+ */
+#ifndef ATTN_SDPA_KERNELS_H
+#define ATTN_SDPA_KERNELS_H
+
+#include "../../core/internal.h"
+
+#include <stdint.h>
+
+typedef enum {
+    SDPA_GEMM_SET,       /* C = A·B */
+    SDPA_GEMM_ADD,       /* C = C + A·B */
+    SDPA_GEMM_SCALE_ADD, /* C = diag(row_scale)·C + A·B (online-softmax rescale) */
+} sdpa_gemm_mode;
+
+/*
+ * C (m × n) ⊕= A (m × k) · B (k × n)
+ *   A(r, l) = a[r*a_rs + l*a_cs]           any strides
+ *   B(l, :) = b + l*ldb                    n contiguous floats, n % npad == 0
+ *   C(r, :) = c + r*ldc                    n contiguous floats
+ *   row_scale[m] only for SDPA_GEMM_SCALE_ADD.
+ * k may be 0 (C = 0, C, or scaled C).
+ */
+typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                             int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                             const float *row_scale, sdpa_gemm_mode mode);
+
+/*
+ * Online-softmax step of the forward pass over one score tile.
+ *   s      (m, lds): on entry Q·Kᵀ for columns [0, n); on return the
+ *          unnormalised probabilities p = exp(x - rowmax_new), 0 where hidden.
+ *   x(r,c) = scale·s(r,c) + bias(r,c) for c < limit[r]; -inf for c >= limit[r].
+ *   bias   (m, ldbias) additive mask (-inf = hidden) or NULL; ldbias may be 0
+ *          (one row shared by all rows).
+ *   rowmax[r], rowsum[r]: running max and sum, updated;
+ *   alpha[r] = exp(rowmax_old - rowmax_new), the factor for the output row
+ *   (1 when the row has seen nothing yet).
+ */
+typedef void (*sdpa_softmax_fn)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
+                                const int32_t *limit, const float *bias, int64_t ldbias,
+                                float *rowmax, float *rowsum, float *alpha);
+
+/*
+ * Probabilities from the saved log-sum-exp (backward, and the forward's
+ * weights pass): s(r,c) <- exp(scale·s(r,c) + bias(r,c) - lse[r]) for
+ * c < limit[r], 0 for limit[r] <= c < n and for rows with lse = -inf.
+ */
+typedef void (*sdpa_probs_fn)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
+                              const int32_t *limit, const float *bias, int64_t ldbias,
+                              const float *lse);
+
+/*
+ * Softmax backward: dp(r,c) <- scale · p(r,c) · (dp(r,c) - di[r]) for c < n.
+ * (dS already carries the scale so dQ = dS·K and dK = dSᵀ·Q need none.)
+ */
+typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t n, float scale, const float *p, int64_t ldp,
+                                 float *dp, int64_t lddp, const float *di);
+
+/*
+ * One mask row turned into an additive bias: for c < n,
+ *   bool:  bias[c] (+)= src[c*cs] ? 0 : -inf      (true = may attend)
+ *   float: bias[c] (+)= src[c*cs]
+ * with "+=" when accumulate, "=" otherwise. Returns `last`, one past the last
+ * column whose bias is not -inf (0 if every column is hidden), and stores in
+ * *irregular whether bias[0, last) holds anything but zeros (a float value or
+ * a hidden column), i.e. whether softmax must read the bias at all.
+ */
+typedef int64_t (*sdpa_mask_row_fn)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
+                                    int64_t n, bool accumulate, bool *irregular);
+
+/* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
+typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
+
+typedef struct {
+    const char *name; /* "generic", "avx2", "avx512" */
+    int npad;         /* gemm column counts are multiples of this */
+    sdpa_gemm_fn gemm;
+    sdpa_softmax_fn softmax_online;
+    sdpa_probs_fn probs_from_lse;
+    sdpa_dsoftmax_fn dsoftmax;
+    sdpa_mask_row_fn mask_row;
+    sdpa_vexp_fn vexp;
+} sdpa_kernels;
+
+/* Largest npad of any table: buffers sized with it fit every ISA. */
+#define SDPA_MAX_NPAD 32
+
+extern const sdpa_kernels sdpa_kernels_generic;
+#if defined(__x86_64__) || defined(__i386__)
+#define SDPA_HAVE_X86 1
+extern const sdpa_kernels sdpa_kernels_avx2;
+extern const sdpa_kernels sdpa_kernels_avx512;
+#endif
+
+typedef enum { SDPA_ISA_REFERENCE, SDPA_ISA_GENERIC, SDPA_ISA_AVX2, SDPA_ISA_AVX512 } sdpa_isa;
+
+/* What this CPU runs (CPUID), capped by ATTN_ARCH; ATTN_ARCH=reference gives
+ * SDPA_ISA_REFERENCE. An ATTN_ARCH the CPU lacks is never honoured: the best
+ * supported ISA is used instead. Reads the environment on every call (no
+ * cached state); the CPUID query itself is cached by the compiler runtime. */
+sdpa_isa sdpa_isa_select(void);
+/* Best supported ISA, ignoring ATTN_ARCH. */
+sdpa_isa sdpa_isa_best(void);
+/* Kernel table for an ISA (SDPA_ISA_REFERENCE maps to the best supported one). */
+const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa);
+
+/*
+ * The exp every kernel uses (scalar in generic.c, vectorised in the SIMD
+ * bodies): Cody–Waite range reduction x = n·ln2 + r with |r| <= ln2/2, a
+ * degree-6 polynomial for e^r (coefficients fitted for minimal relative
+ * error by bench/fit_exp_poly.py, 3e-9 before float rounding), and 2^n by
+ * exponent arithmetic.
+ *   x <  SDPA_EXP_MIN  gives exactly 0 (so -inf -> 0; the true value is below
+ *                      2^-125 ~ 2.4e-38, so the absolute error is below that);
+ *   x >  SDPA_EXP_MAX  gives +inf (true value above 2.4e38);
+ *   in between, the relative error is at most SDPA_EXP_MAX_ULP units in the
+ *   last place, measured against double exp over the whole range by
+ *   tests/test_fused.c.
+ */
+#define SDPA_EXP_MIN (-86.64f)
+#define SDPA_EXP_MAX 88.37f
+#define SDPA_EXP_MAX_ULP 2
+#define SDPA_LOG2E 1.44269504088896341f
+#define SDPA_LN2_HI 0.693145751953125f      /* 15 significant bits: n·hi is exact */
+#define SDPA_LN2_LO 1.42860682030941723e-6f /* ln2 - hi */
+#define SDPA_EXP_C2 4.999999404e-01f
+#define SDPA_EXP_C3 1.666652113e-01f
+#define SDPA_EXP_C4 4.166838899e-02f
+#define SDPA_EXP_C5 8.368710056e-03f
+#define SDPA_EXP_C6 1.381461276e-03f
+
+#endif

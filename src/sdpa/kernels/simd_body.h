@@ -1,0 +1,208 @@
+/*
+ * The SIMD kernels, written once and instantiated per instruction set by
+ * avx2.c and avx512.c (one body, parameterised by vector width). The
+ * including file compiles this under its target attribute and defines:
+ *
+ *   vf                         the float vector type, VW lanes
+ *   VW, MR, NV                 lanes; microkernel rows; vectors per row
+ *                              (a microtile is MR x NV·VW, NV·VW == npad)
+ *   SIMD(name)                 prefixes names with the ISA
+ *   V_ZERO() V_SET1(x) V_LOAD(p) V_STORE(p,v) V_BCAST(p)
+ *   V_ADD V_SUB V_MUL V_MAX V_FMA(a,b,c)=a·b+c
+ *   v_exp(vf)                  the exp documented in kernels.h
+ *   v_hide_from(x, c0, lim, f) lanes whose column c0+lane >= lim become f
+ *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
+ *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
+ *   v_hidden_bits(vf), v_nonzero_visible_bits(vf)   lane bitmasks
+ *
+ * Rows are always handled whole and in a fixed order, so results depend
+ * only on the inputs, never on threads.
+ */
+
+#define NR (NV * VW) /* microtile columns */
+
+/*
+ * Microtile: C[rows × NR] ⊕= A[rows × k] · B[k × NR], accumulators in
+ * registers. rows <= MR: missing rows reuse the last valid row's A (always
+ * readable) and are not stored.
+ */
+static inline __attribute__((always_inline)) void
+SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
+                int64_t ldb, float *c, int64_t ldc, int64_t rows, const float *row_scale,
+                sdpa_gemm_mode mode)
+{
+    vf acc[MR][NV];
+    const float *ar[MR];
+    for (int r = 0; r < MR; ++r) {
+        ar[r] = a + (r < rows ? r : rows - 1) * a_rs;
+        for (int v = 0; v < NV; ++v) acc[r][v] = V_ZERO();
+    }
+    for (int64_t l = 0; l < k; ++l) {
+        const float *bl = b + l * ldb;
+        vf bv[NV];
+        for (int v = 0; v < NV; ++v) bv[v] = V_LOAD(bl + v * VW);
+        const int64_t off = l * a_cs;
+        for (int r = 0; r < MR; ++r) {
+            const vf x = V_BCAST(ar[r] + off);
+            for (int v = 0; v < NV; ++v) acc[r][v] = V_FMA(x, bv[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < MR; ++r) {
+        if (r >= rows) break;
+        float *cr = c + r * ldc;
+        if (mode == SDPA_GEMM_SET) {
+            for (int v = 0; v < NV; ++v) V_STORE(cr + v * VW, acc[r][v]);
+        } else if (mode == SDPA_GEMM_ADD) {
+            for (int v = 0; v < NV; ++v) V_STORE(cr + v * VW, V_ADD(V_LOAD(cr + v * VW), acc[r][v]));
+        } else {
+            const vf s = V_SET1(row_scale[r]);
+            for (int v = 0; v < NV; ++v)
+                V_STORE(cr + v * VW, V_FMA(V_LOAD(cr + v * VW), s, acc[r][v]));
+        }
+    }
+}
+
+static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                       int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                       const float *row_scale, sdpa_gemm_mode mode)
+{
+    if (m <= 0) return;
+    /* Column panels outer: the k × NR panel of B stays in L1 across rows. */
+    for (int64_t j = 0; j < n; j += NR)
+        for (int64_t i = 0; i < m; i += MR)
+            SIMD(microtile)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j, ldc,
+                            m - i < MR ? m - i : MR, row_scale ? row_scale + i : NULL, mode);
+}
+
+/* First lane of v_exp: scalar exp with the same error bound. */
+static inline float SIMD(exp1)(float x)
+{
+    float out[VW];
+    V_STORE(out, v_exp(V_SET1(x)));
+    return out[0];
+}
+
+/* Zeroes columns [from rounded down to VW, n rounded up to VW) of a row
+ * whose columns < from are already final (buffers are padded). */
+static inline void SIMD(zero_tail)(float *row, int64_t from, int64_t n)
+{
+    for (int64_t c = from - from % VW + (from % VW ? VW : 0); c < n; c += VW)
+        V_STORE(row + c, V_ZERO());
+}
+
+static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
+                                 const int32_t *limit, const float *bias, int64_t ldbias,
+                                 float *rowmax, float *rowsum, float *alpha)
+{
+    const vf vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
+    for (int64_t r = 0; r < m; ++r) {
+        float *sr = s + r * lds;
+        const float *br = bias ? bias + r * ldbias : NULL;
+        const int64_t lim = limit[r];
+        /* Pass 1: x = scale·s + bias (hidden columns -inf), and the row max. */
+        vf vmax = ninf;
+        for (int64_t c = 0; c < lim; c += VW) {
+            vf x = br ? V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)) : V_MUL(V_LOAD(sr + c), vscale);
+            if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
+            V_STORE(sr + c, x);
+            vmax = V_MAX(vmax, x);
+        }
+        const float old = rowmax[r], mx = v_hmax(vmax), mnew = mx > old ? mx : old;
+        if (mnew == -INFINITY) { /* nothing visible so far: p = 0, state unchanged */
+            SIMD(zero_tail)(sr, 0, n);
+            alpha[r] = 1.0f;
+            continue;
+        }
+        /* Pass 2: p = exp(x - max) and its sum. */
+        const vf vm = V_SET1(mnew);
+        vf vsum = V_ZERO();
+        for (int64_t c = 0; c < lim; c += VW) {
+            const vf pv = v_exp(V_SUB(V_LOAD(sr + c), vm));
+            V_STORE(sr + c, pv);
+            vsum = V_ADD(vsum, pv);
+        }
+        SIMD(zero_tail)(sr, lim, n);
+        const float a = SIMD(exp1)(old - mnew); /* old = -inf gives 0 */
+        alpha[r] = a;
+        rowsum[r] = rowsum[r] * a + v_hsum(vsum);
+        rowmax[r] = mnew;
+    }
+}
+
+static void SIMD(probs_from_lse)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
+                                 const int32_t *limit, const float *bias, int64_t ldbias,
+                                 const float *lse)
+{
+    const vf vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
+    for (int64_t r = 0; r < m; ++r) {
+        float *sr = s + r * lds;
+        const float *br = bias ? bias + r * ldbias : NULL;
+        const int64_t lim = lse[r] == -INFINITY ? 0 : limit[r];
+        const vf vl = V_SET1(lse[r]);
+        for (int64_t c = 0; c < lim; c += VW) {
+            vf x = br ? V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)) : V_MUL(V_LOAD(sr + c), vscale);
+            x = V_SUB(x, vl);
+            if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
+            V_STORE(sr + c, v_exp(x));
+        }
+        SIMD(zero_tail)(sr, lim, n);
+    }
+}
+
+static void SIMD(dsoftmax)(int64_t m, int64_t n, float scale, const float *p, int64_t ldp,
+                           float *dp, int64_t lddp, const float *di)
+{
+    const vf vscale = V_SET1(scale);
+    for (int64_t r = 0; r < m; ++r) {
+        const float *pr = p + r * ldp;
+        float *dr = dp + r * lddp;
+        const vf vd = V_SET1(di[r]);
+        for (int64_t c = 0; c < n; c += VW)
+            V_STORE(dr + c, V_MUL(V_MUL(V_LOAD(pr + c), V_SUB(V_LOAD(dr + c), vd)), vscale));
+    }
+}
+
+static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
+                              int64_t n, bool accumulate, bool *irregular)
+{
+    int64_t last = 0, hidden = 0, c = 0;
+    bool nonzero = false;
+    if (cs == 1) {
+        for (; c + VW <= n; c += VW) {
+            vf v = dtype == ATTN_BOOL ? v_bool_bias((const uint8_t *)src + c)
+                                      : V_LOAD((const float *)src + c);
+            if (accumulate) v = V_ADD(v, V_LOAD(bias + c));
+            V_STORE(bias + c, v);
+            const unsigned hid = v_hidden_bits(v), all = (1u << VW) - 1u;
+            hidden += __builtin_popcount(hid);
+            if (hid != all) last = c + 32 - __builtin_clz(~hid & all);
+            nonzero |= v_nonzero_visible_bits(v) != 0;
+        }
+    }
+    for (; c < n; ++c) {
+        float v;
+        if (dtype == ATTN_BOOL)
+            v = ((const uint8_t *)src)[c * cs] ? 0.0f : -INFINITY;
+        else
+            v = ((const float *)src)[c * cs];
+        if (accumulate) v += bias[c];
+        bias[c] = v;
+        if (v == -INFINITY) {
+            hidden++;
+        } else {
+            last = c + 1;
+            nonzero |= v != 0.0f;
+        }
+    }
+    *irregular = nonzero || hidden > n - last;
+    return last;
+}
+
+static void SIMD(vexp)(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(y + i, v_exp(V_LOAD(x + i)));
+    for (; i < n; ++i) y[i] = SIMD(exp1)(x[i]);
+}
+
+#undef NR
