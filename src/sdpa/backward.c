@@ -175,6 +175,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
         memset(w->dv, 0, (size_t)(nj * d->dvp) * sizeof(float));
         bool packed = false;
+        const float *kr = NULL; /* K_j as rows (B operand of dQ += dS·K_j) */
+        int64_t ldk = 0;
         const int64_t ifirst = sdpa_causal_first_row(p, j0);
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
             for (int64_t i0 = ifirst - ifirst % BWD_ROWS; i0 < p->Nq; i0 += BWD_ROWS) {
@@ -184,40 +186,45 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (t.cols == 0) continue; /* hidden: nothing to differentiate */
                 if (!packed) {
                     const float *k = p->k + AT4(p->ks, b, hk, j0, 0);
-                    sdpa_pack_transposed(k, p->ks[2], p->ks[3], nj, p->D, w->kt, d->bcp);
-                    sdpa_pack_rows(k, p->ks[2], p->ks[3], nj, p->D, w->kr, d->dp);
-                    sdpa_pack_transposed(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
-                                         p->Dv, w->vt, d->bcp);
+                    kern->pack_transposed(k, p->ks[2], p->ks[3], nj, p->D, w->kt, d->bcp);
+                    kr = sdpa_rows_operand(k, p->ks[2], p->ks[3], nj, p->D, kern->npad, w->kr,
+                                           d->dp, &ldk);
+                    kern->pack_transposed(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
+                                          p->Dv, w->vt, d->bcp);
                     packed = true;
                 }
-                sdpa_pack_rows(p->q + AT4(p->qs, b, h, i0, 0), p->qs[2], p->qs[3], mi, p->D, w->qb,
-                               d->dp);
-                sdpa_pack_rows(p->dout + AT4(p->dos, b, h, i0, 0), p->dos[2], p->dos[3], mi, p->Dv,
-                               w->dob, d->dvp);
+                /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
+                int64_t ldq, lddo;
+                const float *qb = sdpa_rows_operand(p->q + AT4(p->qs, b, h, i0, 0), p->qs[2],
+                                                    p->qs[3], mi, p->D, kern->npad, w->qb, d->dp,
+                                                    &ldq);
+                const float *dob = sdpa_rows_operand(p->dout + AT4(p->dos, b, h, i0, 0),
+                                                     p->dos[2], p->dos[3], mi, p->Dv, kern->npad,
+                                                     w->dob, d->dvp, &lddo);
                 const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
                 const int64_t cn = sdpa_round_up(t.cols, kern->npad);
                 const float *bias = t.use_bias ? w->bias : NULL;
 
                 /* In the forward pass P = exp(scale·Q·Kᵀ + bias - lse); recompute it. */
-                kern->gemm(mi, cn, p->D, w->qb, d->dp, 1, w->kt, d->bcp, w->s, d->bcp, NULL,
+                kern->gemm(mi, cn, p->D, qb, ldq, 1, w->kt, d->bcp, w->s, d->bcp, NULL,
                            SDPA_GEMM_SET);
                 kern->probs_from_lse(mi, t.cols, p->scale, w->s, d->bcp, w->limit, bias,
                                      t.ldbias, lse + row0);
                 /* Forward O = P·V, so dV_j += Pᵀ·dO_i. */
                 if (p->dv)
-                    kern->gemm(t.cols, dvn, mi, w->s, 1, d->bcp, w->dob, d->dvp, w->dv, d->dvp,
+                    kern->gemm(t.cols, dvn, mi, w->s, 1, d->bcp, dob, lddo, w->dv, d->dvp,
                                NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
                 /* ... and dP = dO_i·V_jᵀ; through the softmax dS = scale·P∘(dP - D). */
-                kern->gemm(mi, cn, p->Dv, w->dob, d->dvp, 1, w->vt, d->bcp, w->dps, d->bcp, NULL,
+                kern->gemm(mi, cn, p->Dv, dob, lddo, 1, w->vt, d->bcp, w->dps, d->bcp, NULL,
                            SDPA_GEMM_SET);
                 kern->dsoftmax(mi, t.cols, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0);
                 /* Forward S = Q·Kᵀ (scale is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */
                 if (p->dk)
-                    kern->gemm(t.cols, dn, mi, w->dps, 1, d->bcp, w->qb, d->dp, w->dk, d->dp, NULL,
+                    kern->gemm(t.cols, dn, mi, w->dps, 1, d->bcp, qb, ldq, w->dk, d->dp, NULL,
                                SDPA_GEMM_ADD);
                 if (p->dq)
-                    kern->gemm(mi, dn, t.cols, w->dps, d->bcp, 1, w->kr, d->dp,
+                    kern->gemm(mi, dn, t.cols, w->dps, d->bcp, 1, kr, ldk,
                                part + row0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
             }
         }

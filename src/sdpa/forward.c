@@ -50,6 +50,8 @@ static fwd_dims forward_dims(const sdpa_problem *p)
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     int32_t *limit;
+    const float *vop; /* V operand of the current tile: w->v or V in place */
+    int64_t ldv;
 } fwd_scratch;
 
 static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
@@ -96,15 +98,16 @@ bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
-/* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp) and V (nj × dvp). */
-static void pack_kv(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk, int64_t j0,
-                    int64_t nj, fwd_scratch *w, bool with_v)
+/* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp) and the V
+ * operand (nj rows, packed only when V cannot be read in place). */
+static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                    int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
-    sdpa_pack_transposed(p->k + AT4(p->ks, b, hk, j0, 0), p->ks[2], p->ks[3], nj, p->D, w->kt,
-                         d->bcp);
+    kern->pack_transposed(p->k + AT4(p->ks, b, hk, j0, 0), p->ks[2], p->ks[3], nj, p->D, w->kt,
+                          d->bcp);
     if (with_v)
-        sdpa_pack_rows(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj, p->Dv, w->v,
-                       d->dvp);
+        w->vop = sdpa_rows_operand(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
+                                   p->Dv, kern->npad, w->v, d->dvp, &w->ldv);
 }
 
 /* Second sweep: weights of rows [i0, i0+mi) of head (b,h) from their LSE. */
@@ -117,7 +120,7 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
         const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
         const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->limit, w->bias, d->bcp);
         if (t.cols > 0) {
-            pack_kv(p, d, b, hk, j0, nj, w, false);
+            pack_kv(p, kern, d, b, hk, j0, nj, w, false);
             kern->gemm(mi, sdpa_round_up(t.cols, kern->npad), p->D, p->q + AT4(p->qs, b, h, i0, 0),
                        p->qs[2], p->qs[3], w->kt, d->bcp, w->s, d->bcp, NULL, SDPA_GEMM_SET);
             kern->probs_from_lse(mi, nj, p->scale, w->s, d->bcp, w->limit,
@@ -153,7 +156,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                                d->bcp);
             if (t.cols == 0) continue; /* hidden: not even packed */
             if (!packed) {
-                pack_kv(p, d, b, hk, j0, nj, w, true);
+                pack_kv(p, kern, d, b, hk, j0, nj, w, true);
                 packed = true;
             }
             float *rowmax = w->rowmax + e * FWD_ROWS, *rowsum = w->rowsum + e * FWD_ROWS;
@@ -164,7 +167,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             kern->softmax_online(mi, t.cols, p->scale, w->s, d->bcp, w->limit,
                                  t.use_bias ? w->bias : NULL, t.ldbias, rowmax, rowsum, alpha);
             /* O = alpha∘O + P·V */
-            kern->gemm(mi, dvn, t.cols, w->s, d->bcp, 1, w->v, d->dvp, o, d->dvp, alpha,
+            kern->gemm(mi, dvn, t.cols, w->s, d->bcp, 1, w->vop, w->ldv, o, d->dvp, alpha,
                        SDPA_GEMM_SCALE_ADD);
         }
     }

@@ -78,22 +78,6 @@ static inline char *sdpa_workspace(const sdpa_problem *p, size_t need, void **ow
 /* Slack a caller-provided workspace needs for our alignment. */
 #define SDPA_WORKSPACE_SLACK SDPA_ALIGN
 
-/*
- * Packs keys [j0, j0+nj) of one (b, kv head) as Kᵀ: kt[d*ld + c] = K[j0+c][d]
- * for d < D, c < nj; columns [nj, ld) zero.
- */
-static inline void sdpa_pack_transposed(const float *src, int64_t row_stride,
-                                        int64_t col_stride, int64_t nj, int64_t D, float *kt,
-                                        int64_t ld)
-{
-    for (int64_t d = 0; d < D; ++d) {
-        float *dst = kt + d * ld;
-        const float *s = src + d * col_stride;
-        for (int64_t c = 0; c < nj; ++c) dst[c] = s[c * row_stride];
-        for (int64_t c = nj; c < ld; ++c) dst[c] = 0.0f;
-    }
-}
-
 /* Packs nrows rows of width w (row stride rs, element stride cs) into
  * dst rows of ld floats, zero-padding columns [w, ld). */
 static inline void sdpa_pack_rows(const float *src, int64_t rs, int64_t cs, int64_t nrows,
@@ -109,6 +93,24 @@ static inline void sdpa_pack_rows(const float *src, int64_t rs, int64_t cs, int6
         }
         for (int64_t c = w; c < ld; ++c) d[c] = 0.0f;
     }
+}
+
+/*
+ * A B operand of rows of width w: the source itself when its elements are
+ * unit-stride and w is a multiple of npad (no copy), else packed into buf
+ * (rows of ld floats). *ld_out receives the row stride to use.
+ */
+static inline const float *sdpa_rows_operand(const float *src, int64_t rs, int64_t cs,
+                                             int64_t nrows, int64_t w, int64_t npad, float *buf,
+                                             int64_t ld, int64_t *ld_out)
+{
+    if (cs == 1 && w % npad == 0 && rs >= w) {
+        *ld_out = rs;
+        return src;
+    }
+    sdpa_pack_rows(src, rs, cs, nrows, w, buf, ld);
+    *ld_out = ld;
+    return buf;
 }
 
 #endif

@@ -33,13 +33,14 @@ typedef __m256 vf;
 
 static inline vf v_exp(vf x)
 {
-    /* Clamp first (NaN passes through: max/min return their second operand
-     * on NaN) so the integer exponent stays in range; out-of-range lanes are
-     * fixed up at the end from the original x. */
-    const vf xc = _mm256_min_ps(_mm256_set1_ps(SDPA_EXP_MAX), _mm256_max_ps(_mm256_set1_ps(-88.0f), x));
-    const vf n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(SDPA_LOG2E)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_HI), xc);
+    /* n = round(x·log2e) by the 1.5·2^23 trick: the integer lands in the low
+     * mantissa bits of t, from where it is shifted into an exponent. Lanes
+     * outside [SDPA_EXP_MIN, SDPA_EXP_MAX] compute garbage and are replaced
+     * at the end: 0 below (also -inf), x + inf above (+inf; NaN stays NaN). */
+    const vf magic = _mm256_set1_ps(12582912.0f);
+    const vf t = _mm256_fmadd_ps(x, _mm256_set1_ps(SDPA_LOG2E), magic);
+    const vf n = _mm256_sub_ps(t, magic);
+    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_HI), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_LO), r);
     vf p = _mm256_set1_ps(SDPA_EXP_C6);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C5));
@@ -48,11 +49,11 @@ static inline vf v_exp(vf x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C2));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
     vf y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
     y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ), y);
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY),
-                            _mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MAX), _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, _mm256_add_ps(x, _mm256_set1_ps(INFINITY)),
+                            _mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MAX), _CMP_NLE_UQ));
 }
 
 static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
@@ -116,6 +117,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .probs_from_lse = avx2_probs_from_lse,
     .dsoftmax = avx2_dsoftmax,
     .mask_row = avx2_mask_row,
+    .pack_transposed = avx2_pack_transposed,
     .vexp = avx2_vexp,
 };
 

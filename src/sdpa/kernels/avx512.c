@@ -35,10 +35,10 @@ typedef __m512 vf;
 static inline vf v_exp(vf x)
 {
     /* Same algorithm as avx2.c; see there. */
-    const vf xc = _mm512_min_ps(_mm512_set1_ps(SDPA_EXP_MAX), _mm512_max_ps(_mm512_set1_ps(-88.0f), x));
-    const vf n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(SDPA_LOG2E)),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_HI), xc);
+    const vf magic = _mm512_set1_ps(12582912.0f);
+    const vf t = _mm512_fmadd_ps(x, _mm512_set1_ps(SDPA_LOG2E), magic);
+    const vf n = _mm512_sub_ps(t, magic);
+    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_HI), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_LO), r);
     vf p = _mm512_set1_ps(SDPA_EXP_C6);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C5));
@@ -47,12 +47,12 @@ static inline vf v_exp(vf x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
     vf y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ);
-    const __mmask16 huge = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MAX), _CMP_GT_OQ);
-    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, huge, _mm512_set1_ps(INFINITY));
+    const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MAX), _CMP_NLE_UQ);
+    y = _mm512_maskz_mov_ps((__mmask16)~tiny, y);
+    return _mm512_mask_add_ps(y, big, x, _mm512_set1_ps(INFINITY));
 }
 
 static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
@@ -119,6 +119,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .probs_from_lse = avx512_probs_from_lse,
     .dsoftmax = avx512_dsoftmax,
     .mask_row = avx512_mask_row,
+    .pack_transposed = avx512_pack_transposed,
     .vexp = avx512_vexp,
 };
 

@@ -127,6 +127,17 @@ static int64_t mask_row_generic(float *bias, const void *src, int64_t cs, attn_d
     return last;
 }
 
+static void pack_transposed_generic(const float *src, int64_t rs, int64_t cs, int64_t n,
+                                    int64_t D, float *dst, int64_t ld)
+{
+    for (int64_t d = 0; d < D; ++d) {
+        float *out = dst + d * ld;
+        const float *in = src + d * cs;
+        for (int64_t c = 0; c < n; ++c) out[c] = in[c * rs];
+        for (int64_t c = n; c < ld; ++c) out[c] = 0.0f;
+    }
+}
+
 static void vexp_generic(const float *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; ++i) y[i] = exp_generic(x[i]);
@@ -140,5 +151,6 @@ const sdpa_kernels sdpa_kernels_generic = {
     .probs_from_lse = probs_from_lse_generic,
     .dsoftmax = dsoftmax_generic,
     .mask_row = mask_row_generic,
+    .pack_transposed = pack_transposed_generic,
     .vexp = vexp_generic,
 };

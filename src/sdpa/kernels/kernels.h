@@ -83,6 +83,13 @@ typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t n, float scale, const float 
 typedef int64_t (*sdpa_mask_row_fn)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                                     int64_t n, bool accumulate, bool *irregular);
 
+/*
+ * Transposed packing of a key (or value) tile: dst[d*ld + c] = src[c*rs + d*cs]
+ * for d < D, c < n; columns [n, ld) are zeroed. (The B operand of Q·Kᵀ.)
+ */
+typedef void (*sdpa_pack_t_fn)(const float *src, int64_t rs, int64_t cs, int64_t n, int64_t D,
+                               float *dst, int64_t ld);
+
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
 
@@ -94,6 +101,7 @@ typedef struct {
     sdpa_probs_fn probs_from_lse;
     sdpa_dsoftmax_fn dsoftmax;
     sdpa_mask_row_fn mask_row;
+    sdpa_pack_t_fn pack_transposed;
     sdpa_vexp_fn vexp;
 } sdpa_kernels;
 

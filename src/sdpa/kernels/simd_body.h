@@ -99,25 +99,36 @@ static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, in
         float *sr = s + r * lds;
         const float *br = bias ? bias + r * ldbias : NULL;
         const int64_t lim = limit[r];
-        /* Pass 1: x = scale·s + bias (hidden columns -inf), and the row max. */
+        /* Pass 1: the row max of x = scale·s + bias (hidden columns -inf).
+         * Without a bias, max(scale·s) = scale·max(s) (scale > 0 and
+         * rounding is monotone), so s is only read. */
         vf vmax = ninf;
         for (int64_t c = 0; c < lim; c += VW) {
-            vf x = br ? V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)) : V_MUL(V_LOAD(sr + c), vscale);
-            if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
-            V_STORE(sr + c, x);
+            vf x = V_LOAD(sr + c);
+            if (br) {
+                x = V_FMA(x, vscale, V_LOAD(br + c));
+                if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
+                V_STORE(sr + c, x);
+            } else if (c + VW > lim) {
+                x = v_hide_from(x, c, lim, ninf);
+            }
             vmax = V_MAX(vmax, x);
         }
-        const float old = rowmax[r], mx = v_hmax(vmax), mnew = mx > old ? mx : old;
+        float mx = v_hmax(vmax);
+        if (!br) mx *= scale;
+        const float old = rowmax[r], mnew = mx > old ? mx : old;
         if (mnew == -INFINITY) { /* nothing visible so far: p = 0, state unchanged */
             SIMD(zero_tail)(sr, 0, n);
             alpha[r] = 1.0f;
             continue;
         }
         /* Pass 2: p = exp(x - max) and its sum. */
-        const vf vm = V_SET1(mnew);
+        const vf vm = V_SET1(mnew), vnm = V_SET1(-mnew);
         vf vsum = V_ZERO();
         for (int64_t c = 0; c < lim; c += VW) {
-            const vf pv = v_exp(V_SUB(V_LOAD(sr + c), vm));
+            vf x = br ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
+            if (!br && c + VW > lim) x = v_hide_from(x, c, lim, ninf);
+            const vf pv = v_exp(x);
             V_STORE(sr + c, pv);
             vsum = V_ADD(vsum, pv);
         }
@@ -138,10 +149,10 @@ static void SIMD(probs_from_lse)(int64_t m, int64_t n, float scale, float *s, in
         float *sr = s + r * lds;
         const float *br = bias ? bias + r * ldbias : NULL;
         const int64_t lim = lse[r] == -INFINITY ? 0 : limit[r];
-        const vf vl = V_SET1(lse[r]);
+        const vf vl = V_SET1(lse[r]), vnl = V_SET1(-lse[r]);
         for (int64_t c = 0; c < lim; c += VW) {
-            vf x = br ? V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)) : V_MUL(V_LOAD(sr + c), vscale);
-            x = V_SUB(x, vl);
+            vf x = br ? V_SUB(V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)), vl)
+                      : V_FMA(V_LOAD(sr + c), vscale, vnl);
             if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
             V_STORE(sr + c, v_exp(x));
         }
@@ -196,6 +207,45 @@ static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dty
     }
     *irregular = nonzero || hidden > n - last;
     return last;
+}
+
+/* 8 × 8 block transpose (AVX, available under both SIMD targets):
+ * dst[i*ld + j] = src[j*rs + i]. */
+static inline void SIMD(transpose8)(const float *src, int64_t rs, float *dst, int64_t ld)
+{
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+static void SIMD(pack_transposed)(const float *src, int64_t rs, int64_t cs, int64_t n, int64_t D,
+                                  float *dst, int64_t ld)
+{
+    const int64_t n8 = n - n % 8, d8 = cs == 1 ? D - D % 8 : 0;
+    for (int64_t c = 0; c < n8; c += 8)
+        for (int64_t d = 0; d < d8; d += 8)
+            SIMD(transpose8)(src + c * rs + d, rs, dst + d * ld + c, ld);
+    for (int64_t d = 0; d < D; ++d) {
+        float *out = dst + d * ld;
+        const float *in = src + d * cs;
+        if (d >= d8)
+            for (int64_t c = 0; c < n8; ++c) out[c] = in[c * rs];
+        for (int64_t c = n8; c < n; ++c) out[c] = in[c * rs];
+        for (int64_t c = n; c < ld; ++c) out[c] = 0.0f;
+    }
 }
 
 static void SIMD(vexp)(const float *x, float *y, int64_t n)

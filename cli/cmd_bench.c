@@ -1,0 +1,322 @@
+/* attn bench: times SDPA forward / backward and MHA forward on random data.
+ * Per configuration: median wall time over --runs timed calls after
+ * --warmup untimed ones, GFLOP/s, peak RSS, path/ISA and threads. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+extern const cli_command cmd_bench; /* also in cli.h's table of commands */
+
+static const cli_option bench_options[] = {
+    {"--mode", "MODE", "forward (default), backward or mha"},
+    {"--batch", "B", "batch size (default 1)"},
+    {"--heads", "H", "query heads (default 8)"},
+    {"--kv-heads", "H", "key/value heads (default: --heads)"},
+    {"--seq", "N[,N...]", "query sequence length(s) (default 1024)"},
+    {"--kv-seq", "N", "key/value sequence length (default: --seq)"},
+    {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
+    {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
+    {"--causal", NULL, "causal mask (top-left; FLOPs counted as half)"},
+    {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
+    {"--runs", "R", "timed runs per configuration, median reported (default 5, >= 1)"},
+    {"--warmup", "W", "untimed runs first (default 1)"},
+    {"--path", "PATH", "auto (default), fused or reference"},
+    {"--json", NULL, "one JSON object per configuration and line"},
+    {0},
+};
+
+static const char bench_details[] =
+    "FLOPs: forward 2·B·Hq·Nq·Nk·(D+Dv) (= 4·B·Hq·Nq·Nk·D; causal counts half),\n"
+    "backward 2.5x forward. --mode backward times attn_sdpa_backward given the\n"
+    "forward's out and lse (the forward runs once, untimed). --mode mha times\n"
+    "attn_mha_forward for self-attention with E = heads·head-dim (no weights):\n"
+    "FLOPs 8·B·L·E² (projections) + 4·B·L·S·E (attention; causal half).\n"
+    "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
+    "run one configuration per process to attribute it.";
+
+typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA } bench_mode;
+static const char *const mode_name[] = {"forward", "backward", "mha"};
+
+typedef struct {
+    bench_mode mode;
+    long batch, heads, kv_heads, seq, kv_seq, head_dim, value_dim;
+    bool causal;
+    long threads, runs, warmup;
+    attn_path path;
+    bool json;
+} bench_config;
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024u; /* Linux reports KiB */
+}
+
+/* Deterministic values in [-1, 1): the data only has to be finite. */
+static void fill(float *x, int64_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; ++i) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+    }
+}
+
+/* Everything one timed call needs. */
+typedef struct {
+    const bench_config *c;
+    attn_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    attn_sdpa_opts sopts;
+    attn_mha *mha;
+    attn_mha_opts mopts;
+    attn_tensor x, y;
+} bench_state;
+
+static attn_status run_once(bench_state *s, attn_error *err)
+{
+    switch (s->c->mode) {
+    case MODE_FORWARD:
+        return attn_sdpa(&s->q, &s->k, &s->v, &s->o, &s->lse, NULL, &s->sopts, err);
+    case MODE_BACKWARD:
+        return attn_sdpa_backward(&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk,
+                                  &s->dv, &s->sopts, err);
+    default:
+        return attn_mha_forward(s->mha, &s->x, NULL, NULL, &s->y, &s->mopts, err);
+    }
+}
+
+static double flops(const bench_config *c)
+{
+    const double causal = c->causal ? 0.5 : 1.0;
+    const double attn = 2.0 * c->batch * c->heads * (double)c->seq * (double)c->kv_seq *
+                        (double)(c->head_dim + c->value_dim) * causal;
+    if (c->mode == MODE_FORWARD) return attn;
+    if (c->mode == MODE_BACKWARD) return 2.5 * attn;
+    const double e = (double)c->heads * (double)c->head_dim;
+    return 8.0 * c->batch * (double)c->seq * e * e + attn;
+}
+
+static float *alloc_filled(int64_t n, uint64_t seed)
+{
+    float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (p) fill(p, n, seed);
+    return p;
+}
+
+/* Runs one configuration and prints its line. */
+static int bench_one(const bench_config *c)
+{
+    bench_state s;
+    memset(&s, 0, sizeof s);
+    s.c = c;
+    const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
+    const int64_t D = c->head_dim, Dv = c->value_dim;
+    float *bufs[9] = {0};
+    int rc = CLI_FAIL;
+    attn_error err = {0};
+    if (c->mode == MODE_MHA) {
+        attn_mha_config cfg = {.embed_dim = H * D, .num_heads = H, .bias = true};
+        if (attn_mha_create(&cfg, &s.mha, &err) != ATTN_OK) return cli_report("bench", &err);
+        attn_mha_init(s.mha, 1);
+        s.mopts = attn_mha_opts_default();
+        s.mopts.causal = c->causal;
+        s.mopts.num_threads = (int)c->threads;
+        s.mopts.path = c->path;
+        bufs[0] = alloc_filled(B * Nq * H * D, 1);
+        bufs[1] = alloc_filled(B * Nq * H * D, 2);
+        if (!bufs[0] || !bufs[1]) goto oom;
+        s.x = attn_tensor_3d(bufs[0], B, Nq, H * D);
+        s.y = attn_tensor_3d(bufs[1], B, Nq, H * D);
+    } else {
+        const int64_t n[9] = {B * H * Nq * D,  B * Hkv * Nk * D, B * Hkv * Nk * Dv,
+                              B * H * Nq * Dv, B * H * Nq,       B * H * Nq * Dv,
+                              B * H * Nq * D,  B * Hkv * Nk * D, B * Hkv * Nk * Dv};
+        const int used = c->mode == MODE_BACKWARD ? 9 : 5;
+        for (int i = 0; i < used; ++i)
+            if (!(bufs[i] = alloc_filled(n[i], (uint64_t)i + 1))) goto oom;
+        s.q = attn_tensor_4d(bufs[0], B, H, Nq, D);
+        s.k = attn_tensor_4d(bufs[1], B, Hkv, Nk, D);
+        s.v = attn_tensor_4d(bufs[2], B, Hkv, Nk, Dv);
+        s.o = attn_tensor_4d(bufs[3], B, H, Nq, Dv);
+        s.lse = attn_tensor_3d(bufs[4], B, H, Nq);
+        s.sopts = attn_sdpa_opts_default();
+        s.sopts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+        s.sopts.num_threads = (int)c->threads;
+        s.sopts.path = c->path;
+        if (c->mode == MODE_BACKWARD) {
+            s.dout = attn_tensor_4d(bufs[5], B, H, Nq, Dv);
+            s.dq = attn_tensor_4d(bufs[6], B, H, Nq, D);
+            s.dk = attn_tensor_4d(bufs[7], B, Hkv, Nk, D);
+            s.dv = attn_tensor_4d(bufs[8], B, Hkv, Nk, Dv);
+            /* out and lse of these inputs, as training would have them */
+            if (attn_sdpa(&s.q, &s.k, &s.v, &s.o, &s.lse, NULL, &s.sopts, &err) != ATTN_OK) {
+                rc = cli_report("bench", &err);
+                goto done;
+            }
+        }
+    }
+
+    double *times = malloc(sizeof(double) * (size_t)c->runs);
+    if (!times) goto oom;
+    for (long r = 0; r < c->warmup + c->runs; ++r) {
+        const double t0 = now_seconds();
+        if (run_once(&s, &err) != ATTN_OK) {
+            free(times);
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        if (r >= c->warmup) times[r - c->warmup] = now_seconds() - t0;
+    }
+    qsort(times, (size_t)c->runs, sizeof *times, cmp_double);
+    const double med = c->runs % 2 ? times[c->runs / 2]
+                                   : 0.5 * (times[c->runs / 2 - 1] + times[c->runs / 2]);
+    const double best = times[0];
+    free(times);
+
+    const char *isa = c->path == ATTN_PATH_REFERENCE ? "reference" : attn_isa();
+    if (c->path == ATTN_PATH_FUSED && !strcmp(isa, "reference")) isa = "fused"; /* see --path */
+    const char *path = c->path == ATTN_PATH_REFERENCE ? "reference"
+                       : c->path == ATTN_PATH_FUSED   ? "fused"
+                       : strcmp(attn_isa(), "reference") ? "fused" : "reference";
+    const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
+    const double gflops = flops(c) / med / 1e9;
+    const size_t rss = peak_rss_bytes();
+    if (c->json) {
+        printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
+               "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
+               "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
+               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu}\n",
+               mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
+               c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
+               best * 1e3, gflops, rss);
+    } else {
+        printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s  %-9s %-7s threads=%d  "
+               "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB\n",
+               mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq,
+               c->head_dim, c->value_dim, c->causal ? " causal" : "", path, isa, threads,
+               med * 1e3, gflops, (double)rss / (1024.0 * 1024.0));
+    }
+    fflush(stdout);
+    rc = CLI_OK;
+    goto done;
+oom:
+    fprintf(stderr, "attn bench: out of memory\n");
+    rc = CLI_FAIL;
+done:
+    for (int i = 0; i < 9; ++i) free(bufs[i]);
+    attn_mha_free(s.mha);
+    return rc;
+}
+
+/* "512,1024" -> values; false on a bad list. */
+static bool parse_list(const cli_command *cmd, const char *opt, const char *text, long *vals,
+                       int *count, int max)
+{
+    *count = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1L << 30) || (*end && *end != ',') || *count == max) {
+            cli_usage_error(cmd, "%s: expected positive integers separated by commas, got '%s'",
+                            opt, text);
+            return false;
+        }
+        vals[(*count)++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return *count > 0;
+}
+
+static int run_bench(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_bench;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc != CLI_OK || help) return rc;
+    if (a.npositional > 0) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
+
+    bench_config c = {.mode = MODE_FORWARD, .batch = 1, .heads = 8, .kv_heads = 0, .kv_seq = 0,
+                      .value_dim = 0, .threads = 0, .runs = 5, .warmup = 1,
+                      .path = ATTN_PATH_AUTO};
+    const char *mode = cli_get(&a, "--mode");
+    if (mode) {
+        if (!strcmp(mode, "forward")) c.mode = MODE_FORWARD;
+        else if (!strcmp(mode, "backward")) c.mode = MODE_BACKWARD;
+        else if (!strcmp(mode, "mha")) c.mode = MODE_MHA;
+        else return cli_usage_error(cmd, "--mode: expected forward, backward or mha, got '%s'", mode);
+    }
+    const char *path = cli_get(&a, "--path");
+    if (path) {
+        if (!strcmp(path, "auto")) c.path = ATTN_PATH_AUTO;
+        else if (!strcmp(path, "fused")) c.path = ATTN_PATH_FUSED;
+        else if (!strcmp(path, "reference")) c.path = ATTN_PATH_REFERENCE;
+        else return cli_usage_error(cmd, "--path: expected auto, fused or reference, got '%s'", path);
+    }
+    const long big = 1L << 30;
+    if (!cli_get_int(&a, "--batch", 1, big, &c.batch) ||
+        !cli_get_int(&a, "--heads", 1, big, &c.heads) ||
+        !cli_get_int(&a, "--kv-heads", 1, big, &c.kv_heads) ||
+        !cli_get_int(&a, "--kv-seq", 1, big, &c.kv_seq) ||
+        !cli_get_int(&a, "--value-dim", 1, big, &c.value_dim) ||
+        !cli_get_int(&a, "--threads", 1, 4096, &c.threads) ||
+        !cli_get_int(&a, "--runs", 1, 100000, &c.runs) ||
+        !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup))
+        return CLI_USAGE;
+    if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (c.heads % c.kv_heads != 0)
+        return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", c.kv_heads, c.heads);
+    c.causal = cli_flag(&a, "--causal");
+    c.json = cli_flag(&a, "--json");
+    long seqs[32], dims[32];
+    int nseq = 1, ndim = 1;
+    seqs[0] = 1024;
+    dims[0] = 64;
+    const char *seq_text = cli_get(&a, "--seq"), *dim_text = cli_get(&a, "--head-dim");
+    if (seq_text && !parse_list(cmd, "--seq", seq_text, seqs, &nseq, 32)) return CLI_USAGE;
+    if (dim_text && !parse_list(cmd, "--head-dim", dim_text, dims, &ndim, 32)) return CLI_USAGE;
+    if (c.mode == MODE_MHA && (c.kv_heads != c.heads || c.value_dim || c.kv_seq))
+        return cli_usage_error(cmd, "--mode mha: self-attention only (no --kv-heads, --kv-seq, --value-dim)");
+
+    rc = CLI_OK;
+    for (int i = 0; i < nseq && rc == CLI_OK; ++i)
+        for (int j = 0; j < ndim && rc == CLI_OK; ++j) {
+            bench_config one = c;
+            one.seq = seqs[i];
+            one.head_dim = dims[j];
+            if (!one.kv_seq) one.kv_seq = one.seq;
+            if (!one.value_dim) one.value_dim = one.head_dim;
+            rc = bench_one(&one);
+        }
+    return rc;
+}
+
+const cli_command cmd_bench = {
+    .name = "bench",
+    .summary = "time attention on random data: median ms, GFLOP/s, peak memory, ISA",
+    .usage = "[--mode forward|backward|mha] [--seq N[,N...]] [--head-dim D] [options]",
+    .details = bench_details,
+    .options = bench_options,
+    .run = run_bench,
+};
