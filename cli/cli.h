@@ -74,5 +74,6 @@ float *cli_alloc_floats(const char *context, int n, ...);
 extern const cli_command cmd_sdpa, cmd_sdpa_backward;
 extern const cli_command cmd_mha, cmd_mha_backward;
 extern const cli_command cmd_example;
+extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
 
 #endif

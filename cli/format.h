@@ -15,4 +15,14 @@ void fmt_matrix(FILE *f, const float *data, int64_t rows, int64_t cols, int64_t 
 /* "Label (shape):\n" followed by the matrix and a blank line. */
 void fmt_labeled(FILE *f, const char *label, const float *data, int64_t rows, int64_t cols);
 
+/* Most fractional digits printed, 0..8 (numpy's print precision, default 8).
+ * Values that need fewer digits still print with fewer. */
+void fmt_set_precision(int decimals);
+
+/* The same numbers as fmt_matrix, laid out as a table with row labels (left)
+ * and/or column labels (a header line), either may be NULL (both NULL is
+ * fmt_matrix). Every line starts with indent spaces. rows == 0 is one row. */
+void fmt_table(FILE *f, const float *data, int64_t rows, int64_t cols, int64_t ld,
+               const char *const *row_labels, const char *const *col_labels, int indent);
+
 #endif
