@@ -370,6 +370,13 @@ def mha_cases():
         # Row 0 of batch 0 sees only key 0 (causal) and key 0 is padded.
         ("mha_dead_rows", dict(E=8, H=2, L=5, B=2, causal=True, kpm="bool", dead="rows",
                                weights="head", backward=False)),
+        # causal with each kind of appended key alone (appended keys stay visible)
+        ("mha_causal_bias_kv", dict(E=8, H=2, L=5, B=2, causal=True, bias_kv=True,
+                                    weights="head")),
+        ("mha_causal_zero_attn", dict(E=8, H=2, L=5, B=2, causal=True, zero_attn=True,
+                                      weights="avg")),
+        ("mha_causal_cross_zero_attn_long_key", dict(E=8, H=2, L=3, S=6, B=2, cross=True,
+                                                     causal=True, zero_attn=True)),
     ]
     names = []
     for i, (name, kw) in enumerate(cases):
