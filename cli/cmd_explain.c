@@ -159,9 +159,9 @@ static int steps_of_head(const steps *s, int64_t h)
     show_vector(name, sums, n);
     free(sums);
 
-    printf("Step 5. Aggregate: %s = A%s V%s, each row a weighted average of the rows of V%s   "
+    printf("Step 5. Aggregate: %s%s = A%s V%s, each row a weighted average of the rows of V%s   "
            "(%lld, %lld) @ (%lld, %lld) -> (%lld, %lld)\n\n",
-           multi ? "head" : (s->wo ? "H" : "Y"), sub, sub, sub, (long long)n, (long long)n,
+           multi ? "head" : (s->wo ? "H" : "Y"), sub, sub, sub, sub, (long long)n, (long long)n,
            (long long)n, (long long)dv, (long long)n, (long long)dv);
     if (multi) {
         float *tmp = malloc(sizeof(float) * (size_t)(n * dv));
@@ -184,8 +184,8 @@ static void step_combine(const steps *s, bool show_weights)
     const bool multi = s->heads > 1;
     if (multi) {
         printf("=== Combine the heads ===\n\n");
-        printf("Step 6. Concatenate: Concat = [head_1 ... head_%lld]   -> (%lld, %lld)\n\n",
-               (long long)s->heads, (long long)n, (long long)c);
+        printf("Step 6. Concatenate: Concat = [head_1 %shead_%lld]   -> (%lld, %lld)\n\n",
+               s->heads > 2 ? "... " : "", (long long)s->heads, (long long)n, (long long)c);
         show(s, "Concatenated heads (Concat)", s->concat, n, c, c, true, false);
     }
     if (!s->wo) {

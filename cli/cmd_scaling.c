@@ -184,7 +184,7 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
         return false;
     }
     svg_text_style title = {.size = 18, .anchor = SVG_MIDDLE, .bold = true};
-    svg_text(doc, W / 2, 28, &title, "Why attention divides the scores by sqrt(d_k)");
+    svg_text(doc, W / 2, 28, &title, "Why attention divides the scores by \u221Ad\u2096");
     svg_text_style sub = {.size = 12.5, .anchor = SVG_MIDDLE, .fill = "#555"};
     svg_textf(doc, W / 2, 48, &sub,
               "q, k with independent N(0,1) entries, %lld keys per query, %lld queries per d_k, "
@@ -217,9 +217,9 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
     }
     static const char *const titles[4] = {"Score variance", "Mean largest softmax weight",
                                           "Mean softmax entropy", "Mean softmax gradient norm"};
-    static const char *const ylabels[4] = {"variance of q.k (scaled: /sqrt(d_k))",
-                                           "largest weight", "entropy (nats)",
-                                           "||diag(p) - p p^T||_F"};
+    static const char *const ylabels[4] = {"variance of the scores", "largest weight",
+                                           "entropy (nats)",
+                                           "\u2016diag(p) \u2212 p p\u1D40\u2016_F"};
     const double reference[4] = {0, 1 / N, log(N), sqrt(N - 1) / N};
     char ref_name[64];
     const double pw = (W - 3 * gap) / 2, ph = (H - top - 2 * gap) / 2;
@@ -228,20 +228,20 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
         if (p > 0)
             for (int i = 0; i < n; ++i) ref[i] = reference[p];
         if (p == 0)
-            snprintf(ref_name, sizeof ref_name, "d_k (theory, unscaled)");
+            snprintf(ref_name, sizeof ref_name, "Var(q\u00B7k) = d\u2096 (theory)");
         else
             snprintf(ref_name, sizeof ref_name, "uniform over %lld keys", (long long)nkeys);
         svg_series series[3] = {
-            {.name = "unscaled q.k", .x = x, .y = col[2 * p], .n = n, .colour = "#d95f02",
+            {.name = "unscaled q\u00B7k", .x = x, .y = col[2 * p], .n = n, .colour = "#d95f02",
              .markers = true},
-            {.name = "scaled q.k / sqrt(d_k)", .x = x, .y = col[2 * p + 1], .n = n,
+            {.name = "scaled q\u00B7k / \u221Ad\u2096", .x = x, .y = col[2 * p + 1], .n = n,
              .colour = "#1b6fb5", .markers = true},
             {.name = ref_name, .x = x, .y = p == 0 ? col[8] : ref, .n = n, .colour = "#888",
              .dashed = true},
         };
         svg_line_plot plot = {
             .title = titles[p],
-            .x_label = "d_k (log scale)",
+            .x_label = "d\u2096 (log scale)",
             .y_label = ylabels[p],
             .log_x = true,
             .log_base_x = 2,
@@ -249,7 +249,6 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
             .log_base_y = 10,
             .series = series,
             .nseries = 3,
-            .legend = p == 0 || p == 1 ? SVG_LEGEND_TOP_LEFT : SVG_LEGEND_BOTTOM_LEFT,
         };
         if (p == 1 || p == 3) { /* weights and Jacobian norms live in [0, 1] / [0, ~0.5] */
             plot.fix_y = true;

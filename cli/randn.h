@@ -1,6 +1,6 @@
 /* randn.h — a tiny seeded normal generator for the CLI's experiments and
  * random inputs (the CLI uses the library only through attn.h, so it has
- * its own): xoshiro256** seeded by splitmix64, Box–Muller for N(0, 1).
+ * its own): xoshiro256** seeded by splitmix64, Marsaglia's polar method for N(0, 1).
  * The same seed gives the same numbers on every platform. */
 #ifndef ATTN_CLI_RANDN_H
 #define ATTN_CLI_RANDN_H
@@ -10,7 +10,7 @@
 
 typedef struct {
     uint64_t s[4];
-    double spare; /* Box–Muller makes two normals per draw */
+    double spare; /* the polar method makes two normals per draw */
     int has_spare;
 } randn_state;
 
@@ -41,23 +41,29 @@ static inline uint64_t randn_u64(randn_state *r)
     return result;
 }
 
-/* Uniform in (0, 1]: never 0, so log() below is finite. */
+/* Uniform in (0, 1]. */
 static inline double randn_uniform(randn_state *r)
 {
     return ((randn_u64(r) >> 11) + 1) * 0x1.0p-53;
 }
 
+/* N(0, 1) by Marsaglia's polar method (Box–Muller without sin/cos). */
 static inline double randn_normal(randn_state *r)
 {
     if (r->has_spare) {
         r->has_spare = 0;
         return r->spare;
     }
-    double u = randn_uniform(r), v = randn_uniform(r);
-    double radius = sqrt(-2.0 * log(u)), angle = 6.283185307179586 * v;
-    r->spare = radius * sin(angle);
+    double u, v, s;
+    do {
+        u = 2.0 * randn_uniform(r) - 1.0;
+        v = 2.0 * randn_uniform(r) - 1.0;
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = sqrt(-2.0 * log(s) / s);
+    r->spare = v * f;
     r->has_spare = 1;
-    return radius * cos(angle);
+    return u * f;
 }
 
 #endif

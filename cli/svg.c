@@ -494,8 +494,34 @@ static void data_range(const svg_line_plot *p, bool y_axis, axis_map *a)
     a->hi = hi;
 }
 
-static void draw_legend(svg *s, const svg_line_plot *p, double left, double top, double right,
-                        double bottom)
+/* Pixel positions of every series (NaN where a point cannot be shown). */
+typedef struct {
+    double *x, *y;
+    int n;
+} pixel_series;
+
+/* How much of the data a box would hide: points along every segment that
+ * fall inside it. */
+static int hidden_points(const pixel_series *ps, int nseries, double x0, double y0, double x1,
+                         double y1)
+{
+    int hidden = 0;
+    for (int i = 0; i < nseries; ++i)
+        for (int k = 0; k < ps[i].n; ++k) {
+            const bool has_next = k + 1 < ps[i].n && isfinite(ps[i].x[k + 1]) && isfinite(ps[i].x[k]);
+            const int steps = has_next ? 12 : 1;
+            for (int t = 0; t < steps; ++t) {
+                double f = (double)t / steps;
+                double px = has_next ? ps[i].x[k] + f * (ps[i].x[k + 1] - ps[i].x[k]) : ps[i].x[k];
+                double py = has_next ? ps[i].y[k] + f * (ps[i].y[k + 1] - ps[i].y[k]) : ps[i].y[k];
+                if (px >= x0 && px <= x1 && py >= y0 && py <= y1) ++hidden;
+            }
+        }
+    return hidden;
+}
+
+static void draw_legend(svg *s, const svg_line_plot *p, const pixel_series *ps, double left,
+                        double top, double right, double bottom)
 {
     int entries = 0;
     double text_w = 0;
@@ -507,10 +533,30 @@ static void draw_legend(svg *s, const svg_line_plot *p, double left, double top,
             if (w > text_w) text_w = w;
         }
     if (!entries || p->legend == SVG_LEGEND_NONE) return;
-    double w = 8 + sample + 6 + text_w + 8, h = 6 + entries * row + 2;
-    bool at_left = p->legend == SVG_LEGEND_TOP_LEFT || p->legend == SVG_LEGEND_BOTTOM_LEFT;
-    bool at_top = p->legend == SVG_LEGEND_TOP_LEFT || p->legend == SVG_LEGEND_TOP_RIGHT;
-    double x = at_left ? left + 8 : right - 8 - w, y = at_top ? top + 8 : bottom - 8 - h;
+    const double w = 8 + sample + 6 + text_w + 8, h = 6 + entries * row + 2, m = 8;
+    /* candidate places: corners first, then the middles of the sides */
+    const double xs[3] = {left + m, (left + right - w) / 2, right - m - w};
+    const double ys[3] = {top + m, (top + bottom - h) / 2, bottom - m - h};
+    static const int order[8][2] = {{2, 0}, {0, 0}, {2, 2}, {0, 2}, {2, 1}, {0, 1}, {1, 0}, {1, 2}};
+    int pick = 0;
+    switch (p->legend) {
+    case SVG_LEGEND_TOP_RIGHT: pick = 0; break;
+    case SVG_LEGEND_TOP_LEFT: pick = 1; break;
+    case SVG_LEGEND_BOTTOM_RIGHT: pick = 2; break;
+    case SVG_LEGEND_BOTTOM_LEFT: pick = 3; break;
+    default: {
+        int best = -1;
+        for (int c = 0; c < 8; ++c) {
+            double x0 = xs[order[c][0]], y0 = ys[order[c][1]];
+            int hidden = hidden_points(ps, p->nseries, x0 - 2, y0 - 2, x0 + w + 2, y0 + h + 2);
+            if (best < 0 || hidden < best) {
+                best = hidden;
+                pick = c;
+            }
+        }
+    }
+    }
+    const double x = xs[order[pick][0]], y = ys[order[pick][1]];
     append_lit(s, "<g class=\"legend\">\n");
     svg_rect(s, x, y, w, h, "white", "#bbb", 0.8);
     int k = 0;
@@ -609,16 +655,17 @@ void svg_plot_lines(svg *s, double x, double y, double w, double h, const svg_li
     appendf(s, "<clipPath id=\"plot%d\"><rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"/>"
                "</clipPath>\n<g clip-path=\"url(#plot%d)\">\n",
             id, left, top, right - left, bottom - top, id);
-    for (int i = 0; i < p->nseries; ++i) {
+    pixel_series *ps = calloc((size_t)(p->nseries > 0 ? p->nseries : 1), sizeof *ps);
+    if (!ps) s->failed = true;
+    for (int i = 0; ps && i < p->nseries; ++i) {
         const svg_series *ser = &p->series[i];
         const char *c = ser->colour ? ser->colour : svg_palette(i);
         double *px = malloc(sizeof(double) * (size_t)(ser->n > 0 ? ser->n : 1));
         double *py = malloc(sizeof(double) * (size_t)(ser->n > 0 ? ser->n : 1));
+        ps[i] = (pixel_series){px, py, px && py ? ser->n : 0};
         if (!px || !py) {
-            free(px);
-            free(py);
             s->failed = true;
-            break;
+            continue;
         }
         for (int k = 0; k < ser->n; ++k) {
             bool ok = usable(&ax, ser->x[k]) && usable(&ay, ser->y[k]);
@@ -629,10 +676,15 @@ void svg_plot_lines(svg *s, double x, double y, double w, double h, const svg_li
         if (ser->markers)
             for (int k = 0; k < ser->n; ++k)
                 if (isfinite(px[k])) svg_circle(s, px[k], py[k], 2.8, c, NULL);
-        free(px);
-        free(py);
     }
     append_lit(s, "</g>\n");
-    draw_legend(s, p, left, top, right, bottom);
+    if (ps) {
+        draw_legend(s, p, ps, left, top, right, bottom);
+        for (int i = 0; i < p->nseries; ++i) {
+            free(ps[i].x);
+            free(ps[i].y);
+        }
+        free(ps);
+    }
     append_lit(s, "</g>\n");
 }

@@ -139,7 +139,8 @@ typedef struct {
 } svg_series;
 
 typedef enum {
-    SVG_LEGEND_TOP_RIGHT = 0,
+    SVG_LEGEND_AUTO = 0, /* the corner or side where it hides the fewest data */
+    SVG_LEGEND_TOP_RIGHT,
     SVG_LEGEND_TOP_LEFT,
     SVG_LEGEND_BOTTOM_RIGHT,
     SVG_LEGEND_BOTTOM_LEFT,
@@ -157,7 +158,7 @@ typedef struct {
     double x_min, x_max, y_min, y_max;
     const svg_series *series;
     int nseries;
-    svg_legend_pos legend;
+    svg_legend_pos legend; /* default: automatic placement */
 } svg_line_plot;
 
 /*
