@@ -136,9 +136,11 @@ const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa);
  *   x <  SDPA_EXP_MIN  gives exactly 0 (so -inf -> 0; the true value is below
  *                      2^-125 ~ 2.4e-38, so the absolute error is below that);
  *   x >  SDPA_EXP_MAX  gives +inf (true value above 2.4e38);
- *   in between, the relative error is at most SDPA_EXP_MAX_ULP units in the
- *   last place, measured against double exp over the whole range by
- *   tests/test_fused.c.
+ *   in between, the error is at most SDPA_EXP_MAX_ULP units in the last
+ *   place, checked against double exp over the whole range (4M points plus
+ *   the neighbourhoods of 0 and both ends) by tests/test_fused.c, which
+ *   measured 0.88 ulp for the FMA kernels (avx2) and 1.15 ulp for the
+ *   generic C one (no FMA in its Horner steps).
  */
 #define SDPA_EXP_MIN (-86.64f)
 #define SDPA_EXP_MAX 88.37f

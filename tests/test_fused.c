@@ -1,0 +1,741 @@
+/*
+ * test_fused — checks specific to the fused SDPA path (issue 3):
+ *   - the vectorised exp of every kernel table this CPU runs stays within
+ *     its documented error bound (SDPA_EXP_MAX_ULP) over the whole range,
+ *     and handles -inf / +inf / NaN / out-of-range inputs as documented;
+ *   - ATTN_ARCH overrides (generic, avx2, avx512, reference, unknown) pick
+ *     what they should and never an ISA the CPU lacks;
+ *   - every ISA available here agrees with the reference path, forward and
+ *     backward, over masks, causal alignments, GQA, D != Dv and strides;
+ *   - results are bit-identical for 1, 2 and 3 threads and across reruns;
+ *   - tile-skipping edge cases: tile-boundary sizes, rows and tiles hidden by
+ *     causality or masks (hidden keys hold NaN, which must never leak), fully
+ *     masked rows (out 0, lse -inf, gradients 0);
+ *   - a caller-provided workspace of the reported size works, a smaller one
+ *     is refused.
+ * The float64-oracle accuracy suite lives in test_sdpa.c.
+ *
+ * Usage: test_fused [--seed S] [--quick] [--group NAME] [-v]
+ */
+#include "attn.h"
+#include "testutil.h"
+
+#include "../src/sdpa/kernels/kernels.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SEED 0xF05EDull
+
+/* ------------------------------------------------------------ ISA tables */
+
+typedef struct {
+    const char *name;
+    const sdpa_kernels *kern;
+} isa_entry;
+
+/* Kernel tables this CPU can run (generic always). */
+static int available_isas(isa_entry *out)
+{
+    int n = 0;
+    out[n++] = (isa_entry){"generic", &sdpa_kernels_generic};
+#if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        out[n++] = (isa_entry){"avx2", &sdpa_kernels_avx2};
+    if (__builtin_cpu_supports("avx512f")) out[n++] = (isa_entry){"avx512", &sdpa_kernels_avx512};
+#endif
+    return n;
+}
+
+static const char *best_isa_name(void)
+{
+    isa_entry e[3];
+    int n = available_isas(e);
+    return e[n - 1].name;
+}
+
+static void set_arch(const char *name)
+{
+    if (name)
+        setenv("ATTN_ARCH", name, 1);
+    else
+        unsetenv("ATTN_ARCH");
+}
+
+/* ------------------------------------------------------------ vexp */
+
+/* Error of y against exact in units of the last place of exact (float). */
+static double ulp_error(float y, double exact)
+{
+    int e;
+    frexp(exact, &e); /* exact = m·2^e, 0.5 <= m < 1 */
+    const double ulp = ldexp(1.0, e - 24);
+    return fabs((double)y - exact) / ulp;
+}
+
+static void test_vexp(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "vexp error bound");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { CHUNK = 4096 };
+    static float x[CHUNK], y[CHUNK];
+    const int64_t samples = opt->quick ? (1 << 18) : (1 << 22);
+    for (int k = 0; k < nisa; ++k) {
+        const sdpa_kernels *kern = isas[k].kern;
+        double worst = 0.0;
+        float worst_x = 0.0f;
+        int64_t done = 0;
+        /* Evenly spaced over [MIN, MAX], then every float in the last ulps
+         * around 0 and both ends. */
+        const double lo = SDPA_EXP_MIN, hi = SDPA_EXP_MAX;
+        while (done < samples) {
+            int n = 0;
+            for (; n < CHUNK && done < samples; ++n, ++done)
+                x[n] = (float)(lo + (hi - lo) * (double)done / (double)(samples - 1));
+            kern->vexp(x, y, n);
+            for (int i = 0; i < n; ++i) {
+                if (x[i] < SDPA_EXP_MIN || x[i] > SDPA_EXP_MAX) continue;
+                const double err = ulp_error(y[i], exp((double)x[i]));
+                if (err > worst || err != err) worst = err, worst_x = x[i];
+            }
+        }
+        const float anchors[] = {0.0f, SDPA_EXP_MIN, SDPA_EXP_MAX, 1e-7f, -1e-7f, 0.5f, -0.5f};
+        for (size_t a = 0; a < sizeof anchors / sizeof anchors[0]; ++a) {
+            for (int i = 0; i < 256; ++i) {
+                x[i] = anchors[a];
+                for (int j = 0; j < i; ++j) x[i] = nextafterf(x[i], -INFINITY);
+                x[256 + i] = anchors[a];
+                for (int j = 0; j < i; ++j) x[256 + i] = nextafterf(x[256 + i], INFINITY);
+            }
+            kern->vexp(x, y, 512);
+            for (int i = 0; i < 512; ++i) {
+                if (x[i] < SDPA_EXP_MIN || x[i] > SDPA_EXP_MAX) continue;
+                const double err = ulp_error(y[i], exp((double)x[i]));
+                if (err > worst || err != err) worst = err, worst_x = x[i];
+            }
+        }
+        tu_check(&g, worst <= SDPA_EXP_MAX_ULP, "%s: max error %.3f ulp at x=%.9g > bound %d",
+                 isas[k].name, worst, (double)worst_x, SDPA_EXP_MAX_ULP);
+        tu_group_note(&g, "%s: max error %.3f ulp over [%g, %g] (bound %d)", isas[k].name, worst,
+                      (double)SDPA_EXP_MIN, (double)SDPA_EXP_MAX, SDPA_EXP_MAX_ULP);
+
+        /* Outside the range and special values, in every lane position. */
+        const float special[] = {-INFINITY, -1e30f, -200.0f, -87.0f, SDPA_EXP_MIN - 0.01f,
+                                 INFINITY,  1e30f,  89.0f,   SDPA_EXP_MAX + 0.01f, NAN,
+                                 0.0f,      -0.0f};
+        const int nsp = (int)(sizeof special / sizeof special[0]);
+        for (int i = 0; i < 64; ++i) x[i] = special[i % nsp];
+        kern->vexp(x, y, 64);
+        bool ok = true;
+        for (int i = 0; i < 64; ++i) {
+            const float v = x[i];
+            if (v != v) ok &= y[i] != y[i];
+            else if (v < SDPA_EXP_MIN) ok &= y[i] == 0.0f && exp((double)v) < 2.4e-38;
+            else if (v > SDPA_EXP_MAX) ok &= y[i] == INFINITY && exp((double)v) > 2.4e38;
+            else if (v == 0.0f) ok &= y[i] == 1.0f;
+        }
+        tu_check(&g, ok, "%s: special values (-inf->0, tiny->0, huge->inf, NaN->NaN, 0->1)",
+                 isas[k].name);
+        /* Odd lengths exercise the scalar tail. */
+        for (int n = 1; n < 40; ++n) {
+            for (int i = 0; i < n; ++i) x[i] = -0.37f * (float)i;
+            kern->vexp(x, y, n);
+            double e = 0.0;
+            for (int i = 0; i < n; ++i) e = fmax(e, ulp_error(y[i], exp((double)x[i])));
+            if (!tu_check(&g, e <= SDPA_EXP_MAX_ULP, "%s: length %d tail error %.3f ulp",
+                          isas[k].name, n, e))
+                break;
+        }
+    }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------ ATTN_ARCH */
+
+static void test_arch_override(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "ATTN_ARCH override");
+    const char *best = best_isa_name();
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    set_arch(NULL);
+    tu_check(&g, !strcmp(attn_isa(), best), "unset: attn_isa() = %s, CPU best is %s", attn_isa(),
+             best);
+    set_arch("generic");
+    tu_check(&g, !strcmp(attn_isa(), "generic"), "generic: attn_isa() = %s", attn_isa());
+    set_arch("reference");
+    tu_check(&g, !strcmp(attn_isa(), "reference"), "reference: attn_isa() = %s", attn_isa());
+    set_arch("no-such-isa");
+    tu_check(&g, !strcmp(attn_isa(), best), "unknown name: attn_isa() = %s, want %s", attn_isa(),
+             best);
+    /* A requested ISA is honoured when available, else capped at the best. */
+    const char *want_avx2 = nisa >= 2 ? "avx2" : "generic";
+    set_arch("avx2");
+    tu_check(&g, !strcmp(attn_isa(), want_avx2), "avx2: attn_isa() = %s, want %s", attn_isa(),
+             want_avx2);
+    set_arch("avx512");
+    tu_check(&g, !strcmp(attn_isa(), best), "avx512: attn_isa() = %s, want %s (never an ISA "
+             "the CPU lacks)", attn_isa(), best);
+    for (int k = 0; k < nisa; ++k) {
+        set_arch(isas[k].name);
+        tu_check(&g, sdpa_kernels_for(sdpa_isa_select()) == isas[k].kern,
+                 "%s: dispatch table is not %s's", isas[k].name, isas[k].name);
+    }
+    set_arch(NULL);
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------ cases */
+
+enum {
+    MASK_NONE,
+    MASK_BOOL_RANDOM,  /* (Nq,Nk) bool, ~30% blocked */
+    MASK_KEY_PADDING,  /* (B,1,1,Nk) bool: keys >= valid[b] blocked */
+    MASK_FLOAT_BLOCKS, /* (B,Hq,Nq,Nk) float: values plus -inf key blocks of 64 */
+    MASK_ROWS_OFF,     /* (Nq,1) bool: some rows see nothing */
+    MASK_BOTH,         /* key padding + random float (Nq,Nk) */
+    MASK_KINDS
+};
+static const char *const mask_name[MASK_KINDS] = {"none", "bool", "keypad", "float-blocks",
+                                                  "rows-off", "both"};
+
+typedef struct {
+    int64_t B, Hq, Hkv, Nq, Nk, D, Dv;
+    attn_causal causal;
+    int mask;
+    bool weights;
+    bool strided;
+    bool poison_hidden; /* keys no query may see hold NaN in K and V */
+} fcase;
+
+static void describe(const fcase *c, char *buf, size_t n)
+{
+    static const char *const causal_name[] = {"none", "top-left", "bottom-right"};
+    snprintf(buf, n, "B=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Nq=%" PRId64 " Nk=%" PRId64
+                     " D=%" PRId64 " Dv=%" PRId64 " causal=%s mask=%s weights=%d strided=%d",
+             c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, causal_name[c->causal],
+             mask_name[c->mask], c->weights, c->strided);
+}
+
+typedef struct {
+    fcase c;
+    tu_tensor q, k, v, m0, m1, out, lse, w, dout, dq, dk, dv;
+    int nmask;
+    int64_t *valid; /* key padding: valid keys per batch */
+} fdata;
+
+static bool alloc4(tu_tensor *t, attn_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d,
+                   bool strided, bool output, tu_rng *r)
+{
+    const int64_t shape[4] = {a, b, c, d};
+    tu_layout l = strided ? tu_layout_random(r, 4, output ? TU_LAYOUT_OUTPUT : TU_LAYOUT_OUTPUT)
+                          : tu_layout_contiguous(4);
+    return tu_tensor_alloc(t, dt, 4, shape, &l);
+}
+
+static void fdata_free(fdata *f)
+{
+    tu_tensor *all[] = {&f->q, &f->k, &f->v, &f->m0, &f->m1, &f->out, &f->lse,
+                        &f->w, &f->dout, &f->dq, &f->dk, &f->dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) tu_tensor_free(all[i]);
+    free(f->valid);
+    memset(f, 0, sizeof *f);
+}
+
+/* Whether key j of batch b is visible to some query under the masks that
+ * hide whole keys (key padding); used to poison hidden keys. */
+static bool key_hidden(const fdata *f, int64_t b, int64_t j)
+{
+    return (f->c.mask == MASK_KEY_PADDING || f->c.mask == MASK_BOTH) && j >= f->valid[b];
+}
+
+static bool fdata_make(fdata *f, const fcase *c, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    f->c = *c;
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    bool ok = alloc4(&f->q, ATTN_F32, c->B, c->Hq, c->Nq, c->D, c->strided, false, &r) &&
+              alloc4(&f->k, ATTN_F32, c->B, c->Hkv, c->Nk, c->D, c->strided, false, &r) &&
+              alloc4(&f->v, ATTN_F32, c->B, c->Hkv, c->Nk, c->Dv, c->strided, false, &r) &&
+              alloc4(&f->out, ATTN_F32, c->B, c->Hq, c->Nq, c->Dv, c->strided, true, &r) &&
+              alloc4(&f->dout, ATTN_F32, c->B, c->Hq, c->Nq, c->Dv, c->strided, false, &r) &&
+              alloc4(&f->dq, ATTN_F32, c->B, c->Hq, c->Nq, c->D, c->strided, true, &r) &&
+              alloc4(&f->dk, ATTN_F32, c->B, c->Hkv, c->Nk, c->D, c->strided, true, &r) &&
+              alloc4(&f->dv, ATTN_F32, c->B, c->Hkv, c->Nk, c->Dv, c->strided, true, &r);
+    const int64_t lshape[3] = {c->B, c->Hq, c->Nq};
+    ok = ok && tu_tensor_alloc(&f->lse, ATTN_F32, 3, lshape, NULL);
+    if (ok && c->weights) ok = alloc4(&f->w, ATTN_F32, c->B, c->Hq, c->Nq, c->Nk, c->strided, true, &r);
+    f->valid = calloc((size_t)(c->B > 0 ? c->B : 1), sizeof *f->valid);
+    if (!ok || !f->valid) return false;
+    tu_fill_normal(&f->q.view, &r, 0.0, 1.5);
+    tu_fill_normal(&f->k.view, &r, 0.0, 1.5);
+    tu_fill_normal(&f->v.view, &r, 0.0, 1.0);
+    tu_fill_normal(&f->dout.view, &r, 0.0, 1.0);
+    for (int64_t b = 0; b < c->B; ++b) f->valid[b] = tu_rng_int(&r, 0, c->Nk);
+    if (c->B > 0) f->valid[0] = c->Nk > 70 ? 70 : c->Nk; /* a partial tile */
+
+    const attn_tensor *kv = &f->k.view;
+    switch (c->mask) {
+    case MASK_NONE: break;
+    case MASK_BOOL_RANDOM: {
+        const int64_t shape[2] = {c->Nq, c->Nk};
+        ok = tu_tensor_alloc(&f->m0, ATTN_BOOL, 2, shape, NULL);
+        if (ok)
+            for (int64_t i = 0; i < c->Nq * c->Nk; ++i) tu_set(&f->m0.view, i, tu_rng_chance(&r, 0.7));
+        f->nmask = 1;
+        break;
+    }
+    case MASK_KEY_PADDING:
+    case MASK_BOTH: {
+        const int64_t shape[4] = {c->B, 1, 1, c->Nk};
+        ok = tu_tensor_alloc(&f->m0, ATTN_BOOL, 4, shape, NULL);
+        if (ok)
+            for (int64_t b = 0; b < c->B; ++b)
+                for (int64_t j = 0; j < c->Nk; ++j) tu_set(&f->m0.view, b * c->Nk + j, j < f->valid[b]);
+        f->nmask = 1;
+        if (ok && c->mask == MASK_BOTH) {
+            const int64_t s2[2] = {c->Nq, c->Nk};
+            ok = tu_tensor_alloc(&f->m1, ATTN_F32, 2, s2, NULL);
+            if (ok) tu_fill_uniform(&f->m1.view, &r, -2.0, 2.0);
+            f->nmask = 2;
+        }
+        break;
+    }
+    case MASK_FLOAT_BLOCKS: {
+        const int64_t shape[4] = {c->B, c->Hq, c->Nq, c->Nk};
+        ok = tu_tensor_alloc(&f->m0, ATTN_F32, 4, shape, NULL);
+        if (ok) {
+            tu_fill_uniform(&f->m0.view, &r, -3.0, 1.0);
+            /* Whole 64-key blocks hidden for whole heads, and scattered -inf. */
+            for (int64_t i = 0; i < c->B * c->Hq * c->Nq * c->Nk; ++i) {
+                const int64_t j = i % c->Nk, h = (i / (c->Nk * c->Nq)) % c->Hq;
+                if ((j / 64 + h) % 3 == 1 || tu_rng_chance(&r, 0.1)) tu_set(&f->m0.view, i, -INFINITY);
+            }
+        }
+        f->nmask = 1;
+        break;
+    }
+    case MASK_ROWS_OFF: {
+        const int64_t shape[2] = {c->Nq, 1};
+        ok = tu_tensor_alloc(&f->m0, ATTN_BOOL, 2, shape, NULL);
+        if (ok)
+            for (int64_t i = 0; i < c->Nq; ++i) tu_set(&f->m0.view, i, i % 5 != 2);
+        f->nmask = 1;
+        break;
+    }
+    }
+    if (ok && c->poison_hidden) {
+        /* NaN in every hidden key's K and V row: touching one poisons results. */
+        for (int64_t b = 0; b < c->B; ++b)
+            for (int64_t h = 0; h < c->Hkv; ++h)
+                for (int64_t j = 0; j < c->Nk; ++j) {
+                    if (!key_hidden(f, b, j)) continue;
+                    for (int64_t d = 0; d < c->D; ++d)
+                        tu_set(kv, ((b * c->Hkv + h) * c->Nk + j) * c->D + d, NAN);
+                    for (int64_t d = 0; d < c->Dv; ++d)
+                        tu_set(&f->v.view, ((b * c->Hkv + h) * c->Nk + j) * c->Dv + d, NAN);
+                }
+    }
+    return ok;
+}
+
+/* Results of one run, gathered contiguous. */
+typedef struct {
+    float *t[6]; /* out, lse, w, dq, dk, dv */
+    int64_t n[6];
+} snapshot;
+static const char *const snap_name[6] = {"out", "lse", "weights", "dq", "dk", "dv"};
+
+static void snap_free(snapshot *s)
+{
+    for (int i = 0; i < 6; ++i) free(s->t[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static attn_sdpa_opts make_opts(const fdata *f, attn_path path, int threads)
+{
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.causal = f->c.causal;
+    o.path = path;
+    o.num_threads = threads;
+    if (f->nmask > 0) o.mask[0] = &f->m0.view;
+    if (f->nmask > 1) o.mask[1] = &f->m1.view;
+    return o;
+}
+
+/* Forward then backward (given out and lse unless recompute), gathered. */
+static bool run(fdata *f, attn_path path, int threads, bool recompute, snapshot *s,
+                attn_error *err)
+{
+    memset(s, 0, sizeof *s);
+    attn_sdpa_opts o = make_opts(f, path, threads);
+    if (attn_sdpa(&f->q.view, &f->k.view, &f->v.view, &f->out.view, &f->lse.view,
+                  f->c.weights ? &f->w.view : NULL, &o, err) != ATTN_OK)
+        return false;
+    if (attn_sdpa_backward(&f->q.view, &f->k.view, &f->v.view, recompute ? NULL : &f->out.view,
+                           recompute ? NULL : &f->lse.view, &f->dout.view, &f->dq.view,
+                           &f->dk.view, &f->dv.view, &o, err) != ATTN_OK)
+        return false;
+    const attn_tensor *views[6] = {&f->out.view, &f->lse.view, f->c.weights ? &f->w.view : NULL,
+                                   &f->dq.view,  &f->dk.view,  &f->dv.view};
+    for (int i = 0; i < 6; ++i) {
+        if (!views[i]) continue;
+        s->n[i] = tu_numel(views[i]);
+        s->t[i] = malloc(sizeof(float) * (size_t)(s->n[i] + 1));
+        if (!s->t[i]) return false;
+        tu_gather_bytes(views[i], s->t[i]);
+    }
+    return true;
+}
+
+/* First quantity that differs bitwise, or -1. */
+static int snap_diff_bits(const snapshot *a, const snapshot *b)
+{
+    for (int i = 0; i < 6; ++i)
+        if (a->n[i] != b->n[i] ||
+            (a->n[i] && memcmp(a->t[i], b->t[i], sizeof(float) * (size_t)a->n[i])))
+            return i;
+    return -1;
+}
+
+/* Fused vs reference: |a - b| <= rtol·|b| + atol·max|b| per quantity;
+ * infinities must match exactly, NaN never passes. Returns the failing
+ * quantity or -1; *worst gets its worst element's error ratio. */
+static int snap_diff_tol(const snapshot *got, const snapshot *ref, double *worst)
+{
+    const double rtol = 2e-4, atol = 2e-5;
+    *worst = 0.0;
+    for (int i = 0; i < 6; ++i) {
+        double maxabs = 0.0;
+        for (int64_t e = 0; e < ref->n[i]; ++e)
+            if (isfinite(ref->t[i][e])) maxabs = fmax(maxabs, fabs(ref->t[i][e]));
+        for (int64_t e = 0; e < ref->n[i]; ++e) {
+            const double g = got->t[i][e], w = ref->t[i][e];
+            if (isinf(w) || isinf(g)) {
+                if (g != w) return *worst = INFINITY, i;
+                continue;
+            }
+            if (g != g || w != w) return *worst = NAN, i;
+            const double tol = rtol * fabs(w) + atol * (maxabs > 1e-30 ? maxabs : 1.0);
+            const double ratio = fabs(g - w) / tol;
+            if (ratio > *worst) *worst = ratio;
+            if (ratio > 1.0) return i;
+        }
+    }
+    return -1;
+}
+
+static fcase random_case(tu_rng *r)
+{
+    fcase c;
+    memset(&c, 0, sizeof c);
+    static const int64_t sizes[] = {1, 5, 17, 63, 64, 65, 95, 96, 97, 130, 191, 200};
+    static const int64_t dims[] = {1, 3, 8, 16, 24, 33, 64, 80};
+    c.B = tu_rng_int(r, 1, 2);
+    c.Hkv = tu_rng_int(r, 1, 3);
+    c.Hq = c.Hkv * tu_rng_int(r, 1, 3);
+    c.Nq = tu_rng_pick(r, sizes, 12);
+    c.Nk = tu_rng_pick(r, sizes, 12);
+    c.D = tu_rng_pick(r, dims, 8);
+    c.Dv = tu_rng_chance(r, 0.5) ? c.D : tu_rng_pick(r, dims, 8);
+    c.causal = (attn_causal)tu_rng_int(r, 0, 2);
+    c.mask = (int)tu_rng_int(r, 0, MASK_KINDS - 1);
+    c.weights = tu_rng_chance(r, 0.4);
+    c.strided = tu_rng_chance(r, 0.4);
+    c.poison_hidden = tu_rng_chance(r, 0.5);
+    return c;
+}
+
+/* ------------------------------------------------------------ groups */
+
+/* Each ISA here (through ATTN_ARCH) against the reference path. */
+static void test_isas_vs_reference(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "each ISA vs reference");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    const int cases = opt->quick ? 12 : 60;
+    tu_rng r;
+    tu_rng_seed(&r, opt->seed ^ 0x15A);
+    for (int n = 0; n < cases; ++n) {
+        const uint64_t seed = tu_rng_u64(&r);
+        tu_rng cr;
+        tu_rng_seed(&cr, seed);
+        const fcase c = random_case(&cr);
+        char desc[256];
+        describe(&c, desc, sizeof desc);
+        fdata f;
+        if (!fdata_make(&f, &c, seed)) {
+            tu_group_fail(&g, "seed 0x%016" PRIx64 ": allocation failed", seed);
+            fdata_free(&f);
+            continue;
+        }
+        attn_error err;
+        snapshot ref;
+        set_arch(NULL);
+        if (!run(&f, ATTN_PATH_REFERENCE, 2, false, &ref, &err)) {
+            tu_group_fail(&g, "seed 0x%016" PRIx64 " reference: %s", seed, err.message);
+            snap_free(&ref);
+            fdata_free(&f);
+            continue;
+        }
+        for (int k = 0; k < nisa; ++k) {
+            set_arch(isas[k].name);
+            snapshot got;
+            const bool recompute = n % 2 == 1;
+            if (!run(&f, ATTN_PATH_AUTO, 2, recompute, &got, &err)) {
+                tu_group_fail(&g, "seed 0x%016" PRIx64 " %s: %s (%s)", seed, isas[k].name,
+                              err.message, desc);
+            } else {
+                double worst;
+                const int bad = snap_diff_tol(&got, &ref, &worst);
+                if (tu_check(&g, bad < 0, "seed 0x%016" PRIx64 " %s: %s differs from reference "
+                             "(worst %.3g x tolerance) %s", seed, isas[k].name,
+                             bad >= 0 ? snap_name[bad] : "", worst, desc) &&
+                    opt->verbose)
+                    tu_group_note(&g, "%s ok (worst %.3g) %s", isas[k].name, worst, desc);
+            }
+            snap_free(&got);
+        }
+        set_arch(NULL);
+        snap_free(&ref);
+        fdata_free(&f);
+    }
+    tu_group_end(&g);
+}
+
+/* Bit-identical results for 1, 2 and 3 threads and reruns, per ISA. */
+static void test_determinism(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "bit-identical threads 1/2/3 and reruns");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    /* Shapes with many tasks, several key-tile chunks in the backward
+     * (B·Hkv small) and GQA reductions. */
+    const fcase fixed[] = {
+        {1, 4, 1, 300, 333, 64, 64, ATTN_CAUSAL_NONE, MASK_NONE, true, false, false},
+        {1, 2, 2, 257, 257, 32, 48, ATTN_CAUSAL_TOP_LEFT, MASK_NONE, false, false, false},
+        {2, 6, 3, 130, 200, 40, 24, ATTN_CAUSAL_BOTTOM_RIGHT, MASK_FLOAT_BLOCKS, false, true, false},
+        {1, 3, 1, 200, 700, 16, 16, ATTN_CAUSAL_NONE, MASK_BOTH, true, false, true},
+    };
+    const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
+    for (int k = 0; k < nisa; ++k) {
+        set_arch(isas[k].name);
+        for (int n = 0; n < nfixed; ++n) {
+            char desc[256];
+            describe(&fixed[n], desc, sizeof desc);
+            fdata f;
+            snapshot base, other;
+            attn_error err;
+            if (!fdata_make(&f, &fixed[n], opt->seed + (uint64_t)n) ||
+                !run(&f, ATTN_PATH_FUSED, 1, n % 2 == 1, &base, &err)) {
+                tu_group_fail(&g, "%s case %d: setup failed %s", isas[k].name, n, desc);
+                fdata_free(&f);
+                continue;
+            }
+            const int threads[] = {2, 3, 2, 1};
+            for (int t = 0; t < 4; ++t) {
+                tu_tensor_poison(&f.out); /* stale outputs must not mask a bug */
+                tu_tensor_poison(&f.dq);
+                if (!run(&f, ATTN_PATH_FUSED, threads[t], n % 2 == 1, &other, &err)) {
+                    tu_group_fail(&g, "%s case %d: %s", isas[k].name, n, err.message);
+                    continue;
+                }
+                const int d = snap_diff_bits(&base, &other);
+                tu_check(&g, d < 0, "%s case %d: %s with %d threads differs from 1 thread (%s)",
+                         isas[k].name, n, d >= 0 ? snap_name[d] : "", threads[t], desc);
+                snap_free(&other);
+            }
+            snap_free(&base);
+            fdata_free(&f);
+        }
+    }
+    set_arch(NULL);
+    tu_group_end(&g);
+}
+
+/* Causality / masks hiding tiles and rows; tile-boundary sizes. */
+static void test_tile_edges(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "tile skipping edge cases");
+    (void)opt;
+    const int64_t edge_sizes[] = {1, 63, 64, 65, 96, 97, 128, 191, 192, 193};
+    fcase cases[64];
+    int nc = 0;
+    for (int i = 0; i < 10; ++i) {
+        const int64_t n = edge_sizes[i];
+        /* causal both ways with Nq < Nk, Nq > Nk, Nq == Nk */
+        cases[nc++] = (fcase){1, 2, 1, n, 130, 32, 32, ATTN_CAUSAL_TOP_LEFT, MASK_NONE, i % 2, false, false};
+        cases[nc++] = (fcase){1, 2, 2, n, 97, 16, 40, ATTN_CAUSAL_BOTTOM_RIGHT, MASK_NONE, i % 2, false, false};
+        cases[nc++] = (fcase){2, 2, 1, 70, n, 24, 24, ATTN_CAUSAL_NONE, MASK_KEY_PADDING, true, false, true};
+        cases[nc++] = (fcase){1, 3, 3, n, n, 8, 8, ATTN_CAUSAL_TOP_LEFT, MASK_FLOAT_BLOCKS, false, false, false};
+        cases[nc++] = (fcase){1, 1, 1, n, 150, 20, 20, ATTN_CAUSAL_BOTTOM_RIGHT, MASK_ROWS_OFF, true, true, false};
+    }
+    /* Bottom-right with Nk < Nq: the first Nq - Nk rows see nothing. */
+    cases[nc++] = (fcase){1, 2, 1, 300, 70, 64, 64, ATTN_CAUSAL_BOTTOM_RIGHT, MASK_NONE, true, false, false};
+    /* Every key hidden for one batch (valid[b] may be 0), poisoned. */
+    cases[nc++] = (fcase){3, 2, 2, 100, 260, 32, 32, ATTN_CAUSAL_TOP_LEFT, MASK_BOTH, true, false, true};
+
+    for (int n = 0; n < nc; ++n) {
+        char desc[256];
+        describe(&cases[n], desc, sizeof desc);
+        fdata f;
+        snapshot ref, got;
+        attn_error err;
+        const uint64_t seed = opt->seed * 31 + (uint64_t)n;
+        if (!fdata_make(&f, &cases[n], seed) || !run(&f, ATTN_PATH_REFERENCE, 2, false, &ref, &err)) {
+            tu_group_fail(&g, "case %d: setup failed (%s)", n, desc);
+            fdata_free(&f);
+            continue;
+        }
+        if (!run(&f, ATTN_PATH_FUSED, 2, n % 3 == 0, &got, &err)) {
+            tu_group_fail(&g, "case %d: fused failed: %s (%s)", n, err.message, desc);
+        } else {
+            double worst;
+            const int bad = snap_diff_tol(&got, &ref, &worst);
+            tu_check(&g, bad < 0, "case %d seed 0x%" PRIx64 ": %s differs (worst %.3g x tol) (%s)",
+                     n, seed, bad >= 0 ? snap_name[bad] : "", worst, desc);
+            /* Rows that see nothing: out exactly 0, lse -inf, dq 0; hidden
+             * keys: dk = dv = 0 exactly; never NaN anywhere. */
+            bool rows_ok = true, nan_free = true;
+            for (int q = 0; q < 6; ++q)
+                for (int64_t e = 0; e < got.n[q]; ++e) nan_free &= got.t[q][e] == got.t[q][e];
+            for (int64_t row = 0; row < got.n[1]; ++row) {
+                if (got.t[1][row] != -INFINITY) continue;
+                for (int64_t d = 0; d < f.c.Dv; ++d) rows_ok &= got.t[0][row * f.c.Dv + d] == 0.0f;
+                for (int64_t d = 0; d < f.c.D; ++d) rows_ok &= got.t[3][row * f.c.D + d] == 0.0f;
+            }
+            for (int64_t b = 0; b < f.c.B; ++b)
+                for (int64_t h = 0; h < f.c.Hkv; ++h)
+                    for (int64_t j = 0; j < f.c.Nk; ++j) {
+                        if (!key_hidden(&f, b, j)) continue;
+                        const int64_t row = (b * f.c.Hkv + h) * f.c.Nk + j;
+                        for (int64_t d = 0; d < f.c.D; ++d) rows_ok &= got.t[4][row * f.c.D + d] == 0.0f;
+                        for (int64_t d = 0; d < f.c.Dv; ++d) rows_ok &= got.t[5][row * f.c.Dv + d] == 0.0f;
+                    }
+            tu_check(&g, nan_free, "case %d: NaN in results (hidden keys leaked?) (%s)", n, desc);
+            tu_check(&g, rows_ok, "case %d: hidden rows/keys not exactly 0 / -inf (%s)", n, desc);
+        }
+        snap_free(&ref);
+        snap_free(&got);
+        fdata_free(&f);
+    }
+    tu_group_end(&g);
+}
+
+/* Caller-provided workspace: the reported size works (same bits), less fails. */
+static void test_workspace(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "caller workspace");
+    const fcase c = {2, 4, 2, 150, 170, 40, 24, ATTN_CAUSAL_TOP_LEFT, MASK_BOOL_RANDOM, true, true, false};
+    for (int backward = 0; backward < 2; ++backward) {
+        fdata f;
+        snapshot own, given;
+        attn_error err;
+        if (!fdata_make(&f, &c, opt->seed ^ 0xBEEF) || !run(&f, ATTN_PATH_FUSED, 2, true, &own, &err)) {
+            tu_group_fail(&g, "setup failed");
+            fdata_free(&f);
+            continue;
+        }
+        attn_sdpa_opts o = make_opts(&f, ATTN_PATH_FUSED, 2);
+        size_t bytes = 0;
+        if (!tu_check(&g, attn_sdpa_workspace_size(&f.q.view, &f.k.view, &f.v.view, backward, &o,
+                                                   &bytes, &err) == ATTN_OK && bytes > 0,
+                      "workspace_size failed: %s", err.message)) {
+            snap_free(&own);
+            fdata_free(&f);
+            continue;
+        }
+        char *mem = malloc(bytes + 1);
+        o.workspace = mem + 1; /* deliberately misaligned */
+        o.workspace_size = bytes;
+        attn_status st;
+        if (backward)
+            st = attn_sdpa_backward(&f.q.view, &f.k.view, &f.v.view, NULL, NULL, &f.dout.view,
+                                    &f.dq.view, &f.dk.view, &f.dv.view, &o, &err);
+        else
+            st = attn_sdpa(&f.q.view, &f.k.view, &f.v.view, &f.out.view, &f.lse.view, &f.w.view,
+                           &o, &err);
+        tu_check(&g, st == ATTN_OK, "%s with the reported %zu bytes: %s",
+                 backward ? "backward" : "forward", bytes, err.message);
+        const int idx = backward ? 3 : 0;
+        given.n[0] = own.n[idx];
+        given.t[0] = malloc(sizeof(float) * (size_t)(own.n[idx] + 1));
+        tu_gather_bytes(backward ? &f.dq.view : &f.out.view, given.t[0]);
+        tu_check(&g, !memcmp(given.t[0], own.t[idx], sizeof(float) * (size_t)own.n[idx]),
+                 "%s: caller workspace changes results", backward ? "backward" : "forward");
+        free(given.t[0]);
+        o.workspace_size = bytes / 2;
+        if (backward)
+            st = attn_sdpa_backward(&f.q.view, &f.k.view, &f.v.view, NULL, NULL, &f.dout.view,
+                                    &f.dq.view, &f.dk.view, &f.dv.view, &o, &err);
+        else
+            st = attn_sdpa(&f.q.view, &f.k.view, &f.v.view, &f.out.view, &f.lse.view, &f.w.view,
+                           &o, &err);
+        tu_check(&g, st == ATTN_ERR_WORKSPACE, "%s with half the workspace: status %d, want "
+                 "ATTN_ERR_WORKSPACE", backward ? "backward" : "forward", (int)st);
+        free(mem);
+        snap_free(&own);
+        fdata_free(&f);
+    }
+    tu_group_end(&g);
+}
+
+/* AUTO under ATTN_ARCH=reference is the reference path, bit for bit; FUSED
+ * still runs fused kernels. */
+static void test_path_selection(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "path selection");
+    const fcase c = {1, 2, 1, 90, 110, 24, 24, ATTN_CAUSAL_NONE, MASK_BOOL_RANDOM, true, false, false};
+    fdata f;
+    snapshot ref, fused, a, b;
+    attn_error err;
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    if (!fdata_make(&f, &c, opt->seed ^ 0x9A7) || !run(&f, ATTN_PATH_REFERENCE, 2, false, &ref, &err) ||
+        !run(&f, ATTN_PATH_FUSED, 2, false, &fused, &err)) {
+        tu_group_fail(&g, "setup failed");
+    } else {
+        set_arch("reference");
+        if (run(&f, ATTN_PATH_AUTO, 2, false, &a, &err))
+            tu_check(&g, snap_diff_bits(&a, &ref) < 0,
+                     "ATTN_ARCH=reference: AUTO is not the reference path");
+        if (run(&f, ATTN_PATH_FUSED, 2, false, &b, &err))
+            tu_check(&g, snap_diff_bits(&b, &fused) < 0,
+                     "ATTN_ARCH=reference: FUSED is not the (best) fused path");
+        set_arch(NULL);
+        tu_check(&g, snap_diff_bits(&ref, &fused) >= 0,
+                 "reference and fused agree bit for bit: the test cannot tell them apart");
+    }
+    snap_free(&ref), snap_free(&fused), snap_free(&a), snap_free(&b);
+    fdata_free(&f);
+    tu_group_end(&g);
+}
+
+int main(int argc, char **argv)
+{
+    tu_options opt;
+    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
+    tu_suite s = {0};
+    s.verbose = opt.verbose;
+    printf("test_fused: seed 0x%" PRIx64 ", CPU best ISA %s\n", opt.seed, best_isa_name());
+    if (tu_group_selected(&opt, "vexp")) test_vexp(&s, &opt);
+    if (tu_group_selected(&opt, "ATTN_ARCH")) test_arch_override(&s);
+    if (tu_group_selected(&opt, "path")) test_path_selection(&s, &opt);
+    if (tu_group_selected(&opt, "ISA")) test_isas_vs_reference(&s, &opt);
+    if (tu_group_selected(&opt, "bit-identical")) test_determinism(&s, &opt);
+    if (tu_group_selected(&opt, "tile")) test_tile_edges(&s, &opt);
+    if (tu_group_selected(&opt, "workspace")) test_workspace(&s, &opt);
+    return tu_suite_finish(&s);
+}
