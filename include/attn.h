@@ -436,9 +436,10 @@ void attn_task_class_label(const attn_task *task, int32_t cls, char *buf, size_t
 
 /*
  * The small model the tasks train:
- *   tokens (B,N,SLOTS) → embedding (B,N,E) (+ sinusoidal positions)
- *   → self-attention MHA (E, num_heads; no mask) (B,N,E)
- *   → linear head on the last (query) position (B,C) → cross-entropy.
+ *   tokens (B,N,SLOTS) → x = embedding (B,N,E) (+ sinusoidal positions)
+ *   → MHA(query = x[:, N-1:N], key = value = x) (B,1,E): the query
+ *     position's row of self-attention, the only row the head reads
+ *   → linear head (B,C) → cross-entropy.
  * Parameters, in order and under torch state_dict names of
  * `embedding = nn.Embedding(V,E); mha = nn.MultiheadAttention(E,H,
  * batch_first=True); head = nn.Linear(E,C)`: embedding.weight (V,E),
@@ -479,7 +480,8 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
  * ACCUMULATED into the parameter gradients. */
 attn_status attn_model_backward(attn_model *m, const int32_t *tokens, const int32_t *targets,
                                 int64_t batch, int num_threads, attn_error *err);
-/* Per-head attention weights of one example: weights (H, N, N). */
+/* Per-head attention of one example's query (last) position over its N
+ * positions: weights (H, N). */
 attn_status attn_model_attention(attn_model *m, const int32_t *tokens, attn_tensor *weights,
                                  int num_threads, attn_error *err);
 

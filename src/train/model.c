@@ -79,11 +79,14 @@ void attn_model_free(attn_model *m)
     free(m->params);
     free(m->grads);
     free(m->x);
+    free(m->xq);
     free(m->y);
     free(m->logits);
     free(m->dlogits);
     free(m->dy);
-    free(m->dx);
+    free(m->dq);
+    free(m->dk);
+    free(m->dv);
     free(m);
 }
 
@@ -182,9 +185,11 @@ attn_status model_reserve(attn_model *m, int64_t batch, attn_error *err)
     RETURN_IF(!attn_mul_ok(batch, m->N * m->E, &bne) || !attn_mul_ok(batch, m->C, &bc) ||
                   bne > (int64_t)(SIZE_MAX / 8 / sizeof(float)),
               err, ATTN_ERR_OVERFLOW, "batch: %lld examples is too many", (long long)batch);
-    const bool ok = grow(&m->x, (size_t)bne) && grow(&m->y, (size_t)bne) &&
-                    grow(&m->dy, (size_t)bne) && grow(&m->dx, (size_t)bne) &&
-                    grow(&m->logits, (size_t)bc) && grow(&m->dlogits, (size_t)bc);
+    const size_t be = (size_t)(batch * m->E);
+    const bool ok = grow(&m->x, (size_t)bne) && grow(&m->dk, (size_t)bne) &&
+                    grow(&m->dv, (size_t)bne) && grow(&m->xq, be) && grow(&m->y, be) && grow(&m->dy, be) &&
+                    grow(&m->dq, be) && grow(&m->logits, (size_t)bc) &&
+                    grow(&m->dlogits, (size_t)bc);
     RETURN_IF(!ok, err, ATTN_ERR_ALLOC, "model: out of memory for a batch of %lld",
               (long long)batch);
     m->capacity = batch;
@@ -203,12 +208,13 @@ attn_status model_embed(attn_model *m, const int32_t *tokens, int64_t batch, att
     return ATTN_OK;
 }
 
-/* (B,E) view of the last (query) position of a (B,N,E) buffer. */
-static attn_tensor last_position(const attn_model *m, float *buf, int64_t batch)
+/* The query (B,1,E): a contiguous copy of x's last position. */
+static attn_tensor query_copy(const attn_model *m, int64_t batch)
 {
-    attn_tensor t = attn_tensor_2d(buf + (m->N - 1) * m->E, batch, m->E);
-    t.stride[0] = m->N * m->E;
-    return t;
+    for (int64_t b = 0; b < batch; ++b)
+        memcpy(m->xq + b * m->E, m->x + (b * m->N + m->N - 1) * m->E,
+               (size_t)m->E * sizeof(float));
+    return attn_tensor_3d(m->xq, batch, 1, m->E);
 }
 
 attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32_t *targets,
@@ -224,16 +230,19 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
 
     /* tokens → x (B,N,E): embedding, then positions. */
     RETURN_IF_ERROR(model_embed(m, tokens, batch, err));
-    /* x → y (B,N,E): self-attention. */
+    /* x → y (B,1,E): only the query position's output is used, so MHA runs
+     * with query = x[:, N-1:N] and key = value = x: exactly the last row of
+     * self-attention, without computing the rows nobody reads. */
     attn_tensor x = attn_tensor_3d(m->x, batch, m->N, m->E);
-    attn_tensor y = attn_tensor_3d(m->y, batch, m->N, m->E);
+    attn_tensor q = query_copy(m, batch);
+    attn_tensor y = attn_tensor_3d(m->y, batch, 1, m->E);
     const attn_mha_opts mo = model_mha_opts(m, num_threads);
-    RETURN_IF_ERROR(attn_mha_forward(m->mha, &x, NULL, NULL, &y, &mo, err));
-    /* y at the query position → logits (B,C). */
-    attn_tensor y_last = last_position(m, m->y, batch);
+    RETURN_IF_ERROR(attn_mha_forward(m->mha, &q, &x, &x, &y, &mo, err));
+    /* y → logits (B,C). */
+    attn_tensor y2 = attn_tensor_2d(m->y, batch, m->E);
     attn_tensor w = attn_tensor_2d(m->head_w, m->C, m->E), b = attn_tensor_1d(m->head_b, m->C);
     attn_tensor z = attn_tensor_2d(m->logits, batch, m->C);
-    RETURN_IF_ERROR(attn_linear_forward(&y_last, &w, &b, &z, num_threads, err));
+    RETURN_IF_ERROR(attn_linear_forward(&y2, &w, &b, &z, num_threads, err));
     /* logits → mean loss, correct predictions. */
     if (loss || correct) {
         float l;
@@ -260,31 +269,34 @@ attn_status attn_model_backward(attn_model *m, const int32_t *tokens, const int3
     RETURN_IF(!m || !tokens || !targets, err, ATTN_ERR_NULL, "model/tokens/targets: NULL");
     RETURN_IF(batch < 1 || batch != m->forward_batch, err, ATTN_ERR_ARG,
               "batch: %lld is not the batch of the last forward", (long long)batch);
-    const int64_t NE = m->N * m->E;
-    attn_tensor x = attn_tensor_3d(m->x, batch, m->N, m->E);
+    const int64_t N = m->N, E = m->E;
     attn_tensor z = attn_tensor_2d(m->logits, batch, m->C);
     attn_tensor dz = attn_tensor_2d(m->dlogits, batch, m->C);
 
     /* In the forward pass loss = CE(logits): d logits = (softmax - onehot)/B. */
     RETURN_IF_ERROR(attn_cross_entropy_backward(&z, targets, 1.0f, &dz, err));
-    /* logits = y_last·Wᵀ + b: dW, db accumulate; dy is zero except at the
-     * query position, which receives d y_last. */
-    memset(m->dy, 0, (size_t)(batch * NE) * sizeof(float));
-    attn_tensor y_last = last_position(m, m->y, batch);
-    attn_tensor dy_last = last_position(m, m->dy, batch);
-    attn_tensor w = attn_tensor_2d(m->head_w, m->C, m->E);
-    attn_tensor dw = attn_tensor_2d(m->d_head_w, m->C, m->E);
+    /* logits = y·Wᵀ + b: dW, db accumulate, dy is written. */
+    attn_tensor y2 = attn_tensor_2d(m->y, batch, E), dy2 = attn_tensor_2d(m->dy, batch, E);
+    attn_tensor w = attn_tensor_2d(m->head_w, m->C, E);
+    attn_tensor dw = attn_tensor_2d(m->d_head_w, m->C, E);
     attn_tensor db = attn_tensor_1d(m->d_head_b, m->C);
-    RETURN_IF_ERROR(attn_linear_backward(&y_last, &w, &dz, &dy_last, &dw, &db, num_threads, err));
-    /* y = MHA(x): MHA gradients accumulate, dx is written. */
-    attn_tensor dy = attn_tensor_3d(m->dy, batch, m->N, m->E);
-    attn_tensor dx = attn_tensor_3d(m->dx, batch, m->N, m->E);
+    RETURN_IF_ERROR(attn_linear_backward(&y2, &w, &dz, &dy2, &dw, &db, num_threads, err));
+    /* y = MHA(query = x[:, N-1:N], key = x, value = x): MHA gradients
+     * accumulate; x feeds three inputs, so its gradient is the sum
+     * dkey + dvalue, plus dquery on the last position. */
+    attn_tensor x = attn_tensor_3d(m->x, batch, N, E), q = attn_tensor_3d(m->xq, batch, 1, E);
+    attn_tensor dy = attn_tensor_3d(m->dy, batch, 1, E), dq = attn_tensor_3d(m->dq, batch, 1, E);
+    attn_tensor dk = attn_tensor_3d(m->dk, batch, N, E), dv = attn_tensor_3d(m->dv, batch, N, E);
     const attn_mha_opts mo = model_mha_opts(m, num_threads);
-    RETURN_IF_ERROR(attn_mha_backward(m->mha, &x, NULL, NULL, &dy, &dx, NULL, NULL, &mo, err));
+    RETURN_IF_ERROR(attn_mha_backward(m->mha, &q, &x, &x, &dy, &dq, &dk, &dv, &mo, err));
+    float *dx = m->dk;
+    for (int64_t i = 0; i < batch * N * E; ++i) dx[i] += m->dv[i];
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t e = 0; e < E; ++e) dx[(b * N + N - 1) * E + e] += m->dq[b * E + e];
     /* x = embedding + PE: PE passes dx through, the table accumulates it. */
-    if (m->cfg.positional_encoding) RETURN_IF_ERROR(attn_posenc_backward(&dx, &dx, err));
-    attn_tensor dx2 = attn_tensor_2d(m->dx, batch * m->N, m->E);
-    attn_tensor dtable = attn_tensor_2d(m->d_embedding, m->V, m->E);
+    if (m->cfg.positional_encoding) RETURN_IF_ERROR(attn_posenc_backward(&dk, &dk, err));
+    attn_tensor dx2 = attn_tensor_2d(dx, batch * N, E);
+    attn_tensor dtable = attn_tensor_2d(m->d_embedding, m->V, E);
     RETURN_IF_ERROR(attn_embedding_backward(&dx2, tokens, ATTN_TASK_SLOTS, &dtable, err));
     attn_ok(err);
     return ATTN_OK;
@@ -295,22 +307,22 @@ attn_status attn_model_attention(attn_model *m, const int32_t *tokens, attn_tens
 {
     RETURN_IF(!m || !tokens, err, ATTN_ERR_NULL, "model/tokens: NULL");
     const int64_t H = m->cfg.num_heads, N = m->N;
-    RETURN_IF_ERROR(attn_check_tensor(weights, "weights", 3, ATTN_F32, true, err));
-    RETURN_IF(weights->shape[0] != H || weights->shape[1] != N || weights->shape[2] != N, err,
-              ATTN_ERR_SHAPE, "weights: expected (%lld, %lld, %lld)", (long long)H,
-              (long long)N, (long long)N);
+    RETURN_IF_ERROR(attn_check_tensor(weights, "weights", 2, ATTN_F32, true, err));
+    RETURN_IF(weights->shape[0] != H || weights->shape[1] != N, err, ATTN_ERR_SHAPE,
+              "weights: expected (%lld, %lld)", (long long)H, (long long)N);
     RETURN_IF_ERROR(model_reserve(m, 1, err));
     m->forward_batch = 0;
     RETURN_IF_ERROR(model_embed(m, tokens, 1, err));
-    attn_tensor x = attn_tensor_3d(m->x, 1, N, m->E);
-    attn_tensor y = attn_tensor_3d(m->y, 1, N, m->E);
-    /* The caller's (H,N,N) as MHA's per-head (1,H,N,N). */
-    attn_tensor w4 = attn_tensor_4d(weights->data, 1, H, N, N);
-    for (int d = 0; d < 3; ++d) w4.stride[d + 1] = weights->stride[d];
+    attn_tensor x = attn_tensor_3d(m->x, 1, N, m->E), q = query_copy(m, 1);
+    attn_tensor y = attn_tensor_3d(m->y, 1, 1, m->E);
+    /* The caller's (H,N) as MHA's per-head (B=1, H, L=1, S=N). */
+    attn_tensor w4 = attn_tensor_4d(weights->data, 1, H, 1, N);
+    w4.stride[1] = weights->stride[0];
+    w4.stride[3] = weights->stride[1];
     attn_mha_opts mo = model_mha_opts(m, num_threads);
     mo.weights = &w4;
     mo.per_head_weights = true;
-    RETURN_IF_ERROR(attn_mha_forward(m->mha, &x, NULL, NULL, &y, &mo, err));
+    RETURN_IF_ERROR(attn_mha_forward(m->mha, &q, &x, &x, &y, &mo, err));
     attn_ok(err);
     return ATTN_OK;
 }

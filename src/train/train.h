@@ -26,12 +26,16 @@ struct attn_model {
     /* Activations of the last forward, for capacity examples. */
     int64_t capacity;
     int64_t forward_batch; /* batch of the last attn_model_forward, 0 if none */
-    float *x;       /* (B,N,E) embeddings + positions: the MHA input */
-    float *y;       /* (B,N,E) MHA output */
-    float *logits;  /* (B,C)   head output at the query position */
+    float *x;       /* (B,N,E) embeddings + positions: keys and values of the MHA */
+    float *xq;      /* (B,1,E) copy of x's last position: the MHA query (a
+                     * contiguous copy lets the projection be one GEMM) */
+    float *y;       /* (B,1,E) MHA output at the query position */
+    float *logits;  /* (B,C)   head output */
     float *dlogits; /* (B,C) */
-    float *dy;      /* (B,N,E) gradient at the MHA output */
-    float *dx;      /* (B,N,E) gradient at the MHA input */
+    float *dy;      /* (B,1,E) gradient at the MHA output */
+    float *dq;      /* (B,1,E) gradient at the MHA query (the last row of x) */
+    float *dk;      /* (B,N,E) gradient at the MHA key input, then of all of x */
+    float *dv;      /* (B,N,E) gradient at the MHA value input */
 };
 
 /* The two flat segments (own, MHA): parameters, gradients, float counts. */
