@@ -746,6 +746,23 @@ static void test_init(tu_suite *suite)
         check_uniform(&g, m, "out_proj.weight", 1.0 / sqrt(96.0));
         attn_mha_free(m);
     }
+    /* bias_k/bias_v pooled over many seeds (E=64: N(0, 1/64)), so a std
+     * off by a few percent is visible. */
+    cfg = (attn_mha_config){.embed_dim = 64, .num_heads = 2, .add_bias_kv = true};
+    m = NULL;
+    if (tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK, "create: %s", e.message)) {
+        const int seeds = 256;
+        float *pool = malloc((size_t)seeds * 128 * sizeof(float));
+        int64_t nk = 0;
+        for (int s = 0; s < seeds; ++s) {
+            attn_mha_init(m, 1000 + (uint64_t)s);
+            const float *bk = param_data(m, "bias_k", &nk);
+            memcpy(pool + (size_t)s * 128, bk, 128 * sizeof(float)); /* bias_k, bias_v */
+        }
+        check_normal(&g, pool, (int64_t)seeds * 128, "bias_k+bias_v (256 seeds)", 1.0 / 8.0);
+        free(pool);
+        attn_mha_free(m);
+    }
     attn_mha_init(NULL, 1); /* harmless */
     tu_group_end(&g);
 }
