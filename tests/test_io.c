@@ -1197,12 +1197,15 @@ static void test_mutations(void)
                                     st.arrays != NULL;
                 }
             }
+            /* A fresh file each time: ext4 flushes files truncated and rewritten
+             * in place on close, which makes this loop 40x slower. */
+            unlink(path);
         }
     }
     printf("mutations: npy %d accepted / %d rejected; safetensors %d / %d; mixed %d / %d\n",
            accepted[0], rejected[0], accepted[1], rejected[1], accepted[2], rejected[2]);
     CHECK(inconsistent == 0, "%d mutated files gave inconsistent results", inconsistent);
-    CHECK(rejected[0] > iters / 2 && rejected[1] > iters / 2,
+    CHECK(iters == 0 || (rejected[0] > iters / 2 && rejected[1] > iters / 2),
           "most mutations are rejected (the parsers are strict)");
     free(npy);
     free(sft);
