@@ -186,15 +186,64 @@ static int from_steps(const cli_command *cmd, const cli_args *a, heatmap *h)
 
 /* ------------------------------------------------------------- SVG */
 
-static void draw_svg(svg *doc, const heatmap *h, double cell, int ncols, double row_w,
-                     double col_h, double panel_w, double panel_h, double top)
+/* Sizes of the picture, decided once from the matrix and the labels. */
+typedef struct {
+    double cell;       /* side of one cell */
+    double label_size; /* font size of the token labels */
+    double row_w;      /* widest query label */
+    double col_h;      /* height taken by the key labels above the grid */
+    double overhang;   /* how far slanted key labels reach right of the grid */
+    int col_rotate;    /* 0, -45 or -90 degrees */
+    int row_step, col_step; /* label every n-th token when cells are small */
+    int ncols, nrows;  /* panels */
+    double panel_w, panel_h, top;
+} picture;
+
+static picture plan_picture(const heatmap *h)
 {
-    const double label_size = cell < 20 ? (cell < 12 ? 8 : 10) : 12;
+    picture p = {0};
+    const int64_t big = h->nq > h->nk ? h->nq : h->nk;
+    p.cell = floor(380.0 / (double)big);
+    if (p.cell > 44) p.cell = 44;
+    if (p.cell < 4) p.cell = 4;
+    p.label_size = p.cell < 20 ? (p.cell < 12 ? 9 : 10.5) : 12;
+    double col_w = 0;
+    for (int64_t i = 0; i < h->nq; ++i) p.row_w = fmax(p.row_w, svg_text_width(h->qlab[i], p.label_size));
+    for (int64_t j = 0; j < h->nk; ++j) col_w = fmax(col_w, svg_text_width(h->klab[j], p.label_size));
+    /* one label per line of text height: thin them out on small cells */
+    const double line = p.label_size * 1.25;
+    p.row_step = (int)ceil(line / p.cell);
+    p.col_step = 1;
+    if (col_w + 4 <= p.cell) { /* horizontal labels fit their cells */
+        p.col_h = p.label_size;
+    } else if (p.cell >= 1.6 * p.label_size) { /* slanted: baselines cell/sqrt(2) apart */
+        p.col_rotate = -45;
+        p.col_h = col_w * 0.71 + 6;
+        p.overhang = col_w * 0.71;
+    } else { /* vertical, thinned like the rows */
+        p.col_rotate = -90;
+        p.col_h = col_w + 2;
+        p.col_step = p.row_step;
+    }
+    p.panel_w = 22 + p.row_w + 8 + p.cell * (double)h->nk + 24 + p.overhang;
+    p.panel_h = 22 + p.col_h + 8 + p.cell * (double)h->nq + 34;
+    /* up to 4 panels a row, as many as fit in about 1300 pixels */
+    int fit = (int)((1300 - 130) / p.panel_w);
+    p.ncols = fit < 1 ? 1 : fit > 4 ? 4 : fit;
+    if (p.ncols > h->heads) p.ncols = (int)h->heads;
+    p.nrows = (int)((h->heads + p.ncols - 1) / p.ncols);
+    p.top = h->subtitle[0] ? 62 : 44;
+    return p;
+}
+
+static void draw_panels(svg *doc, const heatmap *h, const picture *p)
+{
+    const double cell = p->cell;
     const bool values = cell >= 30;
-    const bool rotate_cols = col_h > 20;
     for (int64_t hh = 0; hh < h->heads; ++hh) {
-        const double px = 20 + (double)(hh % ncols) * panel_w, py = top + (double)(hh / ncols) * panel_h;
-        const double gx = px + 22 + row_w + 8, gy = py + 22 + col_h + 8;
+        const double px = 20 + (double)(hh % p->ncols) * p->panel_w,
+                     py = p->top + (double)(hh / p->ncols) * p->panel_h;
+        const double gx = px + 22 + p->row_w + 8, gy = py + 22 + p->col_h + 8;
         const double gw = cell * (double)h->nk, gh = cell * (double)h->nq;
         char buf[1024];
         snprintf(buf, sizeof buf, "class=\"panel\" data-head=\"%lld\"", (long long)hh);
@@ -209,14 +258,15 @@ static void draw_svg(svg *doc, const heatmap *h, double cell, int ncols, double 
         axis_v.rotate = -90;
         svg_text(doc, px + 10, gy + gh / 2, &axis_v, "query");
         /* labels */
-        svg_text_style rl = {.size = label_size, .anchor = SVG_END, .middle = true};
-        for (int64_t i = 0; i < h->nq; ++i)
+        svg_text_style rl = {.size = p->label_size, .anchor = SVG_END, .middle = true};
+        for (int64_t i = 0; i < h->nq; i += p->row_step)
             svg_text(doc, gx - 6, gy + cell * ((double)i + 0.5), &rl, h->qlab[i]);
-        svg_text_style cl = {.size = label_size, .anchor = rotate_cols ? SVG_START : SVG_MIDDLE,
-                             .rotate = rotate_cols ? -45 : 0};
-        for (int64_t j = 0; j < h->nk; ++j)
-            svg_text(doc, gx + cell * ((double)j + 0.5) - (rotate_cols ? 3 : 0), gy - 6, &cl,
-                     h->klab[j]);
+        svg_text_style cl = {.size = p->label_size, .anchor = p->col_rotate ? SVG_START : SVG_MIDDLE,
+                             .rotate = p->col_rotate, .middle = p->col_rotate == -90};
+        for (int64_t j = 0; j < h->nk; j += p->col_step) {
+            double x = gx + cell * ((double)j + 0.5) - (p->col_rotate == -45 ? 3 : 0);
+            svg_text(doc, x, gy - 6, &cl, h->klab[j]);
+        }
         /* cells */
         const float *w = h->w + hh * h->nq * h->nk;
         for (int64_t i = 0; i < h->nq; ++i)
@@ -251,33 +301,11 @@ static void draw_svg(svg *doc, const heatmap *h, double cell, int ncols, double 
 
 static bool write_svg(const heatmap *h, const char *path)
 {
-    const int64_t big = h->nq > h->nk ? h->nq : h->nk;
-    double cell = floor(380.0 / (double)big);
-    if (cell > 44) cell = 44;
-    if (cell < 6) cell = 6;
-    const double label_size = cell < 20 ? (cell < 12 ? 8 : 10) : 12;
-    double row_w = 0, col_w = 0;
-    for (int64_t i = 0; i < h->nq; ++i) {
-        double w = svg_text_width(h->qlab[i], label_size);
-        if (w > row_w) row_w = w;
-    }
-    for (int64_t j = 0; j < h->nk; ++j) {
-        double w = svg_text_width(h->klab[j], label_size);
-        if (w > col_w) col_w = w;
-    }
-    /* column labels stay horizontal while they fit their cell, else 45° */
-    const double col_h = col_w + 4 > cell ? col_w * 0.72 + 6 : label_size;
-    const double col_overhang = col_w + 4 > cell ? col_w * 0.72 : 0;
-    const int ncols = h->heads < 4 ? (int)h->heads : 4;
-    const int nrows = (int)((h->heads + ncols - 1) / ncols);
-    const double panel_w = 22 + row_w + 8 + cell * (double)h->nk + 24 + col_overhang;
-    const double panel_h = 22 + col_h + 8 + cell * (double)h->nq + 34;
-    const double top = h->subtitle[0] ? 62 : 44;
-    double width = 20 + ncols * panel_w + 90, height = top + nrows * panel_h + 10;
-    double title_w = svg_text_width(h->title, 16) + 40, sub_w = svg_text_width(h->subtitle, 12) + 40;
-    if (width < title_w) width = title_w;
-    if (width < sub_w) width = sub_w;
-    if (width < 320) width = 320;
+    const picture p = plan_picture(h);
+    double width = 20 + p.ncols * p.panel_w + 90, height = p.top + p.nrows * p.panel_h + 10;
+    width = fmax(width, svg_text_width(h->title, 16) + 40);
+    width = fmax(width, svg_text_width(h->subtitle, 12) + 40);
+    width = fmax(width, 320);
     svg *doc = svg_new(width, height);
     if (!doc) {
         fprintf(stderr, "attn heatmap: out of memory\n");
@@ -289,10 +317,12 @@ static bool write_svg(const heatmap *h, const char *path)
         svg_text_style st = {.size = 12, .anchor = SVG_MIDDLE, .fill = "#555"};
         svg_text(doc, width / 2, 46, &st, h->subtitle);
     }
-    draw_svg(doc, h, cell, ncols, row_w, col_h, panel_w, panel_h, top);
-    /* colour bar at the right, level with the first row of panels */
-    const double grid_top = top + 22 + col_h + 8, bar_h = fmin(cell * (double)h->nq, 260);
-    svg_colour_bar(doc, 20 + ncols * panel_w + 10, grid_top, 14, bar_h < 80 ? 80 : bar_h, h->map, h->vmin, h->vmax, "weight");
+    draw_panels(doc, h, &p);
+    /* colour bar at the right, level with the first row of grids */
+    const double grid_top = p.top + 22 + p.col_h + 8;
+    const double bar_h = fmax(fmin(p.cell * (double)h->nq, 260), 80);
+    svg_colour_bar(doc, 20 + p.ncols * p.panel_w + 10, grid_top, 14, bar_h, h->map, h->vmin,
+                   h->vmax, "weight");
     char err[600];
     bool ok = svg_save(doc, path, err, sizeof err);
     if (!ok) fprintf(stderr, "attn heatmap: %s\n", err);

@@ -407,15 +407,18 @@ void svg_tick_label(double v, char *out, size_t size)
 void svg_colour_bar(svg *s, double x, double y, double width, double height, svg_colormap map,
                     double lo, double hi, const char *title)
 {
-    const int stripes = 64;
-    for (int i = 0; i < stripes; ++i) {
-        double t0 = (double)i / stripes;
+    /* a vertical gradient through 21 samples of the map, bottom = lo */
+    int id = s->next_id++;
+    appendf(s, "<defs><linearGradient id=\"bar%d\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">", id);
+    for (int i = 0; i <= 20; ++i) {
         char hex[8];
-        svg_rgb_hex(svg_colormap_at(map, t0 + 0.5 / stripes), hex);
-        /* stripes overlap by a hair so no background seams show */
-        svg_rect(s, x, y + height * (1 - t0 - 1.0 / stripes), width, height / stripes + 0.3, hex,
-                 NULL, 0);
+        svg_rgb_hex(svg_colormap_at(map, i / 20.0), hex);
+        appendf(s, "<stop offset=\"%.2f\" stop-color=\"%s\"/>", i / 20.0, hex);
     }
+    append_lit(s, "</linearGradient></defs>\n");
+    char fill[32];
+    snprintf(fill, sizeof fill, "url(#bar%d)", id);
+    svg_rect(s, x, y, width, height, fill, NULL, 0);
     svg_rect(s, x, y, width, height, "none", "#444", 0.8);
     double ticks[16];
     int n = svg_ticks(lo, hi, false, 10, 6, ticks, 16);
