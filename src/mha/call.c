@@ -1,11 +1,14 @@
 /* Validation of an MHA forward/backward call, inputs as row matrices, and
  * the conversion of torch-MHA masks to SDPA masks.
  *
- * Mask semantics (the same as torch >= 2.0, and as torch 1.13 wherever 1.13
- * is self-consistent): every mask becomes an additive float mask — bool
- * true (blocked) is -inf, a float mask is added as is — and the masks are
- * summed. causal is a bool attn_mask triu(ones(L,S), 1). Appended keys
- * (bias_k, zero attention) are never masked. */
+ * Mask semantics (torch >= 2.0's, and torch 1.13's wherever 1.13 is
+ * self-consistent): every mask becomes an additive float mask — bool true
+ * (blocked) is -inf, a float mask is added as is — and the masks are summed.
+ * causal is a bool attn_mask triu(ones(L,S), 1). Appended keys (bias_k, zero
+ * attention) are never masked. torch 1.13 differs only for a float
+ * key_padding_mask next to an attn_mask (or causal): with a bool attn_mask
+ * it treats the float mask as bool (nonzero = blocked); with a float
+ * attn_mask its masked_fill drops the key_padding_mask altogether. */
 #include "mha.h"
 
 #include <math.h>

@@ -90,9 +90,9 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out, attn_err
     m->params = calloc(m->count, sizeof(float));
     m->grads = calloc(m->count, sizeof(float));
     if (!m->params || !m->grads) {
+        const size_t count = m->count;
         attn_mha_free(m);
-        return attn_fail(err, ATTN_ERR_ALLOC, "module: cannot allocate %zu parameters",
-                         m->count);
+        return attn_fail(err, ATTN_ERR_ALLOC, "module: cannot allocate %zu parameters", count);
     }
     *out = m;
     attn_ok(err);
