@@ -75,5 +75,6 @@ extern const cli_command cmd_sdpa, cmd_sdpa_backward;
 extern const cli_command cmd_mha, cmd_mha_backward;
 extern const cli_command cmd_example;
 extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
+extern const cli_command cmd_train, cmd_heads;
 
 #endif

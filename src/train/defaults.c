@@ -18,7 +18,7 @@ attn_train_config attn_train_config_default(attn_task_kind kind)
     c.model.positional_encoding = true;
     c.model.unscaled = false;
     c.optimizer = ATTN_OPTIM_ADAMW;
-    c.steps = 2000;
+    c.steps = kind == ATTN_TASK_RECALL_PREV ? 1200 : 600;
     c.batch_size = 64;
     c.warmup_steps = 100;
     c.lr = 3e-3f;
@@ -29,7 +29,7 @@ attn_train_config attn_train_config_default(attn_task_kind kind)
     c.seed = 1;
     c.heldout_seed = 0x4845;  /* "HE": any value other than seed */
     c.heldout_size = 2000;
-    c.eval_every = 100;
+    c.eval_every = 50;
     c.num_threads = 0;
     return c;
 }
