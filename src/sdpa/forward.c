@@ -30,6 +30,7 @@ enum {
     FWD_ROWS = 96,  /* query rows per task and head (multiple of every MR) */
     FWD_KEYS = 64,  /* keys per tile (multiple of SDPA_MAX_NPAD) */
     FWD_HEADS = 4,  /* query heads of a GQA group sharing one packed K/V tile */
+    FWD_BAND = 24,  /* rows whose visible columns are bounded together (multiple of every MR) */
 };
 
 typedef struct {
@@ -161,14 +162,29 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             }
             float *rowmax = w->rowmax + e * FWD_ROWS, *rowsum = w->rowsum + e * FWD_ROWS;
             float *alpha = w->alpha + e * FWD_ROWS, *o = w->o + e * FWD_ROWS * d->dvp;
-            /* S = Q·Kᵀ over the visible columns only */
-            kern->gemm(mi, sdpa_round_up(t.cols, kern->npad), p->D, p->q + AT4(p->qs, b, h, i0, 0),
-                       p->qs[2], p->qs[3], w->kt, d->bcp, w->s, d->bcp, NULL, SDPA_GEMM_SET);
+            /* S = Q·Kᵀ over the visible columns only, band by band: on
+             * diagonal (causal) or ragged tiles each band of rows stops at
+             * the last column its own rows may see. */
+            int64_t band_cols[FWD_ROWS / FWD_BAND];
+            for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
+                const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
+                int64_t cols = 0;
+                for (int64_t r = r0; r < r0 + rb; ++r) cols = w->limit[r] > cols ? w->limit[r] : cols;
+                band_cols[r0 / FWD_BAND] = cols;
+                if (cols > 0)
+                    kern->gemm(rb, sdpa_round_up(cols, kern->npad), p->D,
+                               p->q + AT4(p->qs, b, h, i0 + r0, 0), p->qs[2], p->qs[3], w->kt,
+                               d->bcp, w->s + r0 * d->bcp, d->bcp, NULL, SDPA_GEMM_SET);
+            }
             kern->softmax_online(mi, t.cols, p->scale, w->s, d->bcp, w->limit,
                                  t.use_bias ? w->bias : NULL, t.ldbias, rowmax, rowsum, alpha);
-            /* O = alpha∘O + P·V */
-            kern->gemm(mi, dvn, t.cols, w->s, d->bcp, 1, w->vop, w->ldv, o, d->dvp, alpha,
-                       SDPA_GEMM_SCALE_ADD);
+            /* O = alpha∘O + P·V (k = 0 still applies alpha) */
+            for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
+                const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
+                kern->gemm(rb, dvn, band_cols[r0 / FWD_BAND], w->s + r0 * d->bcp, d->bcp, 1,
+                           w->vop, w->ldv, o + r0 * d->dvp, d->dvp, alpha + r0,
+                           SDPA_GEMM_SCALE_ADD);
+            }
         }
     }
 

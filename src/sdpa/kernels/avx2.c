@@ -31,28 +31,38 @@ typedef __m256 vf;
 #define V_MAX(a, b) _mm256_max_ps(a, b)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 
-static inline vf v_exp(vf x)
+/*
+ * e^x for x <= 0 (and -inf, NaN): n = round(x·log2e) by the magic-number
+ * trick (t = x·log2e + 1.5·2^23 + 127 leaves n + 127 in the low mantissa
+ * bits of t, moved into the exponent field of 2^n by one shift), Cody–Waite
+ * reduction, degree-6 polynomial, times 2^n. Lanes
+ * below SDPA_EXP_MIN (also -inf) become 0; NaN stays NaN (it flows through
+ * the polynomial and the multiply).
+ */
+static inline vf v_exp_nonpos(vf x)
 {
-    /* n = round(x·log2e) by the 1.5·2^23 trick: the integer lands in the low
-     * mantissa bits of t, from where it is shifted into an exponent. Lanes
-     * outside [SDPA_EXP_MIN, SDPA_EXP_MAX] compute garbage and are replaced
-     * at the end: 0 below (also -inf), x + inf above (+inf; NaN stays NaN). */
-    const vf magic = _mm256_set1_ps(12582912.0f);
+    const vf magic = _mm256_set1_ps(12583039.0f); /* 1.5·2^23 + 127 */
     const vf t = _mm256_fmadd_ps(x, _mm256_set1_ps(SDPA_LOG2E), magic);
     const vf n = _mm256_sub_ps(t, magic);
     vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_HI), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_LO), r);
-    vf p = _mm256_set1_ps(SDPA_EXP_C6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(SDPA_EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
-    vf y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-    y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ), y);
-    return _mm256_blendv_ps(y, _mm256_add_ps(x, _mm256_set1_ps(INFINITY)),
+    /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
+     * shorter dependency chains than Horner, so more exps are in flight. */
+    const vf r2 = _mm256_mul_ps(r, r);
+    const vf lo = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C3), r, _mm256_set1_ps(SDPA_EXP_C2));
+    const vf hi = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C5), r, _mm256_set1_ps(SDPA_EXP_C4));
+    const vf top = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C6), r2, hi);
+    const vf poly = _mm256_fmadd_ps(top, r2, lo);
+    const vf p = _mm256_add_ps(_mm256_fmadd_ps(poly, r2, r), _mm256_set1_ps(1.0f));
+    const vf pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+    const vf y = _mm256_mul_ps(p, pow2n);
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ), y);
+}
+
+/* e^x for any x: v_exp_nonpos plus +inf above SDPA_EXP_MAX. */
+static inline vf v_exp(vf x)
+{
+    return _mm256_blendv_ps(v_exp_nonpos(x), _mm256_add_ps(x, _mm256_set1_ps(INFINITY)),
                             _mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MAX), _CMP_NLE_UQ));
 }
 

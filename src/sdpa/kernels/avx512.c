@@ -32,27 +32,33 @@ typedef __m512 vf;
 #define V_MAX(a, b) _mm512_max_ps(a, b)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 
-static inline vf v_exp(vf x)
+/* e^x for x <= 0, -inf and NaN; the algorithm of avx2.c (see there). */
+static inline vf v_exp_nonpos(vf x)
 {
-    /* Same algorithm as avx2.c; see there. */
-    const vf magic = _mm512_set1_ps(12582912.0f);
+    const vf magic = _mm512_set1_ps(12583039.0f); /* 1.5·2^23 + 127 */
     const vf t = _mm512_fmadd_ps(x, _mm512_set1_ps(SDPA_LOG2E), magic);
     const vf n = _mm512_sub_ps(t, magic);
     vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_HI), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_LO), r);
-    vf p = _mm512_set1_ps(SDPA_EXP_C6);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SDPA_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
-    vf y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+    /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
+     * shorter dependency chains than Horner, so more exps are in flight. */
+    const vf r2 = _mm512_mul_ps(r, r);
+    const vf lo = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C3), r, _mm512_set1_ps(SDPA_EXP_C2));
+    const vf hi = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C5), r, _mm512_set1_ps(SDPA_EXP_C4));
+    const vf top = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C6), r2, hi);
+    const vf poly = _mm512_fmadd_ps(top, r2, lo);
+    const vf p = _mm512_add_ps(_mm512_fmadd_ps(poly, r2, r), _mm512_set1_ps(1.0f));
+    const vf pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
+    const vf y = _mm512_mul_ps(p, pow2n);
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+}
+
+/* e^x for any x: v_exp_nonpos plus +inf above SDPA_EXP_MAX. */
+static inline vf v_exp(vf x)
+{
     const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MAX), _CMP_NLE_UQ);
-    y = _mm512_maskz_mov_ps((__mmask16)~tiny, y);
-    return _mm512_mask_add_ps(y, big, x, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_add_ps(v_exp_nonpos(x), big, x, _mm512_set1_ps(INFINITY));
 }
 
 static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)

@@ -10,6 +10,7 @@
  *   V_ZERO() V_SET1(x) V_LOAD(p) V_STORE(p,v) V_BCAST(p)
  *   V_ADD V_SUB V_MUL V_MAX V_FMA(a,b,c)=a·b+c
  *   v_exp(vf)                  the exp documented in kernels.h
+ *   v_exp_nonpos(vf)           the same for x <= 0, -inf or NaN only (cheaper)
  *   v_hide_from(x, c0, lim, f) lanes whose column c0+lane >= lim become f
  *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
@@ -67,11 +68,20 @@ static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
                        const float *row_scale, sdpa_gemm_mode mode)
 {
     if (m <= 0) return;
-    /* Column panels outer: the k × NR panel of B stays in L1 across rows. */
+    /* Column panels outer: the k × NR panel of B stays in L1 across rows.
+     * Unit a_cs (A rows contiguous) gets its own instance: one index
+     * register then walks all MR rows. */
     for (int64_t j = 0; j < n; j += NR)
-        for (int64_t i = 0; i < m; i += MR)
-            SIMD(microtile)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j, ldc,
-                            m - i < MR ? m - i : MR, row_scale ? row_scale + i : NULL, mode);
+        for (int64_t i = 0; i < m; i += MR) {
+            const int64_t rows = m - i < MR ? m - i : MR;
+            const float *rs = row_scale ? row_scale + i : NULL;
+            if (a_cs == 1)
+                SIMD(microtile)(k, a + i * a_rs, a_rs, 1, b + j, ldb, c + i * ldc + j, ldc, rows,
+                                rs, mode);
+            else
+                SIMD(microtile)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j, ldc,
+                                rows, rs, mode);
+        }
 }
 
 /* First lane of v_exp: scalar exp with the same error bound. */
@@ -95,13 +105,13 @@ static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, in
                                  float *rowmax, float *rowsum, float *alpha)
 {
     const vf vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
+    /* Pass 1, per row: the max of x = scale·s + bias (hidden columns -inf),
+     * kept in alpha[] for now. Without a bias, max(scale·s) = scale·max(s)
+     * (scale > 0 and rounding is monotone), so s is only read. */
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
         const float *br = bias ? bias + r * ldbias : NULL;
         const int64_t lim = limit[r];
-        /* Pass 1: the row max of x = scale·s + bias (hidden columns -inf).
-         * Without a bias, max(scale·s) = scale·max(s) (scale > 0 and
-         * rounding is monotone), so s is only read. */
         vf vmax = ninf;
         for (int64_t c = 0; c < lim; c += VW) {
             vf x = V_LOAD(sr + c);
@@ -116,27 +126,57 @@ static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, in
         }
         float mx = v_hmax(vmax);
         if (!br) mx *= scale;
-        const float old = rowmax[r], mnew = mx > old ? mx : old;
-        if (mnew == -INFINITY) { /* nothing visible so far: p = 0, state unchanged */
+        alpha[r] = mx > rowmax[r] ? mx : rowmax[r];
+    }
+    /* alpha = exp(max_old - max_new) for all rows at once (1 while a row has
+     * seen nothing: -inf - -inf would be NaN); the new max becomes current. */
+    int64_t r = 0;
+    for (; r + VW <= m; r += VW) {
+        const vf old = V_LOAD(rowmax + r), mnew = V_LOAD(alpha + r);
+        const vf a = v_exp_nonpos(V_SUB(old, mnew));
+        V_STORE(alpha + r, a);
+        V_STORE(rowmax + r, mnew);
+    }
+    for (; r < m; ++r) {
+        const float mnew = alpha[r];
+        alpha[r] = SIMD(exp1)(rowmax[r] - mnew);
+        rowmax[r] = mnew;
+    }
+    for (r = 0; r < m; ++r)
+        if (rowmax[r] == -INFINITY) alpha[r] = 1.0f;
+    /* Pass 2, per row: p = exp(x - max) and the running sum. */
+    for (r = 0; r < m; ++r) {
+        float *sr = s + r * lds;
+        const int64_t lim = limit[r];
+        const float mnew = rowmax[r];
+        if (mnew == -INFINITY) { /* nothing visible so far: p = 0, sum stays 0 */
             SIMD(zero_tail)(sr, 0, n);
-            alpha[r] = 1.0f;
             continue;
         }
-        /* Pass 2: p = exp(x - max) and its sum. */
         const vf vm = V_SET1(mnew), vnm = V_SET1(-mnew);
-        vf vsum = V_ZERO();
-        for (int64_t c = 0; c < lim; c += VW) {
-            vf x = br ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
-            if (!br && c + VW > lim) x = v_hide_from(x, c, lim, ninf);
-            const vf pv = v_exp(x);
+        vf vsum = V_ZERO(), vsum2 = V_ZERO();
+        int64_t c = 0;
+        /* Two independent exps per step while whole vectors remain. */
+        for (; c + 2 * VW <= lim; c += 2 * VW) {
+            const vf x0 = bias ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
+            const vf x1 = bias ? V_SUB(V_LOAD(sr + c + VW), vm)
+                               : V_FMA(V_LOAD(sr + c + VW), vscale, vnm);
+            const vf p0 = v_exp_nonpos(x0), p1 = v_exp_nonpos(x1);
+            V_STORE(sr + c, p0);
+            V_STORE(sr + c + VW, p1);
+            vsum = V_ADD(vsum, p0);
+            vsum2 = V_ADD(vsum2, p1);
+        }
+        for (; c < lim; c += VW) {
+            vf x = bias ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
+            if (!bias && c + VW > lim) x = v_hide_from(x, c, lim, ninf);
+            const vf pv = v_exp_nonpos(x);
             V_STORE(sr + c, pv);
             vsum = V_ADD(vsum, pv);
         }
+        vsum = V_ADD(vsum, vsum2);
         SIMD(zero_tail)(sr, lim, n);
-        const float a = SIMD(exp1)(old - mnew); /* old = -inf gives 0 */
-        alpha[r] = a;
-        rowsum[r] = rowsum[r] * a + v_hsum(vsum);
-        rowmax[r] = mnew;
+        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(vsum);
     }
 }
 
