@@ -233,7 +233,7 @@ static int run_train(int argc, char **argv)
     if (rc != CLI_OK || help) return rc;
     if (a.npositional > 0) return cli_usage_error(&cmd_train, "unexpected argument '%s'", a.positional[0]);
     attn_train_config cfg;
-    bool ablation;
+    bool ablation = false;
     if ((rc = parse_config(&a, &cfg, &ablation)) != CLI_OK) return rc;
     const bool quiet = cli_flag(&a, "--quiet"), json = cli_flag(&a, "--json");
     const char *save = cli_get(&a, "--save"), *plot = cli_get(&a, "--plot"),
