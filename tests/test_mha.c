@@ -473,6 +473,34 @@ static double fd_check_array(fixture *f, double *x, const double *grad, int64_t 
     return worst;
 }
 
+/* Options of finite-difference case i, cycled so that even a few cases
+ * cover each one: bias, add_bias_kv, add_zero_attn, kdim/vdim != E,
+ * self-attention, every mask kind, 3-D masks, causal, unbatched. */
+static void force_options(mcase *c, int64_t i)
+{
+    const int64_t E = c->cfg.embed_dim;
+    c->cfg.bias = i & 1;
+    c->cfg.add_bias_kv = (i >> 1) & 1;
+    c->cfg.add_zero_attn = (i >> 2) & 1;
+    c->kpm = (mask_kind)(i % 3);
+    c->am = (mask_kind)((i / 3) % 3);
+    c->am_per_head = c->am != MASK_NONE && (i / 9) % 2;
+    c->causal = (i / 2) % 3 == 0;
+    c->batched = i % 5 != 4;
+    if (!c->batched) c->B = 1;
+    switch (i % 4) {
+    case 0: /* separate projection weights */
+        c->cfg.kdim = E + 1, c->cfg.vdim = E > 1 ? E - 1 : 2, c->self = false;
+        break;
+    case 1: /* self-attention */
+        c->cfg.kdim = c->cfg.vdim = 0, c->self = true, c->S = c->L;
+        break;
+    default: /* cross-attention, packed weights */
+        c->cfg.kdim = c->cfg.vdim = 0, c->self = false;
+        break;
+    }
+}
+
 static void run_fd_case(tu_group *g, const mcase *c, double *worst_all)
 {
     fixture f;
@@ -1159,6 +1187,7 @@ int main(int argc, char **argv)
         double worst = 0;
         for (int64_t i = 0; i < n; ++i) {
             mcase c = random_case(tu_mix(opt.seed ^ (0xFD00 + (uint64_t)i)), true);
+            force_options(&c, i);
             run_fd_case(&g, &c, &worst);
         }
         printf("  oracle-fd: worst |fd - analytic| / (1e-6 (1 + |analytic|)) = %.3g\n", worst);
