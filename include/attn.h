@@ -187,6 +187,7 @@ typedef struct attn_mha attn_mha;
  * or attn_mha_param writes. */
 attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out, attn_error *err);
 void attn_mha_free(attn_mha *m);
+/* The module's configuration, with kdim/vdim resolved (never 0). */
 const attn_mha_config *attn_mha_get_config(const attn_mha *m);
 
 /* Initialise like torch (xavier_uniform_ in_proj, kaiming-uniform-style
@@ -254,7 +255,13 @@ attn_status attn_mha_forward(const attn_mha *m, const attn_tensor *query,
  * gradients ACCUMULATE into the module's gradients; dquery/dkey/dvalue (each
  * may be NULL) are OVERWRITTEN. For self-attention (key == value == NULL)
  * dquery receives the gradient of the one shared input and dkey/dvalue must
- * be NULL.
+ * be NULL. The forward activations (projections, attention and its per-row
+ * LSE) are recomputed rather than stored; workspace is O(B·L·E + B·S'·E)
+ * plus mask copies. opts->weights and per_head_weights are ignored.
+ *
+ * Masks combine as additive floats (bool blocked = -inf) and are summed: the
+ * rule of torch >= 2.0. torch 1.13 differs only for a float key_padding_mask
+ * next to an attn_mask (it treats the padding mask as boolean, or drops it).
  */
 attn_status attn_mha_backward(attn_mha *m, const attn_tensor *query, const attn_tensor *key,
                               const attn_tensor *value, const attn_tensor *dout,

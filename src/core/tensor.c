@@ -8,7 +8,8 @@ attn_tensor attn_tensor_make(void *data, attn_dtype dtype, int ndim, const int64
     for (int i = ndim - 1; i >= 0; --i) {
         t.shape[i] = shape[i];
         t.stride[i] = stride;
-        stride *= shape[i] > 0 ? shape[i] : 1;
+        /* an overflowing shape keeps its last stride; validation rejects it */
+        if (__builtin_mul_overflow(stride, shape[i] > 0 ? shape[i] : 1, &stride)) break;
     }
     return t;
 }
@@ -64,6 +65,8 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, 
                   name, (long long)t->shape[i], i);
         RETURN_IF(!attn_mul_ok(n, t->shape[i], &n), err, ATTN_ERR_OVERFLOW,
                   "%s: element count overflows", name);
+    }
+    for (int i = 0; i < ndim && n > 0; ++i) { /* strides matter only if there are elements */
         if (t->shape[i] > 1) {
             int64_t reach;
             int64_t s = t->stride[i] < 0 ? -t->stride[i] : t->stride[i];
