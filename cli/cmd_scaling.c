@@ -3,6 +3,7 @@
  * the scores through attn_sdpa unscaled (scale 1) and scaled (the default
  * 1/sqrt(d_k)), and report what happens to softmax. */
 #include "cli.h"
+#include "inline.h"
 #include "randn.h"
 #include "svg.h"
 
@@ -29,6 +30,7 @@ static const cli_option scaling_options[] = {
     {"--max-dk", "D", "largest d_k; d_k runs over the powers of 2 up to D (default 4096)"},
     {"--csv", NULL, "print the table as CSV with a header row"},
     {"--svg", "FILE.svg", "also draw the four quantities against d_k"},
+    {"--scores", "Z", "instead: softmax of these score rows (inline \"2,0;20,0\" or .npy)"},
     {0},
 };
 
@@ -272,6 +274,62 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
     return ok;
 }
 
+/* --scores: the same quantities for rows of scores given by the user, the
+ * softmax again by attn_sdpa (q = [1], k_j = [z_j], scale 1). */
+static int given_scores(const cli_command *cmd, const cli_args *a, const char *value)
+{
+    float *z = NULL;
+    int64_t rows, n;
+    if (!cli_matrix_arg(cmd, "--scores", value, &z, &rows, &n)) return CLI_USAGE;
+    float *w = malloc(sizeof(float) * (size_t)(rows * n)), *ones = malloc(sizeof(float) * (size_t)rows);
+    float *v = calloc((size_t)(rows * n), sizeof(float)), *out = malloc(sizeof(float) * (size_t)rows);
+    int rc = CLI_OK;
+    if (!w || !ones || !v || !out) {
+        fprintf(stderr, "attn scaling: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    for (int64_t i = 0; i < rows; ++i) ones[i] = 1.0f;
+    attn_tensor qt = attn_tensor_4d(ones, 1, rows, 1, 1), kt = attn_tensor_4d(z, 1, rows, n, 1),
+                vt = attn_tensor_4d(v, 1, rows, n, 1), ot = attn_tensor_4d(out, 1, rows, 1, 1),
+                wt = attn_tensor_4d(w, 1, rows, 1, n);
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.scale = 1.0f;
+    attn_error err = {0};
+    if (attn_sdpa(&qt, &kt, &vt, &ot, NULL, &wt, &opts, &err) != ATTN_OK) {
+        rc = cli_report("scaling", &err);
+        goto done;
+    }
+    const bool csv = cli_flag(a, "--csv");
+    if (csv)
+        printf("row,max_weight,entropy,jacobian_norm\n");
+    else
+        printf("%4s  %14s  %14s  %14s  %s\n", "row", "largest weight", "entropy (nats)",
+               "|J|_F", "softmax weights");
+    for (int64_t i = 0; i < rows; ++i) {
+        const float *p = w + i * n;
+        float top = 0;
+        for (int64_t j = 0; j < n; ++j)
+            if (p[j] > top) top = p[j];
+        double h, jac;
+        row_stats(p, n, &h, &jac);
+        if (csv) {
+            printf("%lld,%.9g,%.9g,%.9g\n", (long long)i + 1, top, h, jac);
+            continue;
+        }
+        printf("%4lld  %14.6g  %14.6g  %14.6g  [", (long long)i + 1, top, h, jac);
+        for (int64_t j = 0; j < n; ++j) printf("%s%.6g", j ? " " : "", p[j]);
+        printf("]\n");
+    }
+done:
+    free(z);
+    free(w);
+    free(ones);
+    free(v);
+    free(out);
+    return rc;
+}
+
 static int run(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_scaling;
@@ -280,6 +338,14 @@ static int run(int argc, char **argv)
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
     if (a.npositional) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
+    const char *scores = cli_get(&a, "--scores");
+    if (scores) {
+        static const char *const experiment[] = {"--seq", "--samples", "--seed", "--max-dk", "--svg"};
+        for (size_t i = 0; i < sizeof experiment / sizeof *experiment; ++i)
+            if (cli_get(&a, experiment[i]))
+                return cli_usage_error(cmd, "%s is for the experiment, not --scores", experiment[i]);
+        return given_scores(cmd, &a, scores);
+    }
     long nkeys = 16, samples = 1000, max_dk = 4096;
     if (!cli_get_int(&a, "--seq", 2, 4096, &nkeys) ||
         !cli_get_int(&a, "--samples", 2, 10000000, &samples) ||
@@ -301,18 +367,19 @@ static int run(int argc, char **argv)
     int n = 0;
     for (int64_t dk = 1; dk <= max_dk; dk *= 2)
         if (!measure(dk, nkeys, samples, seed, &rows[n++])) return CLI_FAIL;
+    /* the picture first: a failure then prints nothing */
+    if (svg_path && !draw(svg_path, rows, n, nkeys, samples, seed)) return CLI_USAGE;
     if (cli_flag(&a, "--csv"))
         print_csv(rows, n);
     else
         print_table(rows, n, nkeys, samples, seed);
-    if (svg_path && !draw(svg_path, rows, n, nkeys, samples, seed)) return CLI_USAGE;
     return CLI_OK;
 }
 
 const cli_command cmd_scaling = {
     .name = "scaling",
     .summary = "why scores are divided by sqrt(d_k): softmax saturation measured",
-    .usage = "[--seq N] [--samples M] [--seed S] [--max-dk D] [--csv] [--svg FILE.svg]",
+    .usage = "[--seq N] [--samples M] [--seed S] [--max-dk D] [--csv] [--svg FILE.svg] | --scores Z",
     .details =
         "For d_k = 1, 2, 4, ..., D: M queries q and, for each, N keys k_1..k_N, every\n"
         "entry independent N(0,1) (attn's own seeded generator). The scores q.k_j go\n"
@@ -329,7 +396,10 @@ const cli_command cmd_scaling = {
         "                   ||J||_F^2. It is sqrt(N-1)/N for uniform weights and goes to 0\n"
         "                   as softmax saturates, which is what stalls learning.\n"
         "Each d_k has its own random stream derived from the seed, so a row does not\n"
-        "depend on --max-dk; the same seed gives the same table on every machine.",
+        "depend on --max-dk; the same seed gives the same table on every machine.\n"
+        "--scores Z skips the experiment and reports the same quantities for each row\n"
+        "of Z as the scores of one query (softmax by attn_sdpa with scale 1), e.g.\n"
+        "  attn scaling --scores \"1.414,0;14.14,0\"",
     .options = scaling_options,
     .run = run,
 };
