@@ -38,7 +38,7 @@ enum {
     BWD_TARGET_TASKS = 24,
 };
 /* dQ partial copies beyond the first may use at most this much memory. */
-#define BWD_PARTIAL_BUDGET ((int64_t)256 << 20)
+#define BWD_PARTIAL_BUDGET ((int64_t)64 << 20)
 
 typedef struct {
     int64_t dp, dvp, bcp; /* padded widths: key features, value features, keys */

@@ -33,6 +33,9 @@ enum {
     FWD_BAND = 24,  /* rows whose visible columns are bounded together (multiple of every MR) */
 };
 
+_Static_assert(FWD_ROWS % FWD_BAND == 0, "row bands must tile a row block");
+_Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels");
+
 typedef struct {
     int64_t heads;    /* query heads per task */
     int64_t bcp, dvp; /* padded tile widths: keys, value features */
