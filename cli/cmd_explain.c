@@ -13,6 +13,7 @@
 static const cli_option explain_options[] = {
     STEPS_INPUT_OPTIONS,
     {"--precision", "P", "at most P decimals (numpy's print precision, default 8)"},
+    {"--suppress", NULL, "fixed-point notation only, tiny values as 0 (numpy's suppress)"},
     {"--no-weights", NULL, "do not print the weight matrices themselves"},
     {0},
 };
@@ -227,6 +228,7 @@ static int run(int argc, char **argv)
         return rc;
     }
     fmt_set_precision((int)precision);
+    fmt_set_suppress(cli_flag(&a, "--suppress"));
     const bool show_weights = !cli_flag(&a, "--no-weights");
     print_header(&s);
     step_project(&s, show_weights);

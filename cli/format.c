@@ -7,6 +7,13 @@
 
 /* numpy's print precision: most fractional digits shown (default 8). */
 static int max_decimals = 8;
+/* numpy's suppress: never scientific notation. */
+static int suppress_scientific = 0;
+
+void fmt_set_suppress(int on)
+{
+    suppress_scientific = on != 0;
+}
 
 void fmt_set_precision(int decimals)
 {
@@ -37,6 +44,7 @@ static int decimals_needed(float x, int sci)
 static int use_scientific(const float *data, int64_t rows, int64_t cols, int64_t ld)
 {
     float lo = INFINITY, hi = 0.0f;
+    if (suppress_scientific) return 0;
     for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) {
             float a = fabsf(data[i * ld + j]);

@@ -18,6 +18,9 @@ void fmt_labeled(FILE *f, const char *label, const float *data, int64_t rows, in
 /* Most fractional digits printed, 0..8 (numpy's print precision, default 8).
  * Values that need fewer digits still print with fewer. */
 void fmt_set_precision(int decimals);
+/* Nonzero: always fixed-point notation, tiny values print as 0 (numpy's
+ * suppress=True). */
+void fmt_set_suppress(int on);
 
 /* The same numbers as fmt_matrix, laid out as a table with row labels (left)
  * and/or column labels (a header line), either may be NULL (both NULL is
