@@ -13,7 +13,7 @@
 
 static const cli_option train_options[] = {
     {"--task", "NAME", "recall (default) or recall-prev"},
-    {"--steps", "N", "optimizer steps (recall: 600, recall-prev: 1200)"},
+    {"--steps", "N", "optimizer steps (recall: 1000, recall-prev: 1200)"},
     {"--batch", "B", "examples per step (default 64)"},
     {"--lr", "X", "peak learning rate (default 3e-3)"},
     {"--min-lr", "X", "final learning rate of the cosine schedule (default 3e-5)"},
@@ -24,9 +24,9 @@ static const cli_option train_options[] = {
     {"--clip", "X", "clip the gradient norm to X; 0 = off (default 1)"},
     {"--embed-dim", "E", "model width (default 64)"},
     {"--heads", "H", "attention heads; E/H is the head dimension (recall: 2, recall-prev: 4)"},
-    {"--pairs", "P", "(key, value) entries per example (default 8)"},
-    {"--keys", "K", "key vocabulary (default 16)"},
-    {"--values", "V", "value vocabulary (default 16)"},
+    {"--pairs", "P", "(key, value) entries per example (recall: 16, recall-prev: 8)"},
+    {"--keys", "K", "key vocabulary (recall: 64, recall-prev: 16)"},
+    {"--values", "V", "value vocabulary (recall: 64, recall-prev: 16)"},
     {"--no-posenc", NULL, "no sinusoidal positional encoding"},
     {"--no-scale", NULL, "attention scores without the 1/sqrt(d_k) factor"},
     {"--scale-ablation", NULL,

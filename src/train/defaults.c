@@ -10,15 +10,19 @@ attn_train_config attn_train_config_default(attn_task_kind kind)
     attn_train_config c;
     memset(&c, 0, sizeof c);
     c.model.task.kind = kind;
-    c.model.task.num_keys = 16;
-    c.model.task.num_values = 16;
-    c.model.task.num_pairs = 8;
+    /* recall: a database of 16 entries over 64 keys and 64 values.
+     * recall-prev: 8 entries over 16 keys and 16 values, so that its
+     * (value, value) answer has 256 classes rather than 4096. */
+    const bool prev = kind == ATTN_TASK_RECALL_PREV;
+    c.model.task.num_keys = prev ? 16 : 64;
+    c.model.task.num_values = prev ? 16 : 64;
+    c.model.task.num_pairs = prev ? 8 : 16;
     c.model.embed_dim = 64;
-    c.model.num_heads = kind == ATTN_TASK_RECALL_PREV ? 4 : 2;
+    c.model.num_heads = prev ? 4 : 2;
     c.model.positional_encoding = true;
     c.model.unscaled = false;
     c.optimizer = ATTN_OPTIM_ADAMW;
-    c.steps = kind == ATTN_TASK_RECALL_PREV ? 1200 : 600;
+    c.steps = prev ? 1200 : 1000;
     c.batch_size = 64;
     c.warmup_steps = 100;
     c.lr = 3e-3f;
