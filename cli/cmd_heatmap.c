@@ -78,9 +78,14 @@ static int token_option(const cli_command *cmd, const cli_args *a, const char *n
     if (!text) return CLI_OK;
     *count = inline_split_words(text, words);
     if (*count < 0) return cli_usage_error(cmd, "%s: no tokens in '%s'", name, text);
-    if (*count != want)
-        return cli_usage_error(cmd, "%s has %d words but there are %lld %s", name, *count,
-                               (long long)want, what);
+    if (*count != want) {
+        cli_usage_error(cmd, "%s has %d words but there are %lld %s", name, *count,
+                        (long long)want, what);
+        inline_free_words(*words, *count);
+        *words = NULL;
+        *count = 0;
+        return CLI_USAGE;
+    }
     return CLI_OK;
 }
 
