@@ -180,8 +180,8 @@ static int from_steps(const cli_command *cmd, const cli_args *a, heatmap *h)
             fprintf(stderr, "attn heatmap: out of memory\n");
             rc = CLI_FAIL;
         }
-        snprintf(h->title, sizeof h->title, "Attention weights softmax(Q K^T %s)%s",
-                 s.default_scale ? "/ sqrt(d_k)" : "* scale", s.causal ? ", causal" : "");
+        snprintf(h->title, sizeof h->title, "Attention weights softmax(QK\u1D40 %s)%s",
+                 s.default_scale ? "/ \u221Ad\u2096" : "\u00D7 scale", s.causal ? ", causal" : "");
         snprintf(h->subtitle, sizeof h->subtitle, "%lld head%s, d_k = %lld; weights: %s",
                  (long long)s.heads, s.heads == 1 ? "" : "s", (long long)s.d_k, s.source);
     }
@@ -209,7 +209,7 @@ static picture plan_picture(const heatmap *h)
     picture p = {0};
     const int64_t big = h->nq > h->nk ? h->nq : h->nk;
     p.cell = floor(380.0 / (double)big);
-    if (p.cell > 44) p.cell = 44;
+    if (p.cell > 64) p.cell = 64;
     if (p.cell < 4) p.cell = 4;
     p.label_size = p.cell < 20 ? (p.cell < 12 ? 9 : 10.5) : 12;
     double col_w = 0;
@@ -234,19 +234,20 @@ static picture plan_picture(const heatmap *h)
     p.panel_h = 22 + p.col_h + 8 + p.cell * (double)h->nq + 34;
     /* up to 4 panels a row, as many as fit in about 1300 pixels */
     int fit = (int)((1300 - 130) / p.panel_w);
-    p.ncols = fit < 1 ? 1 : fit > 4 ? 4 : fit;
-    if (p.ncols > h->heads) p.ncols = (int)h->heads;
-    p.nrows = (int)((h->heads + p.ncols - 1) / p.ncols);
+    fit = fit < 1 ? 1 : fit > 4 ? 4 : fit;
+    /* as few rows as fit allows, then as even as possible: 4 heads by 3 is 2 + 2 */
+    p.nrows = (int)((h->heads + fit - 1) / fit);
+    p.ncols = (int)((h->heads + p.nrows - 1) / p.nrows);
     p.top = h->subtitle[0] ? 62 : 44;
     return p;
 }
 
-static void draw_panels(svg *doc, const heatmap *h, const picture *p)
+static void draw_panels(svg *doc, const heatmap *h, const picture *p, double left)
 {
     const double cell = p->cell;
     const bool values = cell >= 30;
     for (int64_t hh = 0; hh < h->heads; ++hh) {
-        const double px = 20 + (double)(hh % p->ncols) * p->panel_w,
+        const double px = left + (double)(hh % p->ncols) * p->panel_w,
                      py = p->top + (double)(hh / p->ncols) * p->panel_h;
         const double gx = px + 22 + p->row_w + 8, gy = py + 22 + p->col_h + 8;
         const double gw = cell * (double)h->nk, gh = cell * (double)h->nq;
@@ -292,7 +293,7 @@ static void draw_panels(svg *doc, const heatmap *h, const picture *p)
                 svg_group_begin(doc, tip, attrs);
                 svg_rect(doc, gx + cell * (double)j, gy + cell * (double)i, cell, cell, hex, NULL, 0);
                 if (values) {
-                    svg_text_style vt = {.size = cell >= 40 ? 11 : 9.5, .anchor = SVG_MIDDLE,
+                    svg_text_style vt = {.size = cell >= 56 ? 13 : cell >= 40 ? 11 : 9.5, .anchor = SVG_MIDDLE,
                                          .middle = true, .fill = svg_text_colour_on(c)};
                     svg_textf(doc, gx + cell * ((double)j + 0.5), gy + cell * ((double)i + 0.5),
                               &vt, "%.2f", v);
@@ -322,11 +323,13 @@ static bool write_svg(const heatmap *h, const char *path)
         svg_text_style st = {.size = 12, .anchor = SVG_MIDDLE, .fill = "#555"};
         svg_text(doc, width / 2, 46, &st, h->subtitle);
     }
-    draw_panels(doc, h, &p);
+    /* panels and colour bar centred when the titles make the picture wider */
+    const double content = p.ncols * p.panel_w + 90, left = 20 + (width - 20 - content) / 2;
+    draw_panels(doc, h, &p, left);
     /* colour bar at the right, level with the first row of grids */
     const double grid_top = p.top + 22 + p.col_h + 8;
     const double bar_h = fmax(fmin(p.cell * (double)h->nq, 260), 80);
-    svg_colour_bar(doc, 20 + p.ncols * p.panel_w + 10, grid_top, 14, bar_h, h->map, h->vmin,
+    svg_colour_bar(doc, left + p.ncols * p.panel_w + 10, grid_top, 14, bar_h, h->map, h->vmin,
                    h->vmax, "weight");
     char err[600];
     bool ok = svg_save(doc, path, err, sizeof err);
