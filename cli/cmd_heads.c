@@ -186,7 +186,7 @@ static const char *role_name(const head_role *r)
 
 /* ------------------------------------------------------------------ SVG */
 
-enum { CELL_W = 64, CELL_H = 30, LEFT = 80, RIGHT = 290, HEADER = 58, FOOTER = 30 };
+enum { CELL_W = 64, CELL_H = 30, LEFT = 80, RIGHT = 420, HEADER = 58, FOOTER = 30 };
 
 static void draw_example(svg *doc, const heads_ctx *c, double y0, int64_t index,
                          const shown_example *ex, const head_role *roles)
@@ -258,7 +258,7 @@ static bool write_svg(const char *path, const char *ckpt, const heads_ctx *c,
               "orange box = the entry whose key matches the query");
     for (int64_t i = 0; i < shown; ++i)
         draw_example(doc, c, 70 + panel * (double)i, first + i, &ex[i], roles);
-    svg_colour_bar(doc, width - 60, 80, 14, 120, SVG_BLUES, 0, 1, "weight");
+    svg_colour_bar(doc, width - 60, 96, 14, 120, SVG_BLUES, 0, 1, "weight");
     char err[256];
     const bool ok = svg_save(doc, path, err, sizeof err);
     if (!ok) fprintf(stderr, "attn heads: %s\n", err);

@@ -77,6 +77,7 @@ static void print_eval_line(const attn_train_progress *p, double seconds)
            (long long)p->step, (long long)p->total_steps, (double)p->loss,
            100.0 * p->accuracy, 100.0 * p->heldout_accuracy, (double)p->lr,
            seconds > 0 ? (double)p->step / seconds : 0.0, seconds);
+    fflush(stdout); /* a line at a time, also when stdout is a file or a pipe */
 }
 
 static void draw_bar(const progress_state *st, const attn_train_progress *p, double seconds)
