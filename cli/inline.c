@@ -216,6 +216,14 @@ bool cli_matrix_arg(const cli_command *cmd, const char *option, const char *valu
             fprintf(stderr, "attn %s: %s: %s\n", cmd->name, option, err.message);
             return false;
         }
+        /* a batch of one, (1, rows, cols), is a matrix too */
+        if (a.t.ndim == 3 && a.t.shape[0] == 1) {
+            a.t.ndim = 2;
+            a.t.shape[0] = a.t.shape[1];
+            a.t.shape[1] = a.t.shape[2];
+            a.t.stride[0] = a.t.stride[1];
+            a.t.stride[1] = a.t.stride[2];
+        }
         if (a.t.dtype != ATTN_F32 || a.t.ndim < 1 || a.t.ndim > 2 || attn_tensor_numel(&a.t) == 0) {
             fprintf(stderr, "attn %s: %s: %s must hold a non-empty 1-D or 2-D float array\n",
                     cmd->name, option, value);

@@ -22,7 +22,8 @@ bool inline_parse_matrix(const char *text, float **data, int64_t *rows, int64_t 
 
 /*
  * The value of a matrix option: a path ending in ".npy" is read as a 1-D
- * (one row) or 2-D float array; anything else is parsed inline. On failure
+ * (one row), 2-D, or (1, rows, cols) float array; anything else is parsed
+ * inline. On failure
  * prints one line ("attn CMD: --x: ...") and returns false.
  */
 bool cli_matrix_arg(const cli_command *cmd, const char *option, const char *value, float **data,

@@ -25,7 +25,7 @@
 /* The options that choose X and the weights (for a cli_option table). */
 #define STEPS_INPUT_OPTIONS                                                                    \
     {"--x", "X", "input embeddings, one row per token: X.npy or inline \"1,2,3;3,3,2\""},      \
-    {"--tokens", "WORDS", "label the rows: \"the hunter saw a duck\" (or comma-separated)"},   \
+    {"--tokens", "WORDS", "token labels: \"the hunter saw a duck\" (or comma-separated)"},     \
     {"--weights", "W.safetensors", "W_Q, W_K, W_V [, W_O] (X @ W) or a torch MHA state_dict"}, \
     {"--wq", "M", "W_Q (d_model, H*d_k), inline or .npy"},                                     \
     {"--wk", "M", "W_K (d_model, H*d_k), inline or .npy"},                                     \
