@@ -383,6 +383,23 @@ int svg_ticks(double lo, double hi, bool logarithmic, double base, int max_ticks
     if (!(lo > 0) || !(hi >= lo)) return 0;
     double e0 = ceil(log(lo) / log(base) - 1e-9), e1 = floor(log(hi) / log(base) + 1e-9);
     int count = (int)(e1 - e0) + 1;
+    if (count < 3 && base == 10) {
+        /* less than two decades: 1, 2, 5 (or every digit) times the powers of 10 */
+        static const double fine[2][9] = {{1, 2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+        static const int nfine[2] = {3, 9};
+        for (int f = 0; f < 2; ++f) {
+            int n = 0;
+            for (double e = floor(log10(lo)); e <= ceil(log10(hi)) && n < cap; ++e)
+                for (int m = 0; m < nfine[f] && n < cap; ++m) {
+                    double v = fine[f][m] * pow(10, e);
+                    if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) ticks[n++] = v;
+                }
+            if (n >= 3 || f == 1) {
+                if (n >= 2) return n;
+                break;
+            }
+        }
+    }
     if (count < 2) return linear_ticks(lo, hi, max_ticks, ticks, cap);
     int every = (count + max_ticks - 1) / (max_ticks > 0 ? max_ticks : 1);
     if (every < 1) every = 1;
