@@ -18,8 +18,18 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DATTN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
+# The seeds' worked examples, one explained step by step, and pictures.
 demo: build
 	@./$(BUILD)/attn example all
+	@./$(BUILD)/attn explain --weights examples/numpy_seed42.safetensors --x "1,2,3;3,3,2"
+	@./$(BUILD)/attn heatmap --tokens "the hunter saw a duck" \
+	  --x "1,0,0,1;0.81,0.59,1,1;0.31,0.95,0,1;-0.31,0.95,0,1;-0.81,0.59,1,1" \
+	  --wq "16.18,-11.76,0,0;11.76,16.18,0,0;0,0,0,0;0,0,10,0" \
+	  --wk "1,0,0,0;0,1,0,0;0,0,1,0;0,0,0,0" --wv "1,0,0,0;0,1,0,0;0,0,1,0;0,0,0,1" \
+	  --wo "1,0,0,0;0,1,0,0;0,0,1,0;0,0,0,1" --heads 2 --title "Two heads, two questions" \
+	  --out $(BUILD)/demo_heads.svg
+	@./$(BUILD)/attn scaling --max-dk 1024 --svg $(BUILD)/demo_scaling.svg
+	@echo "pictures: $(BUILD)/demo_heads.svg $(BUILD)/demo_scaling.svg"
 
 install: build
 	@cmake --install $(BUILD)
