@@ -32,7 +32,7 @@
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
-    BWD_KEYS = 64, /* keys per tile */
+    BWD_KEYS = 96, /* keys per tile */
     /* Aim for this many (b, kv head, chunk) tasks so small batches still
      * spread over threads; a function of the shape alone. */
     BWD_TARGET_TASKS = 24,
