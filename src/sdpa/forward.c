@@ -1,9 +1,10 @@
 /*
  * Fused forward: query tiles × key tiles with an online softmax.
  *
- * A task is (batch b, kv head hk, group of up to FWD_HEADS query heads
- * sharing hk, block of FWD_ROWS query rows). For each key tile of FWD_KEYS
- * keys the task packs Kᵀ and V once, then for each of its heads:
+ * A task is (batch b, kv head hk, up to FWD_UNITS "units"), a unit being
+ * FWD_ROWS query rows of one query head reading hk: consecutive row blocks
+ * of a head and/or the heads of a GQA group. For each key tile of FWD_KEYS
+ * keys the task packs Kᵀ and V once, then for each of its units:
  *   S  = Q·Kᵀ              (rows × keys; Q read in place, any strides)
  *   P  = exp(scale·S + bias - m_new), m and l updated   (online softmax)
  *   O  = alpha∘O + P·V     (alpha rescales rows whose max grew)
@@ -29,7 +30,7 @@
 enum {
     FWD_ROWS = 96,  /* query rows per task and head (multiple of every MR) */
     FWD_KEYS = 64,  /* keys per tile (multiple of SDPA_MAX_NPAD) */
-    FWD_HEADS = 4,  /* query heads of a GQA group sharing one packed K/V tile */
+    FWD_UNITS = 4,  /* row blocks (of any heads of the group) sharing a packed K/V tile */
     FWD_BAND = 24,  /* rows whose visible columns are bounded together (multiple of every MR) */
 };
 
@@ -37,14 +38,14 @@ _Static_assert(FWD_ROWS % FWD_BAND == 0, "row bands must tile a row block");
 _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels");
 
 typedef struct {
-    int64_t heads;    /* query heads per task */
+    int64_t units;    /* units per task */
     int64_t bcp, dvp; /* padded tile widths: keys, value features */
 } fwd_dims;
 
 static fwd_dims forward_dims(const sdpa_problem *p)
 {
     fwd_dims d;
-    d.heads = p->group < FWD_HEADS ? p->group : FWD_HEADS;
+    d.units = FWD_UNITS;
     d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD);
     d.dvp = sdpa_round_up(p->Dv, SDPA_MAX_NPAD);
     return d;
@@ -61,7 +62,7 @@ typedef struct {
 static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
-    const int64_t rows = d->heads * FWD_ROWS;
+    const int64_t rows = d->units * FWD_ROWS;
     sdpa_size_add(&s, p->D * d->bcp, sizeof(float)); /* kt */
     sdpa_size_add(&s, FWD_KEYS * d->dvp, sizeof(float)); /* v */
     sdpa_size_add(&s, FWD_ROWS * d->bcp, sizeof(float)); /* s */
@@ -77,7 +78,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
 static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char *base)
 {
     fwd_scratch w;
-    const int64_t rows = d->heads * FWD_ROWS;
+    const int64_t rows = d->units * FWD_ROWS;
     w.kt = sdpa_take(&base, p->D * d->bcp, sizeof(float));
     w.v = sdpa_take(&base, FWD_KEYS * d->dvp, sizeof(float));
     w.s = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));
@@ -137,25 +138,41 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
     }
 }
 
-/* One task: heads [h0, h0+nh) of kv head hk, query rows [i0, i0+mi). */
+/* Unit u of kv head hk: query head *h, rows [*i0, *i0 + *mi). Units run
+ * block-major, so a GQA group's heads of one row block are neighbours. */
+static void unit_rows(const sdpa_problem *p, int64_t hk, int64_t u, int64_t *h, int64_t *i0,
+                      int64_t *mi)
+{
+    *h = hk * p->group + u % p->group;
+    *i0 = u / p->group * FWD_ROWS;
+    *mi = p->Nq - *i0 < FWD_ROWS ? p->Nq - *i0 : FWD_ROWS;
+}
+
+/* One task: units [u0, u0+nu) of kv head (b, hk). */
 static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                         int64_t b, int64_t hk, int64_t h0, int64_t nh, int64_t i0, int64_t mi,
-                         fwd_scratch *w)
+                         int64_t b, int64_t hk, int64_t u0, int64_t nu, fwd_scratch *w)
 {
     const int64_t dvn = sdpa_round_up(p->Dv, kern->npad);
-    for (int64_t x = 0; x < nh * FWD_ROWS; ++x) {
+    for (int64_t x = 0; x < nu * FWD_ROWS; ++x) {
         w->rowmax[x] = -INFINITY;
         w->rowsum[x] = 0.0f;
     }
-    memset(w->o, 0, (size_t)(nh * FWD_ROWS * d->dvp) * sizeof(float));
+    memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
 
-    /* Keys past the causal end of the block's last row are never visible. */
-    const int64_t kend = sdpa_causal_end(p, i0 + mi - 1);
+    /* Keys past the causal end of the units' last rows are never visible. */
+    int64_t kend = 0;
+    for (int64_t e = 0; e < nu; ++e) {
+        int64_t h, i0, mi;
+        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
+        const int64_t end = sdpa_causal_end(p, i0 + mi - 1);
+        kend = end > kend ? end : kend;
+    }
     for (int64_t j0 = 0; j0 < kend; j0 += FWD_KEYS) {
         const int64_t nj = kend - j0 < FWD_KEYS ? kend - j0 : FWD_KEYS;
         bool packed = false;
-        for (int64_t e = 0; e < nh; ++e) {
-            const int64_t h = h0 + e;
+        for (int64_t e = 0; e < nu; ++e) {
+            int64_t h, i0, mi;
+            unit_rows(p, hk, u0 + e, &h, &i0, &mi);
             const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->limit, w->bias,
                                                d->bcp);
             if (t.cols == 0) continue; /* hidden: not even packed */
@@ -191,8 +208,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
 
-    for (int64_t e = 0; e < nh; ++e) {
-        const int64_t h = h0 + e;
+    for (int64_t e = 0; e < nu; ++e) {
+        int64_t h, i0, mi;
+        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
         float *lse_rows = w->alpha + e * FWD_ROWS; /* alpha is free now: reuse for the LSE */
         for (int64_t r = 0; r < mi; ++r) {
             const float l = w->rowsum[e * FWD_ROWS + r];
@@ -220,9 +238,9 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     if (!ws) return err ? err->status : ATTN_ERR_ALLOC;
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
 
-    const int64_t groups = (p->group + d.heads - 1) / d.heads;
-    const int64_t blocks = (p->Nq + FWD_ROWS - 1) / FWD_ROWS;
-    const int64_t tasks = p->B * p->Hkv * groups * blocks;
+    const int64_t units = (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group; /* per kv head */
+    const int64_t per_kv = (units + d.units - 1) / d.units;
+    const int64_t tasks = p->B * p->Hkv * per_kv;
     const int threads = p->threads;
 
 #pragma omp parallel num_threads(threads)
@@ -236,16 +254,12 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         fwd_scratch w = carve_scratch(p, &d, mine);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
-            /* Causal blocks late in the sequence cost most: hand them out first. */
-            int64_t blk = t % blocks;
-            if (p->causal != ATTN_CAUSAL_NONE) blk = blocks - 1 - blk;
-            const int64_t rest = t / blocks, g = rest % groups, bh = rest / groups;
-            const int64_t b = bh / p->Hkv, hk = bh % p->Hkv;
-            const int64_t h0 = hk * p->group + g * d.heads;
-            const int64_t nh = p->group - g * d.heads < d.heads ? p->group - g * d.heads : d.heads;
-            const int64_t i0 = blk * FWD_ROWS;
-            const int64_t mi = p->Nq - i0 < FWD_ROWS ? p->Nq - i0 : FWD_ROWS;
-            forward_task(p, kern, &d, b, hk, h0, nh, i0, mi, &w);
+            /* Causal rows late in the sequence cost most: hand them out first. */
+            int64_t k = t % per_kv;
+            if (p->causal != ATTN_CAUSAL_NONE) k = per_kv - 1 - k;
+            const int64_t bh = t / per_kv, u0 = k * d.units;
+            const int64_t nu = units - u0 < d.units ? units - u0 : d.units;
+            forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, &w);
         }
     }
     free(owned);
