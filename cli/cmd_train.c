@@ -34,7 +34,7 @@ static const cli_option train_options[] = {
     {"--seed", "S", "initialisation and training data (default 1)"},
     {"--heldout", "N", "held-out examples, never trained on (default 2000)"},
     {"--eval-every", "N", "held-out evaluation period in steps (default 50)"},
-    {"--threads", "N", "worker threads (default: all cores)"},
+    {"--threads", "N", "worker threads (default 1; the result is the same for any N)"},
     {"--save", "CKPT.safetensors", "write the trained model (torch state_dict names)"},
     {"--plot", "loss.svg", "loss and held-out accuracy against the step"},
     {"--log", "loss.csv", "every step as CSV"},
@@ -153,6 +153,10 @@ static int parse_config(const cli_args *a, attn_train_config *cfg, bool *ablatio
     INT_OPT("--values", 2, 1 << 20, cfg->model.task.num_values);
     INT_OPT("--heldout", 1, 100000000, cfg->heldout_size);
     INT_OPT("--eval-every", 0, 100000000, cfg->eval_every);
+    /* One thread unless asked: the model is small (a step is a few ms), a
+     * second thread gains 1.6x on an idle 2-core machine but loses up to
+     * 16x when another process holds the other core (docs/TRAINING.md). */
+    cfg->num_threads = 1;
     INT_OPT("--threads", 1, 1024, cfg->num_threads);
 #undef INT_OPT
     if (cli_get(a, "--seed")) {
@@ -192,7 +196,7 @@ static void print_setup(const attn_train_config *c)
            attn_task_name(t->kind), (int)t->num_pairs, (int)t->num_keys, (int)t->num_values,
            (long long)attn_task_num_classes(t), 100.0 / (double)attn_task_num_classes(t));
     printf("model: embedding %lld%s -> MHA %lld heads x d_k %lld%s -> linear; %s lr %.2g, "
-           "batch %lld, %lld steps, %d threads\n",
+           "batch %lld, %lld steps, threads %d\n",
            (long long)c->model.embed_dim,
            c->model.positional_encoding ? " + sinusoidal positions" : "",
            (long long)c->model.num_heads, (long long)(c->model.embed_dim / c->model.num_heads),

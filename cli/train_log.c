@@ -72,14 +72,21 @@ bool train_log_write_csv(const char *path, const train_log *logs, int nlogs)
     return ok;
 }
 
-/* Mean of the training loss over the last `window` steps ending at i: the
- * per-batch loss is noisy, the average shows the trend. */
-static double moving_average(const train_log *log, int64_t i, int64_t window)
+/* Geometric mean of the training loss over the last `window` steps ending
+ * at i: the per-batch loss is noisy, and on a log axis a rare spike would
+ * dominate an arithmetic mean. */
+static double moving_average(const train_log *run, int64_t i, int64_t window)
 {
     double sum = 0;
     int64_t n = 0;
-    for (int64_t j = i; j >= 0 && j > i - window; --j, ++n) sum += log->rows[j].loss;
-    return sum / (double)n;
+    for (int64_t j = i; j >= 0 && j > i - window; --j) {
+        const double l = run->rows[j].loss;
+        if (l > 0 && isfinite(l)) {
+            sum += log(l);
+            ++n;
+        }
+    }
+    return n ? exp(sum / (double)n) : NAN;
 }
 
 /* The arrays one run's series point into. */
@@ -110,7 +117,7 @@ static bool run_series_fill(run_series *s, const train_log *log)
         }
     }
     snprintf(s->name_loss, sizeof s->name_loss, "%s: training loss per batch", log->name);
-    snprintf(s->name_mean, sizeof s->name_mean, "%s: training loss, mean of %lld steps",
+    snprintf(s->name_mean, sizeof s->name_mean, "%s: training loss, geometric mean of %lld steps",
              log->name, (long long)window);
     snprintf(s->name_acc, sizeof s->name_acc, "%s: held-out accuracy (final %.2f%%)", log->name,
              100.0 * log->result.heldout_accuracy);
