@@ -300,7 +300,7 @@ const attn_array *attn_safetensors_find(const attn_safetensors *st, const char *
 attn_status attn_safetensors_write(const char *path, const char *const *names,
                                    const attn_tensor *tensors, size_t count, attn_error *err);
 
-/* ---------------------------------------------------------------- training */
+/* -------------------------------------------------------- training: layers */
 
 /*
  * What training needs around MHA: a few layers, optimizers, two synthetic
@@ -522,7 +522,8 @@ typedef struct {
     int num_threads;
 } attn_train_config;
 
-/* The settings `attn train --task NAME` uses by default. */
+/* The settings `attn train --task NAME` starts from (the CLI then runs on one
+ * thread unless --threads is given). */
 attn_train_config attn_train_config_default(attn_task_kind kind);
 
 typedef struct {
