@@ -18,7 +18,8 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DATTN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
-# The seeds' worked examples, one explained step by step, and pictures.
+# The seeds' worked examples, one explained step by step, pictures, and
+# attention learning the database lookup.
 demo: build
 	@./$(BUILD)/attn example all
 	@./$(BUILD)/attn explain --weights examples/numpy_seed42.safetensors --x "1,2,3;3,3,2"
@@ -29,7 +30,8 @@ demo: build
 	  --wo "1,0,0,0;0,1,0,0;0,0,1,0;0,0,0,1" --heads 2 --title "Two heads, two questions" \
 	  --out $(BUILD)/demo_heads.svg
 	@./$(BUILD)/attn scaling --max-dk 1024 --svg $(BUILD)/demo_scaling.svg
-	@echo "pictures: $(BUILD)/demo_heads.svg $(BUILD)/demo_scaling.svg"
+	@./$(BUILD)/attn train --task recall --steps 300 --plot $(BUILD)/train_loss.svg
+	@echo "pictures: $(BUILD)/demo_heads.svg $(BUILD)/demo_scaling.svg $(BUILD)/train_loss.svg"
 
 install: build
 	@cmake --install $(BUILD)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_print_help(const cli_command *cmd)
 {
@@ -153,6 +154,21 @@ int cli_report(const char *context, const attn_error *err)
     }
 }
 
+int cli_report_as(const cli_args *a, const attn_error *err, const char *const (*map)[2])
+{
+    const char *colon = strchr(err->message, ':');
+    for (int i = 0; colon && map[i][0]; ++i) {
+        size_t len = strlen(map[i][0]);
+        if ((size_t)(colon - err->message) != len || strncmp(err->message, map[i][0], len)) continue;
+        const char *value = cli_get(a, map[i][1]);
+        attn_error named = *err;
+        snprintf(named.message, sizeof named.message, "%s%s%s%s", map[i][1], value ? " " : "",
+                 value ? value : "", colon);
+        return cli_report(a->cmd->name, &named);
+    }
+    return cli_report(a->cmd->name, err);
+}
+
 bool cli_load_npy(const char *path, attn_array *out)
 {
     attn_error err = {0};
@@ -176,15 +192,43 @@ bool cli_save_npy(const char *path, const attn_tensor *t)
 
 bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n)
 {
-    for (int i = 0; i < n; ++i) {
-        if (!paths[i]) continue;
-        if (!cli_save_npy(paths[i], &tensors[i])) {
-            for (int k = 0; k < i; ++k) /* leave no partial set of results */
-                if (paths[k]) remove(paths[k]);
-            return false;
+    char(*tmp)[4096] = calloc((size_t)(n > 0 ? n : 1), sizeof *tmp);
+    if (!tmp) {
+        fprintf(stderr, "attn: out of memory\n");
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < n; ++i)
+        for (int k = 0; ok && paths[i] && k < i; ++k)
+            if (paths[k] && !strcmp(paths[k], paths[i])) {
+                fprintf(stderr, "attn: %s: given for two different outputs\n", paths[i]);
+                ok = false;
+            }
+    int written = 0;
+    for (; ok && written < n; ++written) {
+        if (!paths[written]) continue;
+        snprintf(tmp[written], sizeof tmp[written], "%s.attn-%ld.part", paths[written], (long)getpid());
+        attn_error err = {0};
+        if (attn_npy_write(tmp[written], &tensors[written], &err) != ATTN_OK) {
+            /* the message names the temporary; name the user's path */
+            size_t tl = strlen(tmp[written]);
+            const char *msg = strncmp(err.message, tmp[written], tl) ? ": cannot write" : err.message + tl;
+            fprintf(stderr, "attn: %s%s\n", paths[written], msg);
+            tmp[written][0] = '\0';
+            ok = false;
+            break;
         }
     }
-    return true;
+    for (int i = 0; i < n; ++i) {
+        if (!paths[i] || !tmp[i][0]) continue;
+        if (ok && rename(tmp[i], paths[i]) != 0) {
+            fprintf(stderr, "attn: %s: %s\n", paths[i], strerror(errno));
+            ok = false;
+        }
+        if (!ok) remove(tmp[i]);
+    }
+    free(tmp);
+    return ok;
 }
 
 float *cli_alloc_floats(const char *context, int n, ...)

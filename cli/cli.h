@@ -51,9 +51,13 @@ const char *cli_require(const cli_args *a, const char *name);
 bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *out);
 bool cli_get_float(const cli_args *a, const char *name, float *out);
 
-/* Prints "attn: CONTEXT: message" for a library error. Returns exit code:
+/* Prints "attn CONTEXT: message" for a library error. Returns exit code:
  * CLI_USAGE for file/argument errors, CLI_FAIL otherwise. */
 int cli_report(const char *context, const attn_error *err);
+/* The same, naming the command-line option instead of the library argument:
+ * a message "query: ..." becomes "--query q.npy: ..." when map holds
+ * {"query", "--query"} (map ends with {NULL, NULL}). */
+int cli_report_as(const cli_args *a, const attn_error *err, const char *const (*map)[2]);
 /* Prints "attn CMD: message" and returns CLI_USAGE. */
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -62,8 +66,10 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 bool cli_load_npy(const char *path, attn_array *out);
 /* Writes a float32 tensor; prints the error and returns false on failure. */
 bool cli_save_npy(const char *path, const attn_tensor *t);
-/* Writes every tensor whose path is non-NULL; on any failure removes the ones
- * already written so that a failed command leaves no output behind. */
+/* Writes every tensor whose path is non-NULL, all or nothing: each goes to a
+ * temporary name first and all are renamed into place only when every write
+ * succeeded, so a failed command leaves no output behind and never removes a
+ * file that existed before. Two outputs with the same path are an error. */
 bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n);
 
 /* malloc of the product of n sizes in floats (at least one float), NULL

@@ -2,9 +2,11 @@
  * .npy inputs with parameters from a torch state_dict in .safetensors. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char mha_details[] =
     "X (B,L,E) or unbatched (L,E); without --key/--value it is self-attention.\n"
@@ -42,7 +44,21 @@ static const cli_option backward_options[] = {
     {"--grad-out", "dY.npy", "gradient of the output (B,L,E) (required)"},
     {"--grads", "G.safetensors", "write parameter and input gradients (required)"},
     {"--out", "Y.npy", "also write the forward output"},
+    {"--attn-weights", "A.npy", "also write the forward attention weights"},
+    {"--per-head", NULL, "with --attn-weights: per head (B,H,L,S')"},
     {0},
+};
+
+/* Library argument names -> the options that supplied them. */
+static const char *const option_names[][2] = {
+    {"query", "--query"},
+    {"key", "--key"},
+    {"value", "--value"},
+    {"key_padding_mask", "--key-padding-mask"},
+    {"attn_mask", "--attn-mask"},
+    {"dout", "--grad-out"},
+    {"num_threads", "--threads"},
+    {NULL, NULL},
 };
 
 typedef struct {
@@ -98,7 +114,8 @@ static int load_module(const cli_command *cmd, const char *path, long heads, boo
     cfg.bias = attn_safetensors_find(&st, "in_proj_bias") != NULL;
     cfg.add_bias_kv = attn_safetensors_find(&st, "bias_k") != NULL;
     if (attn_mha_create(&cfg, out, &err) != ATTN_OK) {
-        fprintf(stderr, "attn %s: %s: %s\n", cmd->name, path, err.message);
+        fprintf(stderr, "attn %s: --num-heads %ld with %s: %s\n", cmd->name, heads, path,
+                err.message);
         goto done;
     }
     int n = attn_mha_num_params(*out);
@@ -135,8 +152,10 @@ done:
 
 static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in)
 {
-    const char *pp = cli_require(a, "--params"), *xp = cli_require(a, "--query");
-    if (!pp || !xp || !cli_require(a, "--num-heads")) return CLI_USAGE;
+    const char *pp, *xp;
+    if (!(pp = cli_require(a, "--params")) || !cli_require(a, "--num-heads") ||
+        !(xp = cli_require(a, "--query")))
+        return CLI_USAGE;
     long heads = 0, threads = 0;
     if (!cli_get_int(a, "--num-heads", 1, 1 << 20, &heads) ||
         !cli_get_int(a, "--threads", 1, 1024, &threads))
@@ -152,6 +171,13 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
     if (rc) return rc;
     if (!cli_load_npy(xp, &in->x)) return CLI_USAGE;
     if (kp && (!cli_load_npy(kp, &in->k) || !cli_load_npy(vp, &in->v))) return CLI_USAGE;
+    /* shapes are read below (output sizes), so ranks are checked first */
+    const struct { const char *opt; const attn_array *arr; } ranked[3] = {
+        {"--query", &in->x}, {"--key", &in->k}, {"--value", &in->v}};
+    for (int i = 0; i < 3; ++i)
+        if ((i == 0 || kp) && ranked[i].arr->t.ndim != 2 && ranked[i].arr->t.ndim != 3)
+            return cli_usage_error(cmd, "%s: expected (B,L,E) or (L,E), got %d dimensions",
+                                   ranked[i].opt, ranked[i].arr->t.ndim);
     const char *kpm = cli_get(a, "--key-padding-mask"), *mp = cli_get(a, "--attn-mask");
     if (kpm) {
         if (!cli_load_npy(kpm, &in->kpm)) return CLI_USAGE;
@@ -164,12 +190,48 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
     return CLI_OK;
 }
 
-/* Number of keys after add_bias_kv / add_zero_attn. */
-static int64_t total_keys(const mha_inputs *in)
+/* The forward pass's results and where they go. */
+typedef struct {
+    float *y, *w;
+    attn_tensor yt, wt;
+    const char *paths[2]; /* --out, --attn-weights */
+} mha_outputs;
+
+/* Runs the forward pass into freshly allocated outputs (weights only when
+ * --attn-weights is given). */
+static int run_mha_forward(const cli_command *cmd, const cli_args *a, mha_inputs *in,
+                           mha_outputs *o)
 {
+    o->paths[0] = cli_get(a, "--out");
+    o->paths[1] = cli_get(a, "--attn-weights");
+    if (cli_flag(a, "--per-head") && !o->paths[1])
+        return cli_usage_error(cmd, "--per-head needs --attn-weights");
+    const attn_tensor *x = &in->x.t;
     const attn_mha_config *c = attn_mha_get_config(in->m);
-    const attn_tensor *kt = in->self ? &in->x.t : &in->k.t;
-    return kt->shape[kt->ndim - 2] + c->add_bias_kv + c->add_zero_attn;
+    const bool batched = x->ndim == 3;
+    const attn_tensor *kt = in->self ? x : &in->k.t;
+    const int64_t B = batched ? x->shape[0] : 1, L = x->shape[x->ndim - 2], H = c->num_heads;
+    const int64_t S = kt->shape[kt->ndim - 2] + c->add_bias_kv + c->add_zero_attn;
+    if (!(o->y = cli_alloc_floats(cmd->name, 1, attn_tensor_numel(x)))) return CLI_FAIL;
+    o->yt = attn_tensor_make(o->y, ATTN_F32, x->ndim, x->shape);
+    if (o->paths[1]) {
+        in->opts.per_head_weights = cli_flag(a, "--per-head");
+        int64_t shape[4], nd = 0;
+        if (batched) shape[nd++] = B;
+        if (in->opts.per_head_weights) shape[nd++] = H;
+        shape[nd++] = L;
+        shape[nd++] = S;
+        o->w = cli_alloc_floats(cmd->name, 4, B, in->opts.per_head_weights ? H : (int64_t)1, L, S);
+        if (!o->w) return CLI_FAIL;
+        o->wt = attn_tensor_make(o->w, ATTN_F32, (int)nd, shape);
+        in->opts.weights = &o->wt;
+    }
+    attn_error err = {0};
+    if (attn_mha_forward(in->m, x, in->self ? NULL : &in->k.t, in->self ? NULL : &in->v.t,
+                         &o->yt, &in->opts, &err) != ATTN_OK)
+        return cli_report_as(a, &err, option_names);
+    in->opts.weights = NULL;
+    return CLI_OK;
 }
 
 static int run_forward(int argc, char **argv)
@@ -179,50 +241,14 @@ static int run_forward(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    const char *out_path = cli_require(&a, "--out");
-    if (!out_path) return CLI_USAGE;
-    const char *w_path = cli_get(&a, "--attn-weights");
-    if (cli_flag(&a, "--per-head") && !w_path)
-        return cli_usage_error(cmd, "--per-head needs --attn-weights");
+    if (!cli_require(&a, "--out")) return CLI_USAGE;
 
     mha_inputs in = {0};
-    float *y = NULL, *w = NULL;
-    rc = load_inputs(cmd, &a, &in);
-    if (rc) goto done;
-    const attn_tensor *x = &in.x.t;
-    const bool batched = x->ndim == 3;
-    const int64_t B = batched ? x->shape[0] : 1, L = x->shape[x->ndim - 2];
-    const int64_t H = attn_mha_get_config(in.m)->num_heads;
-    const int64_t S = total_keys(&in);
-    y = cli_alloc_floats(cmd->name, 1, attn_tensor_numel(x));
-    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape), wt = {0};
-    if (w_path) {
-        in.opts.per_head_weights = cli_flag(&a, "--per-head");
-        int64_t shape[4], nd = 0;
-        if (batched) shape[nd++] = B;
-        if (in.opts.per_head_weights) shape[nd++] = H;
-        shape[nd++] = L;
-        shape[nd++] = S;
-        w = cli_alloc_floats(cmd->name, 4, B, in.opts.per_head_weights ? H : (int64_t)1, L, S);
-        wt = attn_tensor_make(w, ATTN_F32, (int)nd, shape);
-        in.opts.weights = &wt;
-    }
-    if (!y || (w_path && !w)) {
-        rc = CLI_FAIL;
-        goto done;
-    }
-    attn_error err = {0};
-    if (attn_mha_forward(in.m, x, in.self ? NULL : &in.k.t, in.self ? NULL : &in.v.t, &yt,
-                         &in.opts, &err) != ATTN_OK) {
-        rc = cli_report("mha", &err);
-        goto done;
-    }
-    const char *paths[2] = {out_path, w_path};
-    attn_tensor ts[2] = {yt, w_path ? wt : yt};
-    rc = cli_save_all(paths, ts, 2) ? CLI_OK : CLI_USAGE;
-done:
-    free(y);
-    free(w);
+    mha_outputs o = {0};
+    if (!(rc = load_inputs(cmd, &a, &in)) && !(rc = run_mha_forward(cmd, &a, &in, &o)))
+        rc = cli_save_all(o.paths, (attn_tensor[]){o.yt, o.wt}, 2) ? CLI_OK : CLI_USAGE;
+    free(o.y);
+    free(o.w);
     free_inputs(&in);
     return rc;
 }
@@ -234,51 +260,54 @@ static int run_backward(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    const char *do_path = cli_require(&a, "--grad-out"), *g_path = cli_require(&a, "--grads");
-    if (!do_path || !g_path) return CLI_USAGE;
+    const char *do_path, *g_path;
+    if (!(do_path = cli_require(&a, "--grad-out")) || !(g_path = cli_require(&a, "--grads")))
+        return CLI_USAGE;
 
     mha_inputs in = {0};
-    float *buf = NULL;
+    mha_outputs o = {0};
+    float *dx = NULL, *dk = NULL, *dv = NULL;
     const char **names = NULL;
     attn_tensor *ts = NULL;
+    char g_tmp[4096] = "";
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if (!cli_load_npy(do_path, &in.dout)) {
         rc = CLI_USAGE;
         goto done;
     }
+    /* The backward recomputes the forward itself: run it here only for
+     * outputs the user asked for. */
+    if ((cli_get(&a, "--out") || cli_get(&a, "--attn-weights")) &&
+        (rc = run_mha_forward(cmd, &a, &in, &o)))
+        goto done;
     const attn_tensor *x = &in.x.t;
-    const int64_t nx = attn_tensor_numel(x), nk = in.self ? 0 : attn_tensor_numel(&in.k.t),
-                  nv = in.self ? 0 : attn_tensor_numel(&in.v.t);
-    buf = malloc(sizeof(float) * (size_t)(2 * nx + nk + nv + 1));
     const int np = attn_mha_num_params(in.m);
+    dx = cli_alloc_floats(cmd->name, 1, attn_tensor_numel(x));
+    dk = in.self ? NULL : cli_alloc_floats(cmd->name, 1, attn_tensor_numel(&in.k.t));
+    dv = in.self ? NULL : cli_alloc_floats(cmd->name, 1, attn_tensor_numel(&in.v.t));
     names = malloc(sizeof *names * (size_t)(np + 3));
     ts = malloc(sizeof *ts * (size_t)(np + 3));
-    if (!buf || !names || !ts) {
-        fprintf(stderr, "attn mha-backward: out of memory\n");
+    if (!dx || (!in.self && (!dk || !dv)) || !names || !ts) {
         rc = CLI_FAIL;
         goto done;
     }
-    float *y = buf, *dx = y + nx, *dk = dx + nx, *dv = dk + nk;
-    attn_tensor yt = attn_tensor_make(y, ATTN_F32, x->ndim, x->shape),
-                dxt = attn_tensor_make(dx, ATTN_F32, x->ndim, x->shape), dkt, dvt;
+    attn_tensor dxt = attn_tensor_make(dx, ATTN_F32, x->ndim, x->shape), dkt = {0}, dvt = {0};
     if (!in.self) {
         dkt = attn_tensor_make(dk, ATTN_F32, in.k.t.ndim, in.k.t.shape);
         dvt = attn_tensor_make(dv, ATTN_F32, in.v.t.ndim, in.v.t.shape);
     }
-    const attn_tensor *kt = in.self ? NULL : &in.k.t, *vt = in.self ? NULL : &in.v.t;
     attn_error err = {0};
-    if (attn_mha_forward(in.m, x, kt, vt, &yt, &in.opts, &err) != ATTN_OK ||
-        attn_mha_backward(in.m, x, kt, vt, &in.dout.t, &dxt, in.self ? NULL : &dkt,
-                          in.self ? NULL : &dvt, &in.opts, &err) != ATTN_OK) {
-        rc = cli_report("mha-backward", &err);
+    if (attn_mha_backward(in.m, x, in.self ? NULL : &in.k.t, in.self ? NULL : &in.v.t,
+                          &in.dout.t, &dxt, in.self ? NULL : &dkt, in.self ? NULL : &dvt,
+                          &in.opts, &err) != ATTN_OK) {
+        rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
     int n = 0;
-    for (int i = 0; i < np; ++i) {
+    for (int i = 0; i < np; ++i, ++n) {
         attn_tensor value;
         attn_mha_param_at(in.m, i, &names[n], &value, &ts[n]);
-        ++n;
     }
     names[n] = "query";
     ts[n++] = dxt;
@@ -288,22 +317,35 @@ static int run_backward(int argc, char **argv)
         names[n] = "value";
         ts[n++] = dvt;
     }
-    if (attn_safetensors_write(g_path, names, ts, (size_t)n, &err) != ATTN_OK) {
-        fprintf(stderr, "attn: %s\n", err.message);
+    /* all or nothing: gradients to a temporary, the .npy outputs, then rename */
+    snprintf(g_tmp, sizeof g_tmp, "%s.attn-%ld.part", g_path, (long)getpid());
+    if (attn_safetensors_write(g_tmp, names, ts, (size_t)n, &err) != ATTN_OK) {
+        fprintf(stderr, "attn: %s: cannot write the gradients (%s)\n", g_path,
+                attn_status_string(err.status));
+        g_tmp[0] = '\0';
         rc = CLI_USAGE;
         goto done;
     }
-    const char *out_path = cli_get(&a, "--out");
-    if (out_path && !cli_save_npy(out_path, &yt)) {
-        remove(g_path);
+    if (!cli_save_all(o.paths, (attn_tensor[]){o.yt, o.wt}, 2)) {
         rc = CLI_USAGE;
         goto done;
     }
+    if (rename(g_tmp, g_path) != 0) {
+        fprintf(stderr, "attn: %s: %s\n", g_path, strerror(errno));
+        rc = CLI_USAGE;
+        goto done;
+    }
+    g_tmp[0] = '\0';
     rc = CLI_OK;
 done:
-    free(buf);
+    if (g_tmp[0]) remove(g_tmp);
+    free(dx);
+    free(dk);
+    free(dv);
     free(names);
     free(ts);
+    free(o.y);
+    free(o.w);
     free_inputs(&in);
     return rc;
 }

@@ -42,7 +42,15 @@ static const cli_option backward_options[] = {
     {"--grad-value", "dV.npy", "write dL/dV"},
     {"--out", "O.npy", "also write the forward output"},
     {"--lse", "LSE.npy", "also write the forward log-sum-exp"},
+    {"--attn-weights", "A.npy", "also write the forward attention weights"},
     {0},
+};
+
+/* Library argument names -> the options that supplied them. */
+static const char *const option_names[][2] = {
+    {"query", "--query"},       {"key", "--key"},           {"value", "--value"},
+    {"mask[0]", "--attn-mask"}, {"grad_out", "--grad-out"}, {"scale", "--scale"},
+    {"num_threads", "--threads"}, {NULL, NULL},
 };
 
 /* Inputs of one call, loaded and viewed as 4-D. */
@@ -98,9 +106,10 @@ static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n
 
 static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
 {
-    const char *qp = cli_require(a, "--query"), *kp = cli_require(a, "--key"),
-               *vp = cli_require(a, "--value");
-    if (!qp || !kp || !vp) return CLI_USAGE;
+    const char *qp, *kp, *vp;
+    if (!(qp = cli_require(a, "--query")) || !(kp = cli_require(a, "--key")) ||
+        !(vp = cli_require(a, "--value")))
+        return CLI_USAGE;
     in->opts = attn_sdpa_opts_default();
     const char *causal = cli_get(a, "--causal");
     if (causal) {
@@ -112,8 +121,8 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
     if (!cli_get_float(a, "--scale", &in->opts.scale) ||
         !cli_get_int(a, "--threads", 1, 1024, &threads))
         return CLI_USAGE;
-    if (cli_get(a, "--scale") && !(in->opts.scale > 0.0f))
-        return cli_usage_error(cmd, "--scale: must be positive");
+    if (cli_get(a, "--scale") && in->opts.scale == 0.0f)
+        return cli_usage_error(cmd, "--scale: must be nonzero (omit it for 1/sqrt(D))");
     in->opts.num_threads = (int)threads;
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
 
@@ -162,7 +171,7 @@ static int run_forward(int argc, char **argv)
     attn_tensor w4 = attn_tensor_4d(w, B, H, Nq, Nk);
     attn_error err = {0};
     if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK) {
-        rc = cli_report("sdpa", &err);
+        rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
     const char *paths[3] = {out_path, lse_path, w_path};
@@ -186,13 +195,14 @@ static int run_backward(int argc, char **argv)
     if (rc || help) return rc;
     const char *do_path = cli_require(&a, "--grad-out");
     if (!do_path) return CLI_USAGE;
-    const char *paths[5] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
-                            cli_get(&a, "--grad-value"), cli_get(&a, "--out"), cli_get(&a, "--lse")};
+    const char *paths[6] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
+                            cli_get(&a, "--grad-value"), cli_get(&a, "--out"),
+                            cli_get(&a, "--lse"),        cli_get(&a, "--attn-weights")};
     if (!paths[0] && !paths[1] && !paths[2])
         return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key or --grad-value");
 
     sdpa_inputs in = {0};
-    float *owned[5] = {0};
+    float *owned[6] = {0};
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if (!cli_load_npy(do_path, &in.dout)) {
@@ -206,33 +216,35 @@ static int run_backward(int argc, char **argv)
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Hkv = in.k4.shape[1], Nk = in.k4.shape[2], D = in.q4.shape[3],
                   Dv = in.v4.shape[3];
+    const char *w_path = cli_get(&a, "--attn-weights");
     float *dq = cli_alloc_floats(cmd->name, 4, B, H, Nq, D),
           *dk = cli_alloc_floats(cmd->name, 4, B, Hkv, Nk, D),
           *dv = cli_alloc_floats(cmd->name, 4, B, Hkv, Nk, Dv),
           *o = cli_alloc_floats(cmd->name, 4, B, H, Nq, Dv),
-          *lse = cli_alloc_floats(cmd->name, 3, B, H, Nq);
-    float *bufs[5] = {dq, dk, dv, o, lse};
+          *lse = cli_alloc_floats(cmd->name, 3, B, H, Nq),
+          *w = w_path ? cli_alloc_floats(cmd->name, 4, B, H, Nq, Nk) : NULL;
+    float *bufs[6] = {dq, dk, dv, o, lse, w};
     memcpy(owned, bufs, sizeof bufs);
-    if (!dq || !dk || !dv || !o || !lse) {
+    if (!dq || !dk || !dv || !o || !lse || (w_path && !w)) {
         rc = CLI_FAIL;
         goto done;
     }
     attn_tensor dq4 = attn_tensor_4d(dq, B, H, Nq, D), dk4 = attn_tensor_4d(dk, B, Hkv, Nk, D),
                 dv4 = attn_tensor_4d(dv, B, Hkv, Nk, Dv), o4 = attn_tensor_4d(o, B, H, Nq, Dv),
-                l3 = attn_tensor_3d(lse, B, H, Nq);
+                l3 = attn_tensor_3d(lse, B, H, Nq), w4 = attn_tensor_4d(w, B, H, Nq, Nk);
     attn_error err = {0};
-    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, NULL, &in.opts, &err) != ATTN_OK ||
+    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK ||
         attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
                            &in.opts, &err) != ATTN_OK) {
-        rc = cli_report("sdpa-backward", &err);
+        rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    attn_tensor ts[5] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
+    attn_tensor ts[6] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
                          mirror(dv, in.rank, B, Hkv, Nk, Dv), mirror(o, in.rank, B, H, Nq, Dv),
-                         mirror(lse, in.rank, B, H, Nq, -1)};
-    rc = cli_save_all(paths, ts, 5) ? CLI_OK : CLI_USAGE;
+                         mirror(lse, in.rank, B, H, Nq, -1), mirror(w, in.rank, B, H, Nq, Nk)};
+    rc = cli_save_all(paths, ts, 6) ? CLI_OK : CLI_USAGE;
 done:
-    for (int i = 0; i < 5; ++i) free(owned[i]);
+    for (int i = 0; i < 6; ++i) free(owned[i]);
     free_inputs(&in);
     return rc;
 }

@@ -233,6 +233,7 @@ typedef struct {
     bool per_head_weights;
     int num_threads;
     attn_path path;
+    float scale; /* multiplies each head's q·kᵀ; 0 = 1/sqrt(embed_dim / num_heads) (torch) */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);

@@ -27,7 +27,8 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c)
     for (int i = 0; i < c->nmask; ++i) o.mask[i] = &c->mask[i];
     o.num_threads = c->threads;
     o.path = c->path;
-    return o; /* scale 0: 1/sqrt(head_dim), torch's */
+    o.scale = c->scale; /* 0: 1/sqrt(head_dim), torch's */
+    return o;
 }
 
 attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act,

@@ -44,6 +44,7 @@ typedef struct {
     bool batched, self;
     int threads;
     attn_path path;
+    float scale; /* SDPA scale; 0 = default */
 
     /* Inputs as row matrices (views of the caller's data or packed copies). */
     mha_rows query, key, value;

@@ -21,8 +21,6 @@ attn_status attn_model_create(const attn_model_config *cfg, attn_model **out, at
               ATTN_ERR_ARG, "model: embed_dim %lld must be a positive multiple of num_heads %lld",
               (long long)cfg->embed_dim, (long long)cfg->num_heads);
     RETURN_IF(cfg->embed_dim > (1 << 16), err, ATTN_ERR_ARG, "model: embed_dim too large");
-    RETURN_IF(cfg->unscaled, err, ATTN_ERR_UNSUPPORTED,
-              "model: unscaled attention needs a scale option in attn_mha_opts");
 
     attn_model *m = calloc(1, sizeof *m);
     RETURN_IF(!m, err, ATTN_ERR_ALLOC, "model: out of memory");
@@ -165,7 +163,7 @@ attn_mha_opts model_mha_opts(const attn_model *m, int num_threads)
 {
     attn_mha_opts o = attn_mha_opts_default();
     o.num_threads = num_threads;
-    (void)m;
+    if (m->cfg.unscaled) o.scale = 1.0f; /* scores q·k without 1/sqrt(d_k) */
     return o;
 }
 
