@@ -129,6 +129,9 @@ typedef struct {
     attn_path path;
     void *workspace;      /* optional; see attn_sdpa_workspace_size */
     size_t workspace_size;
+    /* Zero. Room for future options (windows, ALiBi, soft-capping, sinks,
+     * dropout, variable lengths) without changing the struct's size. */
+    uint64_t reserved[8];
 } attn_sdpa_opts;
 
 attn_sdpa_opts attn_sdpa_opts_default(void);
@@ -234,6 +237,7 @@ typedef struct {
     int num_threads;
     attn_path path;
     float scale; /* multiplies each head's q·kᵀ; 0 = 1/sqrt(embed_dim / num_heads) (torch) */
+    uint64_t reserved[8]; /* zero; room for future options */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);

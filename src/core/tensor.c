@@ -1,9 +1,15 @@
 /* Tensor views: constructors and validation. */
 #include "internal.h"
 
+#include <stdlib.h>
+
 attn_tensor attn_tensor_make(void *data, attn_dtype dtype, int ndim, const int64_t *shape)
 {
     attn_tensor t = {.data = data, .dtype = dtype, .ndim = ndim};
+    if (ndim < 0 || ndim > ATTN_MAX_DIMS) {
+        t.ndim = -1; /* invalid: every check rejects it */
+        return t;
+    }
     int64_t stride = 1;
     for (int i = ndim - 1; i >= 0; --i) {
         t.shape[i] = shape[i];
@@ -66,14 +72,31 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, 
         RETURN_IF(!attn_mul_ok(n, t->shape[i], &n), err, ATTN_ERR_OVERFLOW,
                   "%s: element count overflows", name);
     }
-    for (int i = 0; i < ndim && n > 0; ++i) { /* strides matter only if there are elements */
-        if (t->shape[i] > 1) {
-            int64_t reach;
-            int64_t s = t->stride[i] < 0 ? -t->stride[i] : t->stride[i];
-            RETURN_IF(!attn_mul_ok(s, t->shape[i] - 1, &reach) || !attn_add_ok(last, reach, &last),
-                      err, ATTN_ERR_OVERFLOW, "%s: stride %d overflows", name, i);
-            RETURN_IF(is_output && t->stride[i] <= 0, err, ATTN_ERR_STRIDE,
+    if (n == 0) return ATTN_OK; /* strides matter only if there are elements */
+    /* Dims of extent > 1 ordered by |stride|: each must step past everything
+     * the dims inside it span (for outputs, strictly: no two elements alias). */
+    int order[ATTN_MAX_DIMS], k = 0;
+    for (int i = 0; i < ndim; ++i)
+        if (t->shape[i] > 1) order[k++] = i;
+    for (int a = 1; a < k; ++a) /* insertion sort, k <= 8 */
+        for (int b = a; b > 0 && llabs(t->stride[order[b]]) < llabs(t->stride[order[b - 1]]); --b) {
+            int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    for (int a = 0; a < k; ++a) {
+        const int i = order[a];
+        const int64_t s = llabs(t->stride[i]);
+        int64_t reach;
+        RETURN_IF(!attn_mul_ok(s, t->shape[i] - 1, &reach) || !attn_add_ok(last, reach, &last),
+                  err, ATTN_ERR_OVERFLOW, "%s: stride %d overflows", name, i);
+        if (is_output) {
+            RETURN_IF(t->stride[i] <= 0, err, ATTN_ERR_STRIDE,
                       "%s: output stride in dimension %d must be positive", name, i);
+            /* last - reach is the span of the dims inside this one */
+            RETURN_IF(s <= last - reach, err, ATTN_ERR_STRIDE,
+                      "%s: output dimensions %d and %d overlap in memory", name, i,
+                      a > 0 ? order[a - 1] : i);
         }
     }
     RETURN_IF(n > 0 && !t->data, err, ATTN_ERR_NULL, "%s: data is NULL", name);
