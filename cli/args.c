@@ -57,8 +57,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, boo
             return CLI_OK;
         }
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            if (args->npositional == CLI_MAX_VALUES)
-                return cli_usage_error(cmd, "too many arguments");
+            if (!cmd->positional || args->npositional == 1)
+                return cli_usage_error(cmd, "unexpected argument '%s' (see attn %s --help)", arg,
+                                       cmd->name);
             args->positional[args->npositional++] = arg;
             continue;
         }

@@ -23,6 +23,7 @@ typedef struct {
     const char *usage;   /* text after "usage: attn NAME " */
     const char *details; /* paragraph printed by --help after the options, may be NULL */
     const cli_option *options; /* terminated by {0} */
+    const char *positional;    /* metavar of the one positional argument, or NULL for none */
     int (*run)(int argc, char **argv);
 } cli_command;
 

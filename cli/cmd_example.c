@@ -93,11 +93,11 @@ static int colour_database(void)
     return CLI_OK;
 }
 
-/* Loads named float tensors from one of the example fixtures. */
-static bool load_fixture(const char *file, attn_safetensors *st)
+/* Loads named float tensors from one of the example fixtures; path (4096
+ * bytes) receives where it was found. */
+static bool load_fixture(const char *file, attn_safetensors *st, char *path)
 {
-    char path[4096];
-    if (!example_path(file, path, sizeof path)) return false;
+    if (!example_path(file, path, 4096)) return false;
     attn_error err = {0};
     if (attn_safetensors_read(path, st, &err) != ATTN_OK) {
         fprintf(stderr, "attn: %s\n", err.message);
@@ -111,13 +111,14 @@ static const float seed_x[6] = {1, 2, 3, 3, 3, 2}; /* the seeds' X: two words, d
 static int numpy_single_head(void)
 {
     attn_safetensors st = {0};
-    if (!load_fixture("numpy_seed42.safetensors", &st)) return CLI_USAGE;
+    char path[4096];
+    if (!load_fixture("numpy_seed42.safetensors", &st, path)) return CLI_USAGE;
     const char *names[3] = {"W_Q", "W_K", "W_V"};
     float proj[3][6];
     for (int m = 0; m < 3; ++m) {
         const attn_array *w = attn_safetensors_find(&st, names[m]);
         if (!w || w->t.ndim != 2 || w->t.shape[0] != 3 || w->t.shape[1] != 3) {
-            fprintf(stderr, "attn example: numpy_seed42.safetensors: %s must be a 3x3 matrix\n", names[m]);
+            fprintf(stderr, "attn example: %s: %s must be a 3x3 matrix\n", path, names[m]);
             attn_safetensors_free(&st);
             return CLI_USAGE;
         }
@@ -144,9 +145,8 @@ static int numpy_single_head(void)
 static int pytorch_mha(void)
 {
     char path[4096];
-    if (!example_path("pytorch_mha_seed42.safetensors", path, sizeof path)) return CLI_USAGE;
     attn_safetensors st = {0};
-    if (!load_fixture("pytorch_mha_seed42.safetensors", &st)) return CLI_USAGE;
+    if (!load_fixture("pytorch_mha_seed42.safetensors", &st, path)) return CLI_USAGE;
     attn_mha_config cfg = {.embed_dim = 3, .num_heads = 1, .bias = true};
     attn_mha *m = NULL;
     attn_error err = {0};
@@ -225,5 +225,6 @@ const cli_command cmd_example = {
                "  pytorch           nn.MultiheadAttention(3, 1) with torch.manual_seed(42)\n"
                "  all               every one of them, in this order",
     .options = example_options,
+    .positional = "NAME",
     .run = run,
 };

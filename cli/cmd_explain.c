@@ -217,7 +217,6 @@ static int run(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    if (a.npositional) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
     long precision = 8;
     if (!cli_get_int(&a, "--precision", 0, 8, &precision)) return CLI_USAGE;
     steps s;

@@ -348,5 +348,6 @@ const cli_command cmd_heads = {
     .usage = "CHECKPOINT [--svg heads.svg] [OPTIONS]",
     .details = heads_details,
     .options = heads_options,
+    .positional = "CHECKPOINT",
     .run = run_heads,
 };

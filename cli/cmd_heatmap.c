@@ -415,7 +415,6 @@ static int run(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    if (a.npositional) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
     const char *out = cli_get(&a, "--out");
     if (out && !*out) return cli_usage_error(cmd, "--out: empty file name");
     const bool force_ansi = cli_flag(&a, "--ansi"), no_ansi = cli_flag(&a, "--no-ansi");

@@ -337,7 +337,6 @@ static int run(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    if (a.npositional) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
     const char *scores = cli_get(&a, "--scores");
     if (scores) {
         static const char *const experiment[] = {"--seq", "--samples", "--seed", "--max-dk", "--svg"};

@@ -236,7 +236,6 @@ static int run_train(int argc, char **argv)
     bool help;
     int rc = cli_parse(&cmd_train, argc, argv, &a, &help);
     if (rc != CLI_OK || help) return rc;
-    if (a.npositional > 0) return cli_usage_error(&cmd_train, "unexpected argument '%s'", a.positional[0]);
     attn_train_config cfg;
     bool ablation = false;
     if ((rc = parse_config(&a, &cfg, &ablation)) != CLI_OK) return rc;
