@@ -26,10 +26,27 @@ def key(r):
 def main():
     rows = load(sys.argv[1])
     machine = next((r for r in rows if r.get("what") == "machine"), {})
+    # Each measurement is rated against the mean of the sgemm runs right
+    # before and after it at the same thread count (bench/run.sh pairs them).
     sgemm = {}
-    for r in rows:
-        if r.get("what") == "sgemm":
+    last_load = None
+    for i, r in enumerate(rows):
+        w = r.get("what")
+        if w == "sgemm":
             sgemm.setdefault(r["threads"], []).append(r["gflops"])
+        elif w == "load":
+            last_load = r["loadavg"]
+        elif w in (None, "torch"):
+            r["_load"] = last_load
+            near = []
+            for step in (-1, 1):
+                j = i + step
+                while 0 <= j < len(rows) and rows[j].get("what") not in (None, "torch"):
+                    if rows[j].get("what") == "sgemm" and rows[j]["threads"] == r["threads"]:
+                        near.append(rows[j]["gflops"])
+                        break
+                    j += step
+            r["_sgemm"] = sum(near) / len(near) if near else None
     rate = {t: statistics.median(v) for t, v in sgemm.items()}
     attn = {}
     ref = {}
@@ -46,19 +63,20 @@ def main():
         machine.get("attn", "?")))
     out.append("")
     for t, v in sorted(sgemm.items()):
-        out.append("OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s (samples: %s)." % (
-            t, "" if t == 1 else "s", rate[t], ", ".join("%.1f" % x for x in v)))
+        out.append("OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s over %d runs "
+                   "(min %.1f, max %.1f)." % (t, "" if t == 1 else "s", rate[t], len(v), min(v), max(v)))
     out.append("")
-    out.append("B=1, H=8; times are medians; % = GFLOP/s as a share of the sgemm rate at the "
-               "same thread count; FLOPs forward 4·B·H·N²·D (causal half), backward 2.5×, "
-               "MHA adds 8·B·L·E² for the projections.")
+    out.append("B=1, H=8; times are medians; % = GFLOP/s as a share of the sgemm rate measured "
+               "right before and after the row at the same thread count; FLOPs forward "
+               "4·B·H·N²·D (causal half), backward 2.5×, MHA adds 8·B·L·E² for the projections; "
+               "load = 1-minute load average before the row (the machine is shared).")
     out.append("")
     out.append("| mode | N | D | causal | threads | attn fused ms | GFLOP/s | % sgemm "
-               "| attn reference ms | % sgemm | PyTorch 1.13 ms | % sgemm | fused vs PyTorch |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| attn reference ms | % sgemm | PyTorch 1.13 ms | % sgemm | fused vs PyTorch | load |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def pct(r):
-        s = rate.get(r["threads"])
+        s = r.get("_sgemm")
         return "%.0f%%" % (100.0 * r["gflops"] / s) if s else "-"
 
     order = {"forward": 0, "backward": 1, "mha": 2}
@@ -67,17 +85,18 @@ def main():
         if a["seq"] >= 32768:
             continue
         rf, tr = ref.get(k), torch.get(k)
-        out.append("| %s | %d | %d | %s | %d | %.2f | %.1f | %s | %s | %s | %s | %s | %s |" % (
+        loads = [x["_load"] for x in (a, rf, tr) if x and x.get("_load") is not None]
+        out.append("| %s | %d | %d | %s | %d | %.2f | %.1f | %s | %s | %s | %s | %s | %s | %s |" % (
             a["mode"], a["seq"], a["head_dim"], "yes" if a["causal"] else "no", a["threads"],
             a["ms"], a["gflops"], pct(a),
             "%.1f" % rf["ms"] if rf else "-", pct(rf) if rf else "-",
             "%.1f" % tr["ms"] if tr else "-", pct(tr) if tr else "-",
-            "%.1f×" % (tr["ms"] / a["ms"]) if tr else "-"))
+            "%.1f×" % (tr["ms"] / a["ms"]) if tr else "-",
+            "%.2f" % max(loads) if loads else "-"))
     out.append("")
 
     # Issue-3 targets (2 threads unless stated).
     T = max(rate) if rate else 2
-    s = rate.get(T)
 
     def get(mode, n, d=64, causal=False, threads=T):
         return attn.get((mode, n, d, causal, threads))
@@ -85,7 +104,7 @@ def main():
     checks = []
 
     def share(r):
-        return r["gflops"] / s if (r and s) else None
+        return r["gflops"] / r["_sgemm"] if (r and r.get("_sgemm")) else None
 
     f2048, f512 = get("forward", 2048), get("forward", 512)
     f128, fc = get("forward", 2048, 128), get("forward", 2048, causal=True)

@@ -36,13 +36,42 @@ fi
 HAVE_TORCH=1
 "$PYTHON" -c "import torch" 2>/dev/null || { HAVE_TORCH=0; echo "bench: no torch in $PYTHON" >&2; }
 
+# This machine may be shared: wait (up to WAIT_QUIET seconds, default 600)
+# for the 1-minute load average to drop below 0.5, and record the load
+# before every measurement so noisy rows can be recognised.
+WAIT_QUIET=${WAIT_QUIET:-600}
+waited=0
+while [ "$(cut -d' ' -f1 /proc/loadavg | awk '{print ($1 < 0.5)}')" = 0 ] && [ $waited -lt "$WAIT_QUIET" ]; do
+    [ $waited = 0 ] && echo "bench: waiting for a quiet machine (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    sleep 10
+    waited=$((waited + 10))
+done
+
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$ROOT/bench/results/$STAMP.jsonl
 : >"$OUT"
 note() { echo "bench: $*" >&2; }
-attn() { note "attn bench $*"; "$ATTN_BIN" bench --json --runs "$RUNS" --warmup 1 "$@" >>"$OUT"; }
-torchb() { [ "$HAVE_TORCH" = 1 ] || return 0; note "torch $*"; "$PYTHON" "$ROOT/bench/torch_attention.py" --runs "$RUNS" "$@" >>"$OUT"; }
-sgemm() { [ -n "$SGEMM" ] || return 0; note "sgemm 2048 (threads $1)"; OPENBLAS_NUM_THREADS=$1 "$SGEMM" 2048 7 >>"$OUT"; }
+load() { printf '{"what":"load","loadavg":%s}\n' "$(cut -d' ' -f1 /proc/loadavg)" >>"$OUT"; }
+sgemm() { [ -n "$SGEMM" ] || return 0; OPENBLAS_NUM_THREADS=$1 "$SGEMM" 2048 7 >>"$OUT"; }
+# Every measurement sits between two sgemm measurements at the same thread
+# count; make_table.py rates it against their mean (side by side, so slow
+# changes in the machine's state cancel out of the ratios).
+threads_of() { t=$THREADS; while [ $# -gt 0 ]; do [ "$1" = --threads ] && t=$2; shift; done; echo "$t"; }
+attn() {
+    t=$(threads_of "$@")
+    note "attn bench $*"
+    load; sgemm "$t"
+    "$ATTN_BIN" bench --json --runs "$RUNS" --warmup 1 "$@" >>"$OUT"
+    sgemm "$t"
+}
+torchb() {
+    [ "$HAVE_TORCH" = 1 ] || return 0
+    t=$(threads_of "$@")
+    note "torch $*"
+    load; sgemm "$t"
+    "$PYTHON" "$ROOT/bench/torch_attention.py" --runs "$RUNS" "$@" >>"$OUT"
+    sgemm "$t"
+}
 
 # Machine description for the record.
 {
@@ -53,8 +82,6 @@ sgemm() { [ -n "$SGEMM" ] || return 0; note "sgemm 2048 (threads $1)"; OPENBLAS_
 } >>"$OUT"
 
 T=$THREADS
-sgemm "$T"
-sgemm 1
 # Forward, no mask: N sweep (B=1, H=8, D=64), then D=128, causal, 1 thread.
 for n in 512 1024 2048; do attn --seq $n --threads $T; done
 [ $QUICK = 1 ] || attn --seq 4096 --threads $T
@@ -65,7 +92,6 @@ attn --seq 2048 --mode backward --threads $T
 attn --seq 2048 --mode backward --causal --threads $T
 attn --seq 2048 --mode backward --threads 1
 attn --seq 2048 --mode mha --threads $T
-sgemm "$T"
 # attn's plain (reference) path, same shapes.
 attn --seq 512 --threads $T --path reference
 attn --seq 2048 --threads $T --path reference
@@ -78,10 +104,10 @@ torchb --seq 2048 --head-dim 128 --threads $T
 torchb --seq 2048 --causal --threads $T
 torchb --seq 2048 --mode backward --threads $T
 torchb --seq 2048 --mode mha --threads $T
-sgemm "$T"
 # Memory: forward (untimed) + backward at N=32768 in a process of its own.
 if [ $QUICK = 0 ]; then
     note "attn bench --seq 32768 --mode backward (memory)"
+    load
     "$ATTN_BIN" bench --json --runs 1 --warmup 0 --seq 32768 --mode backward --threads "$T" >>"$OUT"
 fi
 
