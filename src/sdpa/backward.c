@@ -126,7 +126,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size_add(&s, orows, sizeof(float)); /* recomputed O */
     const sdpa_size t = backward_thread_bytes(p, d);
     *per_thread = t.bytes;
-    int64_t all;
+    int64_t all = 0;
     if (!t.ok || !attn_mul_ok((int64_t)t.bytes, p->threads, &all)) s.ok = false;
     sdpa_size_add(&s, all, 1);
     *forward = 0;
