@@ -248,10 +248,12 @@ static void fdata_free(fdata *f)
     memset(f, 0, sizeof *f);
 }
 
-/* Whether key j of batch b is visible to some query under the masks that
- * hide whole keys (key padding); used to poison hidden keys. */
+/* Whether no query may see key j of batch b: keys past the last row's
+ * top-left causal bound, or blocked by a key padding mask. Such keys are
+ * poisoned with NaN (poison_hidden) and must have zero gradients. */
 static bool key_hidden(const fdata *f, int64_t b, int64_t j)
 {
+    if (f->c.causal == ATTN_CAUSAL_TOP_LEFT && j >= f->c.Nq) return true;
     return (f->c.mask == MASK_KEY_PADDING || f->c.mask == MASK_BOTH) && j >= f->valid[b];
 }
 
@@ -575,7 +577,7 @@ static void test_tile_edges(tu_suite *s, const tu_options *opt)
     for (int i = 0; i < 10; ++i) {
         const int64_t n = edge_sizes[i];
         /* causal both ways with Nq < Nk, Nq > Nk, Nq == Nk */
-        cases[nc++] = (fcase){1, 2, 1, n, 130, 32, 32, ATTN_CAUSAL_TOP_LEFT, MASK_NONE, i % 2, false, false};
+        cases[nc++] = (fcase){1, 2, 1, n, 130, 32, 32, ATTN_CAUSAL_TOP_LEFT, MASK_NONE, i % 2, false, true};
         cases[nc++] = (fcase){1, 2, 2, n, 97, 16, 40, ATTN_CAUSAL_BOTTOM_RIGHT, MASK_NONE, i % 2, false, false};
         cases[nc++] = (fcase){2, 2, 1, 70, n, 24, 24, ATTN_CAUSAL_NONE, MASK_KEY_PADDING, true, false, true};
         cases[nc++] = (fcase){1, 3, 3, n, n, 8, 8, ATTN_CAUSAL_TOP_LEFT, MASK_FLOAT_BLOCKS, false, false, false};
