@@ -194,7 +194,8 @@ static int bench_one(const bench_config *c)
     free(times);
 
     const char *isa = c->path == ATTN_PATH_REFERENCE ? "reference" : attn_isa();
-    if (c->path == ATTN_PATH_FUSED && !strcmp(isa, "reference")) isa = "fused"; /* see --path */
+    /* ATTN_ARCH=reference only redirects AUTO; FUSED then runs the best ISA. */
+    if (c->path == ATTN_PATH_FUSED && !strcmp(isa, "reference")) isa = "best-available";
     const char *path = c->path == ATTN_PATH_REFERENCE ? "reference"
                        : c->path == ATTN_PATH_FUSED   ? "fused"
                        : strcmp(attn_isa(), "reference") ? "fused" : "reference";

@@ -28,7 +28,7 @@
 #endif
 
 enum {
-    FWD_ROWS = 96,  /* query rows per task and head (multiple of every MR) */
+    FWD_ROWS = 96,  /* query rows per unit (multiple of every MR) */
     FWD_KEYS = 64,  /* keys per tile (multiple of SDPA_MAX_NPAD) */
     FWD_UNITS = 4,  /* row blocks (of any heads of the group) sharing a packed K/V tile */
     FWD_BAND = 24,  /* rows whose visible columns are bounded together (multiple of every MR) */
