@@ -83,5 +83,6 @@ extern const cli_command cmd_mha, cmd_mha_backward;
 extern const cli_command cmd_example;
 extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
 extern const cli_command cmd_train, cmd_heads;
+extern const cli_command cmd_bench;
 
 #endif
