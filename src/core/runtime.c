@@ -1,4 +1,5 @@
-/* Thread count defaults. The ISA query lives with the kernel dispatch. */
+/* Thread count defaults. The ISA query lives with the kernel dispatch
+ * (src/sdpa/kernels/dispatch.c). */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -24,10 +25,4 @@ int attn_default_threads(void)
 int attn_resolve_threads(int requested)
 {
     return requested > 0 ? requested : attn_default_threads();
-}
-
-/* Until the kernel dispatch defines it: only the plain path exists. */
-__attribute__((weak)) const char *attn_isa(void)
-{
-    return "reference";
 }
