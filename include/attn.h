@@ -108,6 +108,7 @@ typedef enum {
 } attn_path;
 
 #define ATTN_SDPA_MAX_MASKS 2
+#define ATTN_MAX_THREADS 1024 /* largest num_threads a call accepts */
 
 /*
  * Options for attn_sdpa / attn_sdpa_backward. Start from
@@ -119,7 +120,9 @@ typedef enum {
  *          key padding. ATTN_BOOL: true = may attend (PyTorch SDPA).
  *          ATTN_F32: added to the scaled scores (-inf allowed).
  * causal   combined with the masks.
- * scale    multiplies Q·Kᵀ; 0 means the default 1/sqrt(D).
+ * scale    multiplies Q·Kᵀ; 0 means the default 1/sqrt(D). Must be finite and
+ *          non-negative (torch also takes negative scales; the fused kernels
+ *          rely on scale >= 0 when taking row maxima).
  */
 typedef struct {
     float scale;
@@ -236,7 +239,7 @@ typedef struct {
     bool per_head_weights;
     int num_threads;
     attn_path path;
-    float scale; /* multiplies each head's q·kᵀ; 0 = 1/sqrt(embed_dim / num_heads) (torch) */
+    float scale; /* multiplies each head's q·kᵀ, >= 0; 0 = 1/sqrt(embed_dim / num_heads) (torch) */
     uint64_t reserved[8]; /* zero; room for future options */
 } attn_mha_opts;
 

@@ -13,7 +13,7 @@ int attn_default_threads(void)
     if (env && *env) {
         char *end;
         long n = strtol(env, &end, 10);
-        if (*end == '\0' && n > 0 && n <= 4096) return (int)n;
+        if (*end == '\0' && n > 0 && n <= ATTN_MAX_THREADS) return (int)n;
     }
 #ifdef _OPENMP
     return omp_get_num_procs();

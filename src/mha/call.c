@@ -277,8 +277,8 @@ static attn_status call_init(mha_call *c, const attn_mha *m, const attn_tensor *
               "path: unknown value %d", (int)opts->path);
     c->threads = attn_resolve_threads(opts->num_threads);
     c->path = opts->path;
-    RETURN_IF(!isfinite(opts->scale), err, ATTN_ERR_ARG,
-              "scale: must be finite (0 = 1/sqrt(head_dim)), got %g", (double)opts->scale);
+    RETURN_IF(!(opts->scale >= 0.0f) || isinf(opts->scale), err, ATTN_ERR_ARG,
+              "scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g", (double)opts->scale);
     c->scale = opts->scale;
 
     c->E = m->cfg.embed_dim;

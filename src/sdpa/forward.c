@@ -216,10 +216,13 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             const float l = w->rowsum[e * FWD_ROWS + r];
             const float *o = w->o + (e * FWD_ROWS + r) * d->dvp;
             float *dst = p->o + AT4(p->os, b, h, i0 + r, 0);
-            /* A row that saw no key: out 0, lse -inf (l is 0 exactly then). */
+            /* A row that saw no key: out 0, lse -inf (l is 0 exactly then),
+             * unless its scores were all NaN: then NaN, as everywhere else. */
             const bool empty = l == 0.0f;
-            for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? 0.0f : o[c] / l;
-            lse_rows[r] = empty ? -INFINITY : w->rowmax[e * FWD_ROWS + r] + logf(l);
+            const float fill = empty && sdpa_row_sees_nan(p, b, h, i0 + r) ? NAN : 0.0f;
+            for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
+            lse_rows[r] = empty ? (fill == 0.0f ? -INFINITY : NAN)
+                                : w->rowmax[e * FWD_ROWS + r] + logf(l);
             if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + (i0 + r) * p->ls[2]] = lse_rows[r];
         }
         if (p->w) write_weights(p, kern, d, b, h, i0, mi, lse_rows, w);

@@ -110,6 +110,12 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
 attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_sdpa_opts *opts, attn_error *err);
 
+/* True when a visible score of row (b,h,i) is NaN: a row the fused path
+ * found empty may really be poisoned by NaN inputs, which must show as NaN
+ * (as in torch) rather than as a masked row. Costs O(Nk·D); called only for
+ * rows that saw no key. */
+bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
+
 /* The plain paths: the oracle. Need no workspace beyond what they allocate. */
 attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err);
 attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err);

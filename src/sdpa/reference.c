@@ -10,11 +10,24 @@
 
 #define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
 
-/* Row workspace: 2·Nk floats per thread, the caller's or allocated. */
+/* Floats of row buffer per thread: a score row and a gradient row. */
+static int64_t row_floats(const sdpa_problem *p)
+{
+    return 2 * (p->Nk > 0 ? p->Nk : 1);
+}
+
+/* Row workspace: row_floats per thread, the caller's or allocated. */
 static float *row_buffers(const sdpa_problem *p, int threads, float **owned, attn_error *err)
 {
-    size_t need = (size_t)threads * 2 * (size_t)(p->Nk > 0 ? p->Nk : 1) * sizeof(float);
+    int64_t bytes;
     *owned = NULL;
+    if (!attn_mul_ok(row_floats(p), (int64_t)sizeof(float) * threads, &bytes) ||
+        (uint64_t)bytes > SIZE_MAX) {
+        attn_fail(err, ATTN_ERR_OVERFLOW, "workspace: %lld keys per row overflow the row buffers",
+                  (long long)p->Nk);
+        return NULL;
+    }
+    const size_t need = (size_t)bytes;
     if (p->workspace) {
         if (p->workspace_size < need) {
             attn_fail(err, ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, %zu needed",
@@ -28,27 +41,41 @@ static float *row_buffers(const sdpa_problem *p, int threads, float **owned, att
     return *owned;
 }
 
+/* Score of query row (b,h,i) against key j before masking: scale·q·k. */
+static float row_score(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    const float *qi = p->q + AT4(p->qs, b, h, i, 0);
+    const float *kj = p->k + AT4(p->ks, b, h / p->group, j, 0);
+    float dot = 0.0f;
+    for (int64_t d = 0; d < p->D; ++d) dot += qi[d * p->qs[3]] * kj[d * p->ks[3]];
+    return p->scale * dot;
+}
+
+bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    const int64_t end = sdpa_causal_end(p, i);
+    for (int64_t j = 0; j < end; ++j) {
+        float bias = sdpa_mask_bias(p, b, h, i, j);
+        if (bias != -INFINITY && isnan(row_score(p, b, h, i, j) + bias)) return true;
+    }
+    return false;
+}
+
 /* Softmax probabilities of row (b,h,i) into prob[0..Nk). Returns false when
  * no key is visible (prob all 0). *lse receives log Σ exp(score). */
 static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, float *prob,
                       float *lse)
 {
-    const int64_t hk = h / p->group, end = sdpa_causal_end(p, i);
-    const float *qi = p->q + AT4(p->qs, b, h, i, 0);
+    const int64_t end = sdpa_causal_end(p, i);
     float m = -INFINITY;
     for (int64_t j = 0; j < p->Nk; ++j) {
         float s = -INFINITY;
         if (j < end) {
             float bias = sdpa_mask_bias(p, b, h, i, j);
-            if (bias != -INFINITY) {
-                const float *kj = p->k + AT4(p->ks, b, hk, j, 0);
-                float dot = 0.0f;
-                for (int64_t d = 0; d < p->D; ++d) dot += qi[d * p->qs[3]] * kj[d * p->ks[3]];
-                s = p->scale * dot + bias;
-            }
+            if (bias != -INFINITY) s = row_score(p, b, h, i, j) + bias;
         }
         prob[j] = s;
-        if (s > m) m = s;
+        if (s > m || isnan(s)) m = isnan(m) ? m : s; /* a NaN score poisons the row, as in torch */
     }
     if (m == -INFINITY) {
         for (int64_t j = 0; j < p->Nk; ++j) prob[j] = 0.0f;
@@ -78,7 +105,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        float *prob = ws + (size_t)tid * 2 * (size_t)(p->Nk > 0 ? p->Nk : 1);
+        float *prob = ws + (size_t)tid * (size_t)row_floats(p);
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
         float lse;
@@ -116,8 +143,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        float *prob = ws + (size_t)tid * 2 * (size_t)(p->Nk > 0 ? p->Nk : 1);
-        float *dprob = prob + (p->Nk > 0 ? p->Nk : 1);
+        float *prob = ws + (size_t)tid * (size_t)row_floats(p);
+        float *dprob = prob + row_floats(p) / 2;
         const int64_t b = t / p->Hkv, hk = t % p->Hkv;
         for (int64_t j = 0; j < p->Nk; ++j) {
             if (p->dk)

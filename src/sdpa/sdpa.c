@@ -106,7 +106,9 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(opts->path < ATTN_PATH_AUTO || opts->path > ATTN_PATH_FUSED, err, ATTN_ERR_ARG,
               "path: unknown value %d", (int)opts->path);
     p->path = opts->path;
-    RETURN_IF(opts->num_threads < 0, err, ATTN_ERR_ARG, "num_threads: must be >= 0");
+    RETURN_IF(opts->num_threads < 0 || opts->num_threads > ATTN_MAX_THREADS, err, ATTN_ERR_ARG,
+              "num_threads: must be from 0 (default) to %d, got %d", ATTN_MAX_THREADS,
+              opts->num_threads);
     p->threads = attn_resolve_threads(opts->num_threads);
     p->workspace = opts->workspace;
     p->workspace_size = opts->workspace_size;

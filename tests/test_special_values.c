@@ -1,0 +1,122 @@
+/* Special values and hostile arguments: NaN inputs propagate as in torch
+ * (never silently become a "masked" zero row), and arguments that could
+ * crash or overflow are refused with a status. Both SDPA paths. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 1, H = 2, NQ = 5, NK = 6, D = 8 };
+
+static const attn_path paths[2] = {ATTN_PATH_REFERENCE, ATTN_PATH_FUSED};
+static const char *const path_names[2] = {"reference", "fused"};
+
+static void fill(float *x, int64_t n, tu_rng *r)
+{
+    for (int64_t i = 0; i < n; ++i) x[i] = (float)tu_rng_normal(r);
+}
+
+static bool row_nan(const float *o, int64_t row, int64_t width)
+{
+    for (int64_t c = 0; c < width; ++c)
+        if (!isnan(o[row * width + c])) return false;
+    return true;
+}
+
+static bool row_finite(const float *o, int64_t row, int64_t width)
+{
+    for (int64_t c = 0; c < width; ++c)
+        if (!isfinite(o[row * width + c])) return false;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    tu_options opt;
+    if (!tu_parse_options(argc, argv, 7, &opt)) return 2;
+    tu_suite suite = {0};
+    tu_group g;
+    tu_rng rng;
+    tu_rng_seed(&rng, opt.seed);
+    static float q[B * H * NQ * D], k[B * H * NK * D], v[B * H * NK * D], o[B * H * NQ * D],
+        lse[B * H * NQ];
+    attn_tensor Q = attn_tensor_4d(q, B, H, NQ, D), K = attn_tensor_4d(k, B, H, NK, D),
+                V = attn_tensor_4d(v, B, H, NK, D), O = attn_tensor_4d(o, B, H, NQ, D),
+                L = attn_tensor_3d(lse, B, H, NQ);
+
+    for (int pi = 0; pi < 2; ++pi) {
+        char name[64];
+        snprintf(name, sizeof name, "NaN propagation (%s)", path_names[pi]);
+        tu_group_begin(&g, &suite, name);
+        attn_sdpa_opts opts = attn_sdpa_opts_default();
+        opts.path = paths[pi];
+        /* A query row of NaN: every score of that row is NaN. */
+        fill(q, B * H * NQ * D, &rng);
+        fill(k, B * H * NK * D, &rng);
+        fill(v, B * H * NK * D, &rng);
+        for (int d = 0; d < D; ++d) q[(0 * NQ + 1) * D + d] = NAN; /* head 0, row 1 */
+        q[(1 * NQ + 2) * D + 3] = NAN;                            /* head 1, row 2: one entry */
+        attn_status s = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, NULL);
+        if (tu_check(&g, s == ATTN_OK, "attn_sdpa failed: %s", attn_status_string(s))) {
+            tu_check(&g, row_nan(o, 0 * NQ + 1, D) && isnan(lse[0 * NQ + 1]),
+                     "a NaN query row must give NaN output and LSE");
+            tu_check(&g, row_nan(o, 1 * NQ + 2, D) && isnan(lse[1 * NQ + 2]),
+                     "one NaN entry in a query must give a NaN row");
+            tu_check(&g, row_finite(o, 0, D) && row_finite(o, 1 * NQ + 1, D),
+                     "rows without NaN inputs must stay finite");
+        }
+        /* A NaN key that every query sees poisons every row ... */
+        fill(q, B * H * NQ * D, &rng);
+        for (int d = 0; d < D; ++d) k[(0 * NK + 4) * D + d] = NAN; /* head 0, key 4 */
+        s = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, NULL);
+        tu_check(&g, s == ATTN_OK && row_nan(o, 0, D) && row_finite(o, NQ, D),
+                 "a NaN key must poison its head's rows only");
+        /* ... unless causality hides it: top-left, rows 0..3 never see key 4. */
+        opts.causal = ATTN_CAUSAL_TOP_LEFT;
+        s = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, NULL);
+        tu_check(&g, s == ATTN_OK && row_finite(o, 0, D) && row_finite(o, 3, D) && row_nan(o, 4, D),
+                 "a NaN key hidden by causality must not reach earlier rows");
+        tu_group_end(&g);
+    }
+
+    tu_group_begin(&g, &suite, "hostile arguments");
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    attn_error err;
+    opts.num_threads = ATTN_MAX_THREADS + 1;
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_ERR_ARG &&
+                     strstr(err.message, "num_threads"),
+             "num_threads above ATTN_MAX_THREADS must be refused");
+    opts = attn_sdpa_opts_default();
+    opts.scale = -1.0f;
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_ERR_ARG &&
+                     strstr(err.message, "scale"),
+             "a negative scale must be refused");
+    opts.scale = INFINITY;
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_ERR_ARG,
+             "an infinite scale must be refused");
+    /* Keys broadcast (stride 0) to 2^61 rows: the reference's row buffers
+     * would overflow size_t. */
+    for (int pi = 0; pi < 2; ++pi) {
+        opts = attn_sdpa_opts_default();
+        opts.path = paths[pi];
+        attn_tensor K2 = K, V2 = V;
+        K2.shape[2] = V2.shape[2] = (int64_t)1 << 61;
+        K2.stride[2] = V2.stride[2] = 0;
+        attn_status s = attn_sdpa(&Q, &K2, &V2, &O, &L, NULL, &opts, &err);
+        tu_check(&g, s == ATTN_ERR_OVERFLOW || s == ATTN_ERR_ALLOC,
+                 "%s: 2^61 broadcast keys must be refused, got %s", path_names[pi],
+                 attn_status_string(s));
+    }
+    /* An output whose rows alias each other. */
+    opts = attn_sdpa_opts_default();
+    attn_tensor O2 = O;
+    O2.stride[2] = 1; /* rows 1 float apart, 8 floats wide */
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O2, NULL, NULL, &opts, &err) == ATTN_ERR_STRIDE &&
+                     strstr(err.message, "out"),
+             "an output view whose elements alias must be refused");
+    attn_tensor bad = attn_tensor_make(q, ATTN_F32, ATTN_MAX_DIMS + 2, (int64_t[10]){1});
+    tu_check(&g, bad.ndim == -1, "attn_tensor_make with too many dimensions must be invalid");
+    tu_group_end(&g);
+    return tu_suite_finish(&suite);
+}
