@@ -1,8 +1,10 @@
-/* Single-precision matrix multiply used by the MHA projections (and anything
- * else that needs one). Internal: not part of the public API.
+/* Single-precision matrix multiply used by the MHA projections and the nn
+ * layers. Internal: not part of the public API.
  *
- * The interface is BLAS-like so the body can later become a packed SIMD
- * kernel or a CBLAS call without touching callers. */
+ * Two engines behind one BLAS-like interface (gemm_engines.h): a CBLAS
+ * (OpenBLAS, BLIS) when the build links one (CMake option ATTN_CBLAS, see
+ * cmake/blas.cmake), otherwise our packed SIMD GEMM on the fused SDPA
+ * microkernels (gemm_packed.c). */
 #ifndef ATTN_CORE_GEMM_H
 #define ATTN_CORE_GEMM_H
 
@@ -18,15 +20,25 @@
  *
  * Leading dimensions must be at least the row length of the stored matrix
  * (CBLAS's rule), except that they are ignored for a single stored row.
- * beta == 0 means C is only written, never read (NaNs in C do not leak), as
- * in BLAS. M, N or K may be 0 (K == 0 gives C = beta·C).
+ * As in BLAS, beta == 0 means C is only written, never read (NaNs in C do
+ * not leak), and alpha == 0 or K == 0 gives C = beta·C without reading A or
+ * B. M or N may be 0 (nothing happens).
  *
- * threads: OpenMP threads over rows of C (<= 1 runs serially). Every element
- * of C is reduced over K by one thread in a fixed order, so the result is
- * bit-identical for any thread count.
+ * threads: OpenMP threads for the packed engine (<= 1 runs serially); a
+ * CBLAS runs its own threads (OPENBLAS_NUM_THREADS etc.) whatever this says.
+ * Either way every element of C is reduced over K in a fixed order by one
+ * thread, so the result is bit-identical for any value of threads.
  */
 void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                 int64_t ldc, int threads);
+
+/*
+ * The engine attn_sgemm uses: "cblas" when the build links a CBLAS and the
+ * environment variable ATTN_GEMM is not "packed"; otherwise "packed-<isa>"
+ * (the SDPA kernel table it runs on, e.g. "packed-avx2"). Like ATTN_ARCH,
+ * ATTN_GEMM is read on every call.
+ */
+const char *attn_sgemm_engine(void);
 
 #endif
