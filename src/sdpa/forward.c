@@ -116,9 +116,12 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
 }
 
 /* Second sweep: weights of rows [i0, i0+mi) of head (b,h) from their LSE. */
+/* Weights of rows [i0, i0+mi) from the final row max m and sum l:
+ * exp(scale·s + bias - m) / l. (exp(x - lse) would round lse = m + log l
+ * first and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
 static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                          int64_t b, int64_t h, int64_t i0, int64_t mi, const float *lse,
-                          fwd_scratch *w)
+                          int64_t b, int64_t h, int64_t i0, int64_t mi, const float *rowmax,
+                          const float *rowsum, const float *lse, fwd_scratch *w)
 {
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += FWD_KEYS) {
@@ -129,11 +132,13 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
             kern->gemm(mi, sdpa_round_up(t.cols, kern->npad), p->D, p->q + AT4(p->qs, b, h, i0, 0),
                        p->qs[2], p->qs[3], w->kt, d->bcp, w->s, d->bcp, NULL, SDPA_GEMM_SET);
             kern->probs_from_lse(mi, nj, p->scale, w->s, d->bcp, w->limit,
-                                 t.use_bias ? w->bias : NULL, t.ldbias, lse);
+                                 t.use_bias ? w->bias : NULL, t.ldbias, rowmax);
         }
         for (int64_t r = 0; r < mi; ++r) {
             float *dst = p->w + AT4(p->ws, b, h, i0 + r, j0);
-            for (int64_t c = 0; c < nj; ++c) dst[c * p->ws[3]] = t.cols > 0 ? w->s[r * d->bcp + c] : 0.0f;
+            const float inv = rowsum[r] > 0.0f ? 1.0f / rowsum[r] : 0.0f;
+            for (int64_t c = 0; c < nj; ++c)
+                dst[c * p->ws[3]] = isnan(lse[r]) ? NAN : t.cols > 0 ? w->s[r * d->bcp + c] * inv : 0.0f;
         }
     }
 }
@@ -225,7 +230,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                 : w->rowmax[e * FWD_ROWS + r] + logf(l);
             if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + (i0 + r) * p->ls[2]] = lse_rows[r];
         }
-        if (p->w) write_weights(p, kern, d, b, h, i0, mi, lse_rows, w);
+        if (p->w)
+            write_weights(p, kern, d, b, h, i0, mi, w->rowmax + e * FWD_ROWS,
+                          w->rowsum + e * FWD_ROWS, lse_rows, w);
     }
 }
 

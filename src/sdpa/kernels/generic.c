@@ -9,21 +9,22 @@
 #include <math.h>
 #include <string.h>
 
-/* e^x as documented in kernels.h (plain multiply/add: n·LN2_HI is exact). */
+/* e^x as documented in kernels.h, with fused multiply-adds as the SIMD
+ * bodies use (libm's fmaf where the CPU has no FMA: slower, same result). */
 static float exp_generic(float x)
 {
     if (x != x) return x;
     if (x < SDPA_EXP_MIN) return 0.0f; /* also -inf */
     if (x > SDPA_EXP_MAX) return INFINITY;
     float n = nearbyintf(x * SDPA_LOG2E);
-    float r = (x - n * SDPA_LN2_HI) - n * SDPA_LN2_LO;
+    float r = fmaf(-n, SDPA_LN2_LO, fmaf(-n, SDPA_LN2_HI, x));
     float p = SDPA_EXP_C6;
-    p = p * r + SDPA_EXP_C5;
-    p = p * r + SDPA_EXP_C4;
-    p = p * r + SDPA_EXP_C3;
-    p = p * r + SDPA_EXP_C2;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    p = fmaf(p, r, SDPA_EXP_C5);
+    p = fmaf(p, r, SDPA_EXP_C4);
+    p = fmaf(p, r, SDPA_EXP_C3);
+    p = fmaf(p, r, SDPA_EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
     return ldexpf(p, (int)n);
 }
 
@@ -47,6 +48,17 @@ static void gemm_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
+/* Lanes of the partial row sums: as the SIMD bodies, a sum of many small
+ * probabilities is accumulated in several independent partial sums. */
+#define SUM_LANES 8
+
+static float lane_sum(const float *part)
+{
+    float s = 0.0f;
+    for (int i = 0; i < SUM_LANES; ++i) s += part[i];
+    return s;
+}
+
 static void softmax_online_generic(int64_t m, int64_t n, float scale, float *s, int64_t lds,
                                    const int32_t *limit, const float *bias, int64_t ldbias,
                                    float *rowmax, float *rowsum, float *alpha)
@@ -55,26 +67,29 @@ static void softmax_online_generic(int64_t m, int64_t n, float scale, float *s, 
         float *sr = s + r * lds;
         const float *br = bias ? bias + r * ldbias : NULL;
         const int64_t lim = limit[r];
+        /* x = scale·s + bias in one rounding; without a bias s stays raw and
+         * max(scale·s) = scale·max(s) (scale >= 0, rounding is monotone). */
         float mx = -INFINITY;
         for (int64_t c = 0; c < lim; ++c) {
-            float x = scale * sr[c] + (br ? br[c] : 0.0f);
-            sr[c] = x;
+            float x = br ? fmaf(sr[c], scale, br[c]) : sr[c];
+            if (br) sr[c] = x;
             mx = x > mx ? x : mx;
         }
+        if (!br) mx *= scale;
         const float old = rowmax[r], mnew = mx > old ? mx : old;
         if (mnew == -INFINITY) { /* nothing visible yet: p = 0, keep state */
             for (int64_t c = 0; c < n; ++c) sr[c] = 0.0f;
             alpha[r] = 1.0f;
             continue;
         }
-        float sum = 0.0f;
+        float part[SUM_LANES] = {0};
         for (int64_t c = 0; c < lim; ++c) {
-            sr[c] = exp_generic(sr[c] - mnew);
-            sum += sr[c];
+            sr[c] = exp_generic(br ? sr[c] - mnew : fmaf(sr[c], scale, -mnew));
+            part[c % SUM_LANES] += sr[c];
         }
         for (int64_t c = lim; c < n; ++c) sr[c] = 0.0f;
         alpha[r] = exp_generic(old - mnew); /* old = -inf gives 0 */
-        rowsum[r] = rowsum[r] * alpha[r] + sum;
+        rowsum[r] = rowsum[r] * alpha[r] + lane_sum(part);
         rowmax[r] = mnew;
     }
 }
@@ -88,7 +103,7 @@ static void probs_from_lse_generic(int64_t m, int64_t n, float scale, float *s, 
         const float *br = bias ? bias + r * ldbias : NULL;
         const int64_t lim = lse[r] == -INFINITY ? 0 : limit[r];
         for (int64_t c = 0; c < lim; ++c)
-            sr[c] = exp_generic(scale * sr[c] + (br ? br[c] : 0.0f) - lse[r]);
+            sr[c] = exp_generic(br ? fmaf(sr[c], scale, br[c]) - lse[r] : fmaf(sr[c], scale, -lse[r]));
         for (int64_t c = lim; c < n; ++c) sr[c] = 0.0f;
     }
 }
