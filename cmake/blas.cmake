@@ -1,20 +1,27 @@
-# CBLAS for attn_sgemm (src/core/gemm*.c): the MHA projections and nn layers.
+# Optional CBLAS for attn_sgemm (src/core/gemm*.c): the MHA projections and nn layers.
 #
-#   -DATTN_CBLAS=AUTO  (default) use OpenBLAS or BLIS when found, else our own
-#                      packed SIMD GEMM (src/core/gemm_packed.c)
+#   -DATTN_CBLAS=OFF   (default) our packed SIMD GEMM only (src/core/gemm_packed.c)
+#   -DATTN_CBLAS=AUTO  use OpenBLAS or BLIS when found, else the packed GEMM
 #   -DATTN_CBLAS=ON    require one (configure fails without it)
-#   -DATTN_CBLAS=OFF   never; our packed GEMM only
 #   ATTN_CBLAS_LIBRARY / ATTN_CBLAS_INCLUDE_DIR point at another CBLAS.
+# In a CBLAS build, ATTN_GEMM=packed in the environment selects ours at run time.
 #
-# AUTO follows issue 3 ("use a CBLAS when the build finds one"). Determinism
-# holds either way: attn's thread count never reaches the CBLAS, which splits
-# its own work over M and N only, so results are bit-identical for any attn
-# thread count (test_gemm, test_train check it with the CBLAS in use). What
-# changes: the CBLAS runs its own thread count (OPENBLAS_NUM_THREADS etc.),
-# and results differ in the last bits from a build without it. At run time,
-# ATTN_GEMM=packed selects our engine instead.
-set(ATTN_CBLAS "AUTO" CACHE STRING "Use a CBLAS for attn_sgemm: AUTO, ON or OFF")
-set_property(CACHE ATTN_CBLAS PROPERTY STRINGS AUTO ON OFF)
+# Why OFF by default (measured on the 2-core Zen machine, 2 threads, quiet):
+#  - speed: the packed GEMM matches OpenBLAS 0.3.21 on the MHA shapes
+#    (2048x512x512: 145 vs 159 GFLOP/s; 2048x1536x512: 163 vs 144), and MHA
+#    forward is faster with it (99 ms vs 121-145 ms): OpenBLAS's own pthreads
+#    and attn's spinning OpenMP threads take turns on the same two cores
+#    (with OMP_WAIT_POLICY=passive both give 96 ms);
+#  - determinism: OpenBLAS ignores attn's per-call thread count, and its
+#    results change with its own (OPENBLAS_NUM_THREADS=1 and 2 give different
+#    bits for the same sgemm), so "bit-identical for any thread count" would
+#    hold only while OPENBLAS_NUM_THREADS stays fixed. The packed GEMM gives
+#    the same bits for every thread count (per kernel ISA).
+# With a CBLAS in use, results still do not depend on attn's thread count
+# (test_gemm and test_train pass with it), but differ in the last bits from a
+# build without it.
+set(ATTN_CBLAS "OFF" CACHE STRING "Use a CBLAS for attn_sgemm: OFF, AUTO or ON")
+set_property(CACHE ATTN_CBLAS PROPERTY STRINGS OFF AUTO ON)
 
 if(NOT ATTN_CBLAS STREQUAL "OFF")
   # Optimised libraries only: a reference BLAS would be slower than ours.

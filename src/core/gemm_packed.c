@@ -205,7 +205,7 @@ static void gemm_blocked(const gemm_plan *p, float *work, size_t per_thread)
 #pragma omp for schedule(static)
             for (int64_t pan = 0; pan < panels; ++pan)
                 pack_b(p, 0, p->K, jc + pan * np, bpack + pan * p->K * np);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < items; ++it) {
                 const int64_t b = it / p->col_groups, g = it % p->col_groups;
                 const int64_t pan0 = g * panels / p->col_groups;
