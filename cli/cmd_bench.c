@@ -123,6 +123,18 @@ static float *alloc_filled(int64_t n, uint64_t seed)
     return p;
 }
 
+/* True when every tensor of the configuration has a size that fits int64
+ * and a plausible allocation (2^40 floats). */
+static bool sizes_fit(const bench_config *c)
+{
+    const int64_t n = c->seq > c->kv_seq ? c->seq : c->kv_seq;
+    const int64_t d = c->head_dim > c->value_dim ? c->head_dim : c->value_dim;
+    int64_t total = c->batch;
+    return !__builtin_mul_overflow(total, c->heads, &total) &&
+           !__builtin_mul_overflow(total, n, &total) && !__builtin_mul_overflow(total, d, &total) &&
+           total <= ((int64_t)1 << 40);
+}
+
 /* Runs one configuration and prints its line. */
 static int bench_one(const bench_config *c)
 {
@@ -281,7 +293,7 @@ static int run_bench(int argc, char **argv)
         !cli_get_int(&a, "--kv-heads", 1, big, &c.kv_heads) ||
         !cli_get_int(&a, "--kv-seq", 1, big, &c.kv_seq) ||
         !cli_get_int(&a, "--value-dim", 1, big, &c.value_dim) ||
-        !cli_get_int(&a, "--threads", 1, 4096, &c.threads) ||
+        !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &c.threads) ||
         !cli_get_int(&a, "--runs", 1, 100000, &c.runs) ||
         !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup))
         return CLI_USAGE;
@@ -308,6 +320,11 @@ static int run_bench(int argc, char **argv)
             one.head_dim = dims[j];
             if (!one.kv_seq) one.kv_seq = one.seq;
             if (!one.value_dim) one.value_dim = one.head_dim;
+            if (!sizes_fit(&one))
+                return cli_usage_error(cmd, "--batch/--heads/--seq/--head-dim: %ld x %ld x %ld x %ld "
+                                            "floats per tensor do not fit in memory",
+                                       one.batch, one.heads, one.seq > one.kv_seq ? one.seq : one.kv_seq,
+                                       one.head_dim > one.value_dim ? one.head_dim : one.value_dim);
             rc = bench_one(&one);
         }
     return rc;

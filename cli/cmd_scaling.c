@@ -100,6 +100,7 @@ static bool measure(int64_t dk, int64_t nkeys, int64_t samples, uint64_t seed, s
                     wt = attn_tensor_4d(w, 1, c, 1, nkeys);
         for (int m = 0; ok && m < 2; ++m) {
             attn_sdpa_opts opts = attn_sdpa_opts_default();
+            opts.path = ATTN_PATH_REFERENCE; /* the same table on every CPU */
             opts.scale = m == SCALED ? 0.0f /* the default 1/sqrt(d_k) */ : 1.0f;
             attn_error err = {0};
             if (attn_sdpa(&qt, &kt, &vt, &ot, NULL, &wt, &opts, &err) != ATTN_OK) {
@@ -294,6 +295,7 @@ static int given_scores(const cli_command *cmd, const cli_args *a, const char *v
                 vt = attn_tensor_4d(v, 1, rows, n, 1), ot = attn_tensor_4d(out, 1, rows, 1, 1),
                 wt = attn_tensor_4d(w, 1, rows, 1, n);
     attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.path = ATTN_PATH_REFERENCE;
     opts.scale = 1.0f;
     attn_error err = {0};
     if (attn_sdpa(&qt, &kt, &vt, &ot, NULL, &wt, &opts, &err) != ATTN_OK) {

@@ -474,6 +474,7 @@ int steps_compute(const cli_command *cmd, steps *s)
     o4.data = s->concat;
     attn_tensor w4 = attn_tensor_4d(s->weights, 1, H, n, n);
     attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.path = ATTN_PATH_REFERENCE; /* shown digits must not depend on the CPU */
     opts.scale = s->scale;
     opts.causal = s->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
     attn_error err = {0};
@@ -488,6 +489,7 @@ int steps_compute(const cli_command *cmd, steps *s)
         attn_tensor x2 = attn_tensor_2d(s->x, n, E), y2 = attn_tensor_2d(s->y, n, s->d_out),
                     wt = attn_tensor_3d(libw, H, n, n);
         attn_mha_opts mo = attn_mha_opts_default();
+        mo.path = ATTN_PATH_REFERENCE;
         mo.causal = s->causal;
         mo.weights = &wt;
         mo.per_head_weights = true;
