@@ -232,6 +232,57 @@ bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n)
     return ok;
 }
 
+bool cli_stage_add(cli_staged *st, const cli_command *cmd, const char *option, const char *path)
+{
+    if (!path) return true;
+    for (int i = 0; i < st->n; ++i)
+        if (!strcmp(st->final[i], path)) {
+            cli_usage_error(cmd, "%s %s: the same file as %s", option, path, st->option[i]);
+            return false;
+        }
+    if (st->n == CLI_MAX_STAGED) {
+        cli_usage_error(cmd, "too many outputs");
+        return false;
+    }
+    char *part = st->part[st->n];
+    snprintf(part, sizeof st->part[0], "%s.attn-%ld.part", path, (long)getpid());
+    FILE *probe = fopen(part, "wx"); /* can we create a file next to it? */
+    if (!probe) {
+        cli_usage_error(cmd, "%s %s: cannot write: %s", option, path, strerror(errno));
+        return false;
+    }
+    fclose(probe);
+    remove(part);
+    st->option[st->n] = option;
+    st->final[st->n++] = path;
+    return true;
+}
+
+const char *cli_stage_path(const cli_staged *st, const char *path)
+{
+    for (int i = 0; i < st->n; ++i)
+        if (!strcmp(st->final[i], path)) return st->part[i];
+    return path;
+}
+
+void cli_stage_abort(cli_staged *st)
+{
+    for (int i = 0; i < st->n; ++i) remove(st->part[i]);
+    st->n = 0;
+}
+
+bool cli_stage_commit(cli_staged *st)
+{
+    for (int i = 0; i < st->n; ++i)
+        if (rename(st->part[i], st->final[i]) != 0) {
+            fprintf(stderr, "attn: %s: %s\n", st->final[i], strerror(errno));
+            cli_stage_abort(st);
+            return false;
+        }
+    st->n = 0;
+    return true;
+}
+
 float *cli_alloc_floats(const char *context, int n, ...)
 {
     va_list ap;

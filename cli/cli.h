@@ -73,6 +73,23 @@ bool cli_save_npy(const char *path, const attn_tensor *t);
  * file that existed before. Two outputs with the same path are an error. */
 bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n);
 
+/* Outputs written at the end of a long run, all or nothing: cli_stage_add
+ * checks up front that a file can be created next to each destination (so
+ * a bad path fails before the work starts, with exit status 2), writers
+ * then write to cli_stage_path(), and cli_stage_commit renames them all
+ * into place (or cli_stage_abort removes them). */
+#define CLI_MAX_STAGED 8
+typedef struct {
+    int n;
+    const char *option[CLI_MAX_STAGED];
+    const char *final[CLI_MAX_STAGED];
+    char part[CLI_MAX_STAGED][4096];
+} cli_staged;
+bool cli_stage_add(cli_staged *st, const cli_command *cmd, const char *option, const char *path);
+const char *cli_stage_path(const cli_staged *st, const char *path);
+bool cli_stage_commit(cli_staged *st);
+void cli_stage_abort(cli_staged *st);
+
 /* malloc of the product of n sizes in floats (at least one float), NULL
  * with a message on overflow or exhaustion. */
 float *cli_alloc_floats(const char *context, int n, ...);

@@ -331,7 +331,7 @@ static int run_heads(int argc, char **argv)
     }
     const char *svg_path = cli_get(&a, "--svg");
     if (rc == CLI_OK && svg_path) {
-        if (!write_svg(svg_path, ckpt, &c, ex, first, shown, roles, stats, accuracy)) rc = CLI_FAIL;
+        if (!write_svg(svg_path, ckpt, &c, ex, first, shown, roles, stats, accuracy)) rc = CLI_USAGE;
         else printf("wrote %s\n", svg_path);
     }
     free(tokens);

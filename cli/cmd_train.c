@@ -243,6 +243,12 @@ static int run_train(int argc, char **argv)
     const char *save = cli_get(&a, "--save"), *plot = cli_get(&a, "--plot"),
                *csv = cli_get(&a, "--log");
 
+    cli_staged staged = {0};
+    if (!cli_stage_add(&staged, &cmd_train, "--save", save) ||
+        !cli_stage_add(&staged, &cmd_train, "--plot", plot) ||
+        !cli_stage_add(&staged, &cmd_train, "--log", csv))
+        return CLI_USAGE;
+
     train_log logs[2] = {{.name = attn_task_name(cfg.model.task.kind)}};
     int nlogs = 1;
     attn_model *model = NULL;
@@ -261,20 +267,22 @@ static int run_train(int argc, char **argv)
     }
     if (rc == CLI_OK && save) {
         attn_error err = {0};
-        if (attn_model_save(model, save, &err) != ATTN_OK) rc = cli_report("train", &err);
-        else if (!quiet) printf("saved %s\n", save);
+        if (attn_model_save(model, cli_stage_path(&staged, save), &err) != ATTN_OK)
+            rc = cli_report("train", &err);
     }
     char title[160];
     snprintf(title, sizeof title, "attn train --task %s%s: training loss",
              attn_task_name(cfg.model.task.kind),
              ablation ? " --scale-ablation" : cfg.model.unscaled ? " --no-scale" : "");
-    if (rc == CLI_OK && plot) {
-        if (!train_log_plot(plot, logs, nlogs, title)) rc = CLI_FAIL;
-        else if (!quiet) printf("wrote %s\n", plot);
-    }
-    if (rc == CLI_OK && csv) {
-        if (!train_log_write_csv(csv, logs, nlogs)) rc = CLI_FAIL;
-        else if (!quiet) printf("wrote %s\n", csv);
+    if (rc == CLI_OK && plot && !train_log_plot(cli_stage_path(&staged, plot), logs, nlogs, title))
+        rc = CLI_USAGE;
+    if (rc == CLI_OK && csv && !train_log_write_csv(cli_stage_path(&staged, csv), logs, nlogs))
+        rc = CLI_USAGE;
+    if (rc == CLI_OK && !cli_stage_commit(&staged)) rc = CLI_USAGE;
+    if (rc != CLI_OK) cli_stage_abort(&staged);
+    for (int i = 0; rc == CLI_OK && !quiet && i < 3; ++i) {
+        const char *done[3] = {save, plot, csv};
+        if (done[i]) printf("wrote %s\n", done[i]);
     }
     if (rc == CLI_OK && json) {
         printf("{\"task\":\"%s\",\"seed\":%llu,\"threads\":%d,",
