@@ -53,3 +53,16 @@ void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     gemm_packed(sdpa_kernels_for(sdpa_isa_select()), trans_a, trans_b, M, N, K, alpha, A, lda, B,
                 ldb, beta, C, ldc, threads, true);
 }
+
+void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc, int threads)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == 0.0f) {
+        scale_c(M, N, beta, C, ldc);
+        return;
+    }
+    gemm_packed(sdpa_kernels_for(SDPA_ISA_GENERIC), trans_a, trans_b, M, N, K, alpha, A, lda, B,
+                ldb, beta, C, ldc, threads, true);
+}

@@ -33,6 +33,13 @@ void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                 int64_t ldc, int threads);
 
+/* The same product on the plain path (ATTN_PATH_REFERENCE): the portable C
+ * kernel, whatever the CPU, ATTN_ARCH or a linked CBLAS, so reference results
+ * are the same on every machine. */
+void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc, int threads);
+
 /*
  * The engine attn_sgemm uses: "cblas" when the build links a CBLAS and the
  * environment variable ATTN_GEMM is not "packed"; otherwise "packed-<isa>"

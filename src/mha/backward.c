@@ -73,7 +73,7 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
     float *G = m->grads;
     const bool has_bias = m->b_in != SIZE_MAX;
     float *gb_in = has_bias ? G + m->b_in : NULL;
-    const int th = c->threads;
+    const mha_gemm th = mha_gemm_of(c);
 
     /* In the forward pass out = a·Woᵀ + bo, so dWo += doutᵀ·a, dbo += Σ dout
      * and da = dout·Wo. */

@@ -10,6 +10,7 @@
  * it treats the float mask as bool (nonzero = blocked); with a float
  * attn_mask its masked_fill drops the key_padding_mask altogether. */
 #include "mha.h"
+#include "../sdpa/kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -277,6 +278,8 @@ static attn_status call_init(mha_call *c, const attn_mha *m, const attn_tensor *
               "path: unknown value %d", (int)opts->path);
     c->threads = attn_resolve_threads(opts->num_threads);
     c->path = opts->path;
+    c->reference = opts->path == ATTN_PATH_REFERENCE ||
+                   (opts->path == ATTN_PATH_AUTO && sdpa_isa_select() == SDPA_ISA_REFERENCE);
     RETURN_IF(!(opts->scale >= 0.0f) || isinf(opts->scale), err, ATTN_ERR_ARG,
               "scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g", (double)opts->scale);
     c->scale = opts->scale;

@@ -4,6 +4,15 @@
 #include "mha.h"
 #include "../core/gemm.h"
 
+/* attn_sgemm, or its plain twin on the reference path. */
+static void gemm(mha_gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc)
+{
+    (g.reference ? attn_sgemm_reference : attn_sgemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                                                      beta, C, ldc, g.threads);
+}
+
 /* Rows of every batch follow each other at the same spacing. */
 static bool flat(const mha_rows *r, int64_t B, int64_t M)
 {
@@ -12,7 +21,7 @@ static bool flat(const mha_rows *r, int64_t B, int64_t M)
 
 void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
                         int64_t ldw, const float *bias, const mha_rows *y, int64_t N,
-                        int threads)
+                        mha_gemm g)
 {
     const bool one = flat(x, B, M) && flat(y, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
@@ -20,7 +29,7 @@ void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, cons
         const float *xb = x->data + b * x->batch;
         float *yb = y->data + b * y->batch;
         /* y (rows,N) = x (rows,K) · Wᵀ, then the bias row added. */
-        attn_sgemm(false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb, y->ld, threads);
+        gemm(g, false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb, y->ld);
         if (bias)
             for (int64_t i = 0; i < rows; ++i)
                 for (int64_t n = 0; n < N; ++n) yb[i * y->ld + n] += bias[n];
@@ -29,27 +38,27 @@ void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, cons
 
 void mha_linear_backward_input(const mha_rows *dy, int64_t B, int64_t M, int64_t N,
                                const float *W, int64_t ldw, const mha_rows *dx, int64_t K,
-                               bool accumulate, int threads)
+                               bool accumulate, mha_gemm g)
 {
     const bool one = flat(dy, B, M) && flat(dx, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
     for (int64_t b = 0; b < calls; ++b)
         /* Forward y = x·Wᵀ, so dx = dy·W: (rows,N)·(N,K). */
-        attn_sgemm(false, false, rows, K, N, 1.0f, dy->data + b * dy->batch, dy->ld, W, ldw,
-                   accumulate ? 1.0f : 0.0f, dx->data + b * dx->batch, dx->ld, threads);
+        gemm(g, false, false, rows, K, N, 1.0f, dy->data + b * dy->batch, dy->ld, W, ldw,
+                   accumulate ? 1.0f : 0.0f, dx->data + b * dx->batch, dx->ld);
 }
 
 void mha_linear_backward_params(const mha_rows *dy, const mha_rows *x, int64_t B, int64_t M,
                                 int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
-                                int threads)
+                                mha_gemm g)
 {
     const bool one = flat(dy, B, M) && flat(x, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
     for (int64_t b = 0; b < calls; ++b) {
         const float *dyb = dy->data + b * dy->batch;
         /* Forward y = x·Wᵀ, so dW += dyᵀ·x: (N,rows)·(rows,K), accumulated. */
-        attn_sgemm(true, false, N, K, rows, 1.0f, dyb, dy->ld, x->data + b * x->batch, x->ld,
-                   1.0f, dW, lddw, threads);
+        gemm(g, true, false, N, K, rows, 1.0f, dyb, dy->ld, x->data + b * x->batch, x->ld,
+                   1.0f, dW, lddw);
         /* Forward y = ... + b, so db += Σ_rows dy (rows in order: no
          * dependence on the thread count). */
         if (dbias)

@@ -44,6 +44,7 @@ typedef struct {
     bool batched, self;
     int threads;
     attn_path path;
+    bool reference; /* the plain path: reference SDPA and GEMM */
     float scale; /* SDPA scale; 0 = default */
 
     /* Inputs as row matrices (views of the caller's data or packed copies). */
@@ -105,18 +106,30 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
 
 /* ---- linear layers on batches of row matrices (linear.c) ---- */
 
+/* How the projections multiply: threads, and the plain GEMM on the
+ * reference path (so the whole reference MHA is CPU-independent). */
+typedef struct {
+    int threads;
+    bool reference;
+} mha_gemm;
+
+static inline mha_gemm mha_gemm_of(const mha_call *c)
+{
+    return (mha_gemm){c->threads, c->reference};
+}
+
 /* y[b] = x[b] · Wᵀ + bias : x (B,M,K), W (N,K) row stride ldw, y (B,M,N). */
 void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
                         int64_t ldw, const float *bias, const mha_rows *y, int64_t N,
-                        int threads);
+                        mha_gemm g);
 /* dx[b] (=, or += when accumulate) dy[b] · W : dy (B,M,N), W (N,K), dx (B,M,K). */
 void mha_linear_backward_input(const mha_rows *dy, int64_t B, int64_t M, int64_t N,
                                const float *W, int64_t ldw, const mha_rows *dx, int64_t K,
-                               bool accumulate, int threads);
+                               bool accumulate, mha_gemm g);
 /* dW += Σ_b dy[b]ᵀ · x[b] (N,K) row stride lddw; dbias (N) += Σ_b,i dy[b][i]
  * when dbias is not NULL. */
 void mha_linear_backward_params(const mha_rows *dy, const mha_rows *x, int64_t B, int64_t M,
                                 int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
-                                int threads);
+                                mha_gemm g);
 
 #endif
