@@ -1,5 +1,6 @@
 /*
- * test_gemm — attn_sgemm (src/core/gemm.h) and both engines behind it:
+ * test_gemm — attn_sgemm, attn_sgemm_reference (src/core/gemm.h) and the
+ * engines behind them:
  *   - every engine this build and CPU can run (our packed GEMM on each SDPA
  *     kernel table, its no-heap fallback, the CBLAS when linked, and
  *     attn_sgemm itself) against a float64 reference over random shapes:
@@ -11,7 +12,8 @@
  *     reads A and B, nothing is written outside C's view;
  *   - results are bit-identical for 1, 2 and 3 threads, for the heap and
  *     no-heap paths, and across reruns;
- *   - ATTN_GEMM / ATTN_ARCH select the engine attn_sgemm_engine names.
+ *   - ATTN_GEMM / ATTN_ARCH select the engine attn_sgemm_engine names;
+ *     attn_sgemm_reference is the generic packed engine whatever they say.
  * The tolerance is the worst-case bound for a length-K dot product in
  * float32, (K + 4)·u·(|alpha|·Σ|a·b| + |beta·c|) with u = 2^-24, which any
  * summation order meets and a wrong or missing term breaks.
@@ -32,7 +34,7 @@
 
 /* ---------------------------------------------------------------- engines */
 
-typedef enum { ENG_SGEMM, ENG_PACKED, ENG_PACKED_NO_HEAP, ENG_CBLAS } engine_kind;
+typedef enum { ENG_SGEMM, ENG_REFERENCE, ENG_PACKED, ENG_PACKED_NO_HEAP, ENG_CBLAS } engine_kind;
 
 typedef struct {
     const char *name;
@@ -45,6 +47,7 @@ static int available_engines(engine *out)
 {
     int n = 0;
     out[n++] = (engine){"attn_sgemm", ENG_SGEMM, NULL};
+    out[n++] = (engine){"attn_sgemm_reference", ENG_REFERENCE, NULL};
     const sdpa_kernels *tables[3];
     int nt = 0;
     tables[nt++] = &sdpa_kernels_generic;
@@ -220,10 +223,17 @@ static stored run_engine(const engine *e, const problem *p, int threads, bool *o
     tu_crash_context("engine %s threads %d ta %d tb %d M %" PRId64 " N %" PRId64 " K %" PRId64,
                      e->name, threads, c->ta, c->tb, c->M, c->N, c->K);
     const bool trivial = c->M == 0 || c->N == 0 || c->K == 0 || c->alpha == 0.0f;
-    switch (trivial ? ENG_SGEMM : e->kind) { /* engines take M, N, K >= 1, alpha != 0 */
+    engine_kind kind = e->kind;
+    /* The engines take M, N, K >= 1 and alpha != 0 only. */
+    if (trivial && kind != ENG_REFERENCE) kind = ENG_SGEMM;
+    switch (kind) {
     case ENG_SGEMM:
         attn_sgemm(c->ta, c->tb, c->M, c->N, c->K, c->alpha, p->a.data, c->lda, p->b.data, c->ldb,
                    c->beta, out.data, c->ldc, threads);
+        break;
+    case ENG_REFERENCE:
+        attn_sgemm_reference(c->ta, c->tb, c->M, c->N, c->K, c->alpha, p->a.data, c->lda,
+                             p->b.data, c->ldb, c->beta, out.data, c->ldc, threads);
         break;
     case ENG_PACKED:
     case ENG_PACKED_NO_HEAP:
@@ -455,6 +465,24 @@ static void group_selection(tu_suite *s)
     }
     problem_free(&p);
 
+    /* attn_sgemm_reference is the generic packed engine whatever ATTN_ARCH,
+     * ATTN_GEMM or a linked CBLAS say. */
+    unsetenv("ATTN_GEMM");
+    setenv("ATTN_ARCH", best, 1);
+    const gemm_case c2 = {true, false, 40, 70, 520, 40, 70, 70, -1.5f, 0.5f};
+    if (problem_make(&p, &c2, 0x5E2ull)) {
+        const engine ref = {"attn_sgemm_reference", ENG_REFERENCE, NULL};
+        const engine direct = {"packed-generic", ENG_PACKED, &sdpa_kernels_generic};
+        bool ok1, ok2;
+        stored x = run_engine(&ref, &p, 3, &ok1), y = run_engine(&direct, &p, 1, &ok2);
+        tu_check(&g, ok1 && ok2 && same_bits(&x, &y),
+                 "attn_sgemm_reference differs from the generic packed engine");
+        free(x.data), free(y.data);
+    } else {
+        tu_group_fail(&g, "out of memory");
+    }
+    problem_free(&p);
+
     if (keep_gemm) setenv("ATTN_GEMM", keep_gemm, 1);
     else unsetenv("ATTN_GEMM");
     if (keep_arch) setenv("ATTN_ARCH", keep_arch, 1);
@@ -470,7 +498,7 @@ int main(int argc, char **argv)
     tu_install_crash_handler();
     tu_suite suite = {0};
     suite.verbose = opt.verbose;
-    engine engines[8];
+    engine engines[12];
     const int n = available_engines(engines);
     printf("test_gemm: seed 0x%llx (replay a case with --case SEED); engines:",
            (unsigned long long)opt.seed);

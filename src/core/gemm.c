@@ -1,6 +1,7 @@
 /* attn_sgemm: the empty and alpha == 0 cases, then the engine (a CBLAS when
  * the build has one and ATTN_GEMM does not ask for ours, else our packed
- * GEMM on the SDPA kernel table that ATTN_ARCH / CPUID select). */
+ * GEMM on the SDPA kernel table that ATTN_ARCH / CPUID select).
+ * attn_sgemm_reference: the packed GEMM on the portable C table, always. */
 #include "gemm.h"
 #include "gemm_engines.h"
 
@@ -38,15 +39,22 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
     }
 }
 
+/* The cases every engine leaves to us: nothing to do (M or N is 0), or
+ * C = beta·C without reading A and B (K == 0, alpha == 0). True when done. */
+static bool trivial(int64_t M, int64_t N, int64_t K, float alpha, float beta, float *C,
+                    int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return true;
+    if (K > 0 && alpha != 0.0f) return false;
+    scale_c(M, N, beta, C, ldc);
+    return true;
+}
+
 void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                 int64_t ldc, int threads)
 {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) {
-        scale_c(M, N, beta, C, ldc);
-        return;
-    }
+    if (trivial(M, N, K, alpha, beta, C, ldc)) return;
     if (want_cblas() &&
         gemm_cblas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
@@ -58,11 +66,7 @@ void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                           float beta, float *C, int64_t ldc, int threads)
 {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) {
-        scale_c(M, N, beta, C, ldc);
-        return;
-    }
-    gemm_packed(sdpa_kernels_for(SDPA_ISA_GENERIC), trans_a, trans_b, M, N, K, alpha, A, lda, B,
-                ldb, beta, C, ldc, threads, true);
+    if (trivial(M, N, K, alpha, beta, C, ldc)) return;
+    gemm_packed(&sdpa_kernels_generic, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc, threads, true);
 }
