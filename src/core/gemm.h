@@ -1,10 +1,10 @@
 /* Single-precision matrix multiply used by the MHA projections and the nn
  * layers. Internal: not part of the public API.
  *
- * Two engines behind one BLAS-like interface (gemm_engines.h): a CBLAS
- * (OpenBLAS, BLIS) when the build links one (CMake option ATTN_CBLAS, see
- * cmake/blas.cmake), otherwise our packed SIMD GEMM on the fused SDPA
- * microkernels (gemm_packed.c). */
+ * Two engines behind one BLAS-like interface (gemm_engines.h): our packed
+ * SIMD GEMM on the fused SDPA microkernels (gemm_packed.c), or a CBLAS
+ * (OpenBLAS, BLIS) when the build links one (CMake option ATTN_CBLAS, OFF by
+ * default: see cmake/blas.cmake for why). */
 #ifndef ATTN_CORE_GEMM_H
 #define ATTN_CORE_GEMM_H
 
