@@ -123,21 +123,7 @@ static int64_t mask_row_generic(float *bias, const void *src, int64_t cs, attn_d
 {
     int64_t last = 0, hidden = 0;
     bool nonzero = false;
-    for (int64_t c = 0; c < n; ++c) {
-        float v;
-        if (dtype == ATTN_BOOL)
-            v = ((const uint8_t *)src)[c * cs] ? 0.0f : -INFINITY;
-        else
-            v = ((const float *)src)[c * cs];
-        if (accumulate) v += bias[c];
-        bias[c] = v;
-        if (v == -INFINITY) {
-            hidden++;
-        } else {
-            last = c + 1;
-            nonzero |= v != 0.0f;
-        }
-    }
+    sdpa_mask_cols(bias, src, cs, dtype, 0, n, accumulate, &last, &hidden, &nonzero);
     *irregular = nonzero || hidden > n - last;
     return last;
 }

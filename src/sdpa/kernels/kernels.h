@@ -20,6 +20,7 @@
 
 #include "../../core/internal.h"
 
+#include <math.h>
 #include <stdint.h>
 
 typedef enum {
@@ -82,6 +83,27 @@ typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t n, float scale, const float 
  */
 typedef int64_t (*sdpa_mask_row_fn)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                                     int64_t n, bool accumulate, bool *irregular);
+
+/* The scalar body of a mask row for columns [c, n), continuing the running
+ * *last, *hidden and *nonzero: the generic kernel's whole loop and the SIMD
+ * kernels' tail. */
+static inline void sdpa_mask_cols(float *bias, const void *src, int64_t cs, attn_dtype dtype,
+                                  int64_t c, int64_t n, bool accumulate, int64_t *last,
+                                  int64_t *hidden, bool *nonzero)
+{
+    for (; c < n; ++c) {
+        float v = dtype == ATTN_BOOL ? (((const uint8_t *)src)[c * cs] ? 0.0f : -INFINITY)
+                                     : ((const float *)src)[c * cs];
+        if (accumulate) v += bias[c];
+        bias[c] = v;
+        if (v == -INFINITY) {
+            ++*hidden;
+        } else {
+            *last = c + 1;
+            *nonzero |= v != 0.0f;
+        }
+    }
+}
 
 /*
  * Transposed packing of a key (or value) tile: dst[d*ld + c] = src[c*rs + d*cs]

@@ -230,21 +230,7 @@ static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dty
             nonzero |= v_nonzero_visible_bits(v) != 0;
         }
     }
-    for (; c < n; ++c) {
-        float v;
-        if (dtype == ATTN_BOOL)
-            v = ((const uint8_t *)src)[c * cs] ? 0.0f : -INFINITY;
-        else
-            v = ((const float *)src)[c * cs];
-        if (accumulate) v += bias[c];
-        bias[c] = v;
-        if (v == -INFINITY) {
-            hidden++;
-        } else {
-            last = c + 1;
-            nonzero |= v != 0.0f;
-        }
-    }
+    sdpa_mask_cols(bias, src, cs, dtype, c, n, accumulate, &last, &hidden, &nonzero);
     *irregular = nonzero || hidden > n - last;
     return last;
 }
