@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const cli_command *const commands[] = {
@@ -37,6 +38,11 @@ int main(int argc, char **argv)
     if (!strcmp(name, "--version")) {
         printf("attn %s (kernels: %s, threads: %d)\n", ATTN_VERSION_STRING, attn_isa(),
                attn_default_threads());
+        /* the library ignores an ATTN_ARCH it cannot honour; say so here */
+        const char *arch = getenv("ATTN_ARCH");
+        if (arch && *arch && strcmp(arch, attn_isa()) != 0)
+            printf("note: ATTN_ARCH=%s is not available here (choices: generic, avx2, avx512 "
+                   "where the CPU has it, reference)\n", arch);
         return CLI_OK;
     }
     for (size_t i = 0; i < NCOMMANDS; ++i)
