@@ -124,6 +124,21 @@ bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *ou
     return true;
 }
 
+bool cli_get_u64(const cli_args *a, const char *name, uint64_t *out)
+{
+    const char *v = cli_get(a, name);
+    if (!v) return true; /* keep the default */
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 0);
+    if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ') {
+        cli_usage_error(a->cmd, "%s: expected a non-negative integer, got '%s'", name, v);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
 bool cli_get_float(const cli_args *a, const char *name, float *out)
 {
     const char *v = cli_get(a, name);

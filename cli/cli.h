@@ -6,6 +6,7 @@
 #include "attn.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Exit statuses: 0 success, 1 a computation failed, 2 bad usage or a bad file. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -51,6 +52,8 @@ const char *cli_require(const cli_args *a, const char *name);
 /* Numeric options; print a one-line error and return false on bad input. */
 bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *out);
 bool cli_get_float(const cli_args *a, const char *name, float *out);
+/* A non-negative integer of 64 bits (decimal or 0x hex), e.g. a seed. */
+bool cli_get_u64(const cli_args *a, const char *name, uint64_t *out);
 
 /* Prints "attn CONTEXT: message" for a library error. Returns exit code:
  * CLI_USAGE for file/argument errors, CLI_FAIL otherwise. */

@@ -280,12 +280,7 @@ static int run_heads(int argc, char **argv)
         !cli_get_int(&a, "--threads", 1, 1024, &threads))
         return CLI_USAGE;
     uint64_t stream = attn_train_config_default(ATTN_TASK_RECALL).heldout_seed;
-    if (cli_get(&a, "--stream")) {
-        char *end;
-        const char *s = cli_get(&a, "--stream");
-        stream = strtoull(s, &end, 0);
-        if (!*s || *end) return cli_usage_error(&cmd_heads, "--stream: '%s' is not an integer", s);
-    }
+    if (!cli_get_u64(&a, "--stream", &stream)) return CLI_USAGE;
     const char *ckpt = a.positional[0];
     attn_error err = {0};
     heads_ctx c = {.threads = (int)threads};

@@ -352,15 +352,8 @@ static int run(int argc, char **argv)
         !cli_get_int(&a, "--samples", 2, 10000000, &samples) ||
         !cli_get_int(&a, "--max-dk", 1, 65536, &max_dk))
         return CLI_USAGE;
-    unsigned long long seed = 42;
-    const char *seed_text = cli_get(&a, "--seed");
-    if (seed_text) {
-        char *end;
-        seed = strtoull(seed_text, &end, 0);
-        if (!*seed_text || *end || *seed_text == '-')
-            return cli_usage_error(cmd, "--seed: expected a non-negative integer, got '%s'",
-                                   seed_text);
-    }
+    uint64_t seed = 42;
+    if (!cli_get_u64(&a, "--seed", &seed)) return CLI_USAGE;
     const char *svg_path = cli_get(&a, "--svg");
     if (svg_path && !*svg_path) return cli_usage_error(cmd, "--svg: empty file name");
 

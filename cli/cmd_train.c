@@ -160,10 +160,7 @@ static int parse_config(const cli_args *a, attn_train_config *cfg, bool *ablatio
     INT_OPT("--threads", 1, 1024, cfg->num_threads);
 #undef INT_OPT
     if (cli_get(a, "--seed")) {
-        char *end;
-        const char *s = cli_get(a, "--seed");
-        cfg->seed = strtoull(s, &end, 0);
-        if (!*s || *end) return cli_usage_error(cmd, "--seed: '%s' is not an integer", s);
+        if (!cli_get_u64(a, "--seed", &cfg->seed)) return CLI_USAGE;
         if (cfg->seed == cfg->heldout_seed) cfg->heldout_seed ^= 0x5A5A5A5Aull;
     }
     if ((cli_get(a, "--lr") && !cli_get_float(a, "--lr", &cfg->lr)) ||

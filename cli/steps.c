@@ -334,13 +334,8 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
     s->heads = heads;
     s->causal = cli_flag(a, "--causal");
     const char *seed_text = cli_get(a, "--seed");
-    unsigned long long seed = 0;
-    if (seed_text) {
-        char *end;
-        seed = strtoull(seed_text, &end, 0);
-        if (!*seed_text || *end || *seed_text == '-')
-            return cli_usage_error(cmd, "--seed: expected a non-negative integer, got '%s'", seed_text);
-    }
+    uint64_t seed = 0;
+    if (!cli_get_u64(a, "--seed", &seed)) return CLI_USAGE;
     const char *tokens = cli_get(a, "--tokens");
     if (tokens) {
         s->ntokens = inline_split_words(tokens, &s->tokens);
