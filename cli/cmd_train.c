@@ -179,6 +179,18 @@ static int parse_config(const cli_args *a, attn_train_config *cfg, bool *ablatio
         if (*ablation) return cli_usage_error(cmd, "--scale-ablation already runs --no-scale");
         cfg->model.unscaled = true;
     }
+    const struct { const char *name; float value; } nonneg[] = {
+        {"--lr", cfg->lr}, {"--min-lr", cfg->min_lr}, {"--momentum", cfg->momentum},
+        {"--weight-decay", cfg->adamw.weight_decay}, {"--clip", cfg->clip_norm}};
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; ++i)
+        if (cli_get(a, nonneg[i].name) && !(nonneg[i].value >= 0.0f))
+            return cli_usage_error(cmd, "%s: must be >= 0, got %g", nonneg[i].name,
+                                   (double)nonneg[i].value);
+    if (cfg->model.task.num_keys < cfg->model.task.num_pairs)
+        return cli_usage_error(cmd, "--keys %lld must be at least --pairs %lld (keys in one "
+                                    "example are distinct)",
+                               (long long)cfg->model.task.num_keys,
+                               (long long)cfg->model.task.num_pairs);
     if (cfg->model.embed_dim % cfg->model.num_heads)
         return cli_usage_error(cmd, "--embed-dim %lld is not a multiple of --heads %lld",
                                (long long)cfg->model.embed_dim, (long long)cfg->model.num_heads);
