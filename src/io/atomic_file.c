@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Tries this many temporary names before giving up (O_EXCL makes each try safe
@@ -152,4 +153,15 @@ void attn_atomic_abort(attn_atomic_file *f)
     if (f->temp_path) unlink(f->temp_path);
     free(f->temp_path);
     f->temp_path = NULL;
+}
+
+attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, attn_error *err)
+{
+    char text[96];
+    *fp = fopen(path, "rb");
+    RETURN_IF(!*fp, err, ATTN_ERR_IO, "%s: cannot open: %s", path,
+              attn_errno_text(errno, text, sizeof text));
+    struct stat info;
+    *file_size = fstat(fileno(*fp), &info) == 0 && S_ISREG(info.st_mode) ? info.st_size : -1;
+    return ATTN_OK;
 }

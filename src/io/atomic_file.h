@@ -43,6 +43,10 @@ attn_status attn_atomic_commit(attn_atomic_file *f, attn_error *err);
 /* Closes and removes the temporary file. Safe after a failed commit. */
 void attn_atomic_abort(attn_atomic_file *f);
 
+/* Opens path for binary reading. *file_size is its size for a regular file,
+ * -1 otherwise (a pipe: readers then rely on short reads). */
+attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, attn_error *err);
+
 /* Thread-safe strerror: the text of errnum in buf. */
 const char *attn_errno_text(int errnum, char *buf, size_t size);
 

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -482,13 +481,10 @@ attn_status attn_npy_read(const char *path, attn_array *out, attn_error *err)
     RETURN_IF(!out, err, ATTN_ERR_NULL, "attn_npy_read: out is NULL");
     memset(out, 0, sizeof *out);
     RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_npy_read: path is NULL");
-    FILE *fp = fopen(path, "rb");
-    char text[96];
-    RETURN_IF(!fp, err, ATTN_ERR_IO, "%s: cannot open: %s", path,
-              attn_errno_text(errno, text, sizeof text));
-    npy_reader r = {.fp = fp, .path = path, .file_size = -1};
-    struct stat info;
-    if (fstat(fileno(fp), &info) == 0 && S_ISREG(info.st_mode)) r.file_size = info.st_size;
+    FILE *fp;
+    npy_reader r = {.path = path};
+    RETURN_IF_ERROR(attn_open_input(path, &fp, &r.file_size, err));
+    r.fp = fp;
     attn_status st = read_npy(&r, out, err);
     fclose(fp);
     if (st != ATTN_OK) attn_array_free(out);

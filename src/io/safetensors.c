@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define ST_MAX_HEADER 100000000u /* the reference implementation's limit */
 #define ST_MAX_HEADER_TEXT "100000000"
@@ -571,13 +570,9 @@ attn_status attn_safetensors_read(const char *path, attn_safetensors *out, attn_
     RETURN_IF(!out, err, ATTN_ERR_NULL, "attn_safetensors_read: out is NULL");
     memset(out, 0, sizeof *out);
     RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_safetensors_read: path is NULL");
-    FILE *fp = fopen(path, "rb");
-    char text[96];
-    RETURN_IF(!fp, err, ATTN_ERR_IO, "%s: cannot open: %s", path,
-              attn_errno_text(errno, text, sizeof text));
-    int64_t file_size = -1;
-    struct stat info;
-    if (fstat(fileno(fp), &info) == 0 && S_ISREG(info.st_mode)) file_size = info.st_size;
+    FILE *fp;
+    int64_t file_size;
+    RETURN_IF_ERROR(attn_open_input(path, &fp, &file_size, err));
 
     st_parser p = {.path = path, .err = err};
     attn_status st = read_safetensors(&p, fp, file_size, out);
