@@ -32,9 +32,9 @@ extern "C" {
 #endif
 
 #define ATTN_VERSION_MAJOR 0
-#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_MINOR 2
 #define ATTN_VERSION_PATCH 0
-#define ATTN_VERSION_STRING "0.1.0"
+#define ATTN_VERSION_STRING "0.2.0"
 
 /* ------------------------------------------------------------------ status */
 
@@ -110,9 +110,26 @@ typedef enum {
 #define ATTN_SDPA_MAX_MASKS 2
 #define ATTN_MAX_THREADS 1024 /* largest num_threads a call accepts */
 
+/* Sliding window (FlashAttention's window_size=(left, right)): query i sees
+ * keys j with i + Nk - Nq - left <= j <= i + Nk - Nq + right; -1 leaves that
+ * side unbounded. Off unless `enabled`. */
+typedef struct {
+    bool enabled;
+    int64_t left, right;
+} attn_window;
+
 /*
  * Options for attn_sdpa / attn_sdpa_backward. Start from
  * attn_sdpa_opts_default() (or zero-initialise: all-zero is the default).
+ *
+ * The score of query i and key j of head h, in this order:
+ *   x = scale·(q_i·k_j)                       (rounded to float once)
+ *   x = softcap·tanh(x / softcap)              if softcap > 0
+ *   x = x - slope_h·|i + Nk - Nq - j|          if alibi_slopes
+ *   x = x + mask values                        (bool false / -inf: key hidden)
+ * and key j is hidden outright by causal, window and bool masks.
+ * P = softmax over the visible keys (plus exp(sink_h) in the denominator),
+ * then dropout; out = P·V.
  *
  * mask[i]  up to two masks, combined. Each broadcasts to (B,Hq,Nq,Nk) the
  *          PyTorch way (aligned from the right, size-1 dims broadcast), e.g.
@@ -123,6 +140,22 @@ typedef enum {
  * scale    multiplies Q·Kᵀ; 0 means the default 1/sqrt(D). Must be finite and
  *          non-negative (torch also takes negative scales; the fused kernels
  *          rely on scale >= 0 when taking row maxima).
+ * window   sliding window, see attn_window; composes with causal and masks.
+ * alibi_slopes (Hq) or (B,Hq) float32: ALiBi bias -slope·|i + Nk - Nq - j|
+ *          (FlashAttention's alibi_slopes); attn_alibi_slopes() gives the
+ *          paper's geometric sequence.
+ * softcap  > 0: logit soft-capping after scaling (Gemma 2); 0 = off.
+ * sinks    (Hq) float32: one learned logit per head that joins every row's
+ *          softmax denominator without a value (gpt-oss). The LSE output
+ *          then includes it: lse = log(exp(sink_h) + Σ_j exp(x_ij)).
+ * grad_sinks (Hq) float32, backward only: receives d loss / d sinks
+ *          (OVERWRITTEN). NULL if not wanted.
+ * dropout_p  in [0, 1): each probability is zeroed with this chance and the
+ *          kept ones scaled by 1/(1 - p) (torch SDPA dropout_p). The keep
+ *          decision for (b, h, i, j) is a pure function of (dropout_seed,
+ *          dropout_offset, b, h, i, j) (Philox4x32-10), so the backward
+ *          regenerates it and results do not depend on threads or ISA. The
+ *          LSE and the weights output are those before dropout.
  */
 typedef struct {
     float scale;
@@ -132,10 +165,23 @@ typedef struct {
     attn_path path;
     void *workspace;      /* optional; see attn_sdpa_workspace_size */
     size_t workspace_size;
-    /* Zero. Room for future options (windows, ALiBi, soft-capping, sinks,
-     * dropout, variable lengths) without changing the struct's size. */
-    uint64_t reserved[8];
+    /* Variants used by current models (all zero = off). */
+    attn_window window;
+    const attn_tensor *alibi_slopes;
+    float softcap;
+    const attn_tensor *sinks;
+    attn_tensor *grad_sinks;
+    float dropout_p;
+    uint64_t dropout_seed, dropout_offset;
+    /* Zero. Room for future options without changing the struct's size. */
+    uint64_t reserved[4];
 } attn_sdpa_opts;
+
+/* The standard ALiBi slopes for `heads` heads (Press et al., as in BLOOM and
+ * FlashAttention's tests): for n = the largest power of two <= heads,
+ * slope_h = 2^(-8(h+1)/n) for h < n, and the remaining heads take every
+ * other slope of the sequence for 2n. out receives `heads` floats. */
+attn_status attn_alibi_slopes(int64_t heads, float *out, attn_error *err);
 
 attn_sdpa_opts attn_sdpa_opts_default(void);
 
@@ -185,6 +231,7 @@ typedef struct {
     bool bias;
     bool add_bias_kv;
     bool add_zero_attn;
+    float dropout; /* torch's dropout: on the attention weights in training mode, [0, 1) */
 } attn_mha_config;
 
 typedef struct attn_mha attn_mha;
@@ -240,7 +287,11 @@ typedef struct {
     int num_threads;
     attn_path path;
     float scale; /* multiplies each head's q·kᵀ, >= 0; 0 = 1/sqrt(embed_dim / num_heads) (torch) */
-    uint64_t reserved[8]; /* zero; room for future options */
+    /* torch's module.train(): apply the config's dropout, keyed by
+     * dropout_seed (the backward must get the same seed to regenerate it). */
+    bool training;
+    uint64_t dropout_seed;
+    uint64_t reserved[6]; /* zero; room for future options */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);
