@@ -156,6 +156,14 @@ typedef struct {
  *          dropout_offset, b, h, i, j) (Philox4x32-10), so the backward
  *          regenerates it and results do not depend on threads or ISA. The
  *          LSE and the weights output are those before dropout.
+ * softmax_stats (B,Hq,Nq,2) float32, optional. The forward writes, per row,
+ *          the max m of its logits (the sink included) and ll = log Σ exp(x - m),
+ *          so lse = m + ll without rounding m + ll. The backward reads it
+ *          instead of lse: P = exp(x - m - ll) is then exact even where a
+ *          rounded lse is not (|lse| large next to ll, e.g. rows whose mask
+ *          values are all finfo.min). With only lse, the backward uses
+ *          P = exp(x - lse), whose relative error is up to ulp(lse)/2 (as
+ *          FlashAttention). Rows that see nothing: (-inf, 0).
  */
 typedef struct {
     float scale;
@@ -173,6 +181,7 @@ typedef struct {
     attn_tensor *grad_sinks;
     float dropout_p;
     uint64_t dropout_seed, dropout_offset;
+    attn_tensor *softmax_stats;
     /* Zero. Room for future options without changing the struct's size. */
     uint64_t reserved[4];
 } attn_sdpa_opts;

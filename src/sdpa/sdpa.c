@@ -113,8 +113,8 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     p->workspace = opts->workspace;
     p->workspace_size = opts->workspace_size;
     RETURN_IF(opts->window.enabled || opts->alibi_slopes || opts->softcap != 0.0f || opts->sinks ||
-                  opts->grad_sinks || opts->dropout_p != 0.0f,
-              err, ATTN_ERR_UNSUPPORTED, "window/alibi/softcap/sinks/dropout: not implemented yet");
+                  opts->grad_sinks || opts->dropout_p != 0.0f || opts->softmax_stats,
+              err, ATTN_ERR_UNSUPPORTED, "window/alibi/softcap/sinks/dropout/softmax_stats: not implemented yet");
     for (int i = 0; i < ATTN_SDPA_MAX_MASKS; ++i) {
         if (!opts->mask[i]) continue;
         RETURN_IF_ERROR(resolve_mask(&p->mask[p->nmask], opts->mask[i], p, i, err));
