@@ -20,7 +20,7 @@
 #include "attn.h"
 #include "testutil.h"
 
-#include "../src/sdpa/kernels/kernels.h"
+#include "../src/kernels/kernels.h"
 
 #include <float.h>
 #include <inttypes.h>

@@ -6,7 +6,7 @@
 #ifndef ATTN_CORE_GEMM_ENGINES_H
 #define ATTN_CORE_GEMM_ENGINES_H
 
-#include "../sdpa/kernels/kernels.h"
+#include "../kernels/kernels.h"
 
 #include <stdbool.h>
 #include <stdint.h>

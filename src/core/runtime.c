@@ -1,5 +1,5 @@
 /* Thread count defaults. The ISA query lives with the kernel dispatch
- * (src/sdpa/kernels/dispatch.c). */
+ * (src/kernels/dispatch.c). */
 #include "internal.h"
 
 #include <stdlib.h>

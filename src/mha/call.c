@@ -10,7 +10,7 @@
  * it treats the float mask as bool (nonzero = blocked); with a float
  * attn_mask its masked_fill drops the key_padding_mask altogether. */
 #include "mha.h"
-#include "../sdpa/kernels/kernels.h"
+#include "../kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #define ATTN_SDPA_PROBLEM_H
 
 #include "../core/internal.h"
-#include "kernels/kernels.h"
+#include "../kernels/kernels.h"
 
 #include <math.h>
 

@@ -18,7 +18,7 @@
 #ifndef ATTN_SDPA_KERNELS_H
 #define ATTN_SDPA_KERNELS_H
 
-#include "../../core/internal.h"
+#include "../core/internal.h"
 
 #include <math.h>
 #include <stdint.h>
