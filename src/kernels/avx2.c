@@ -66,12 +66,27 @@ static inline vf v_exp(vf x)
                             _mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MAX), _CMP_NLE_UQ));
 }
 
-static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
+typedef __m256 vmask;
+#define V_CMP_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
+#define V_CMP_LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+#define V_BLEND(m, a, b) _mm256_blendv_ps(a, b, m)
+#define V_DIV(a, b) _mm256_div_ps(a, b)
+#define V_ABS(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
+
+static inline vf v_copysign(vf mag, vf sign)
+{
+    const vf sbit = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(sbit, mag), _mm256_and_ps(sbit, sign));
+}
+
+static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
 {
     const __m256i col = _mm256_add_epi32(_mm256_set1_epi32((int)c0),
                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256i visible = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lim), col);
-    return _mm256_blendv_ps(fill, x, _mm256_castsi256_ps(visible));
+    const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lo), col);
+    const __m256i inside_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), col);
+    return _mm256_castsi256_ps(_mm256_or_si256(below, _mm256_xor_si256(inside_hi,
+                                                                        _mm256_set1_epi32(-1))));
 }
 
 static inline float v_hmax(vf v)
@@ -124,11 +139,12 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .npad = NV * VW,
     .gemm = avx2_gemm,
     .softmax_online = avx2_softmax_online,
-    .probs_from_lse = avx2_probs_from_lse,
+    .probs = avx2_probs,
     .dsoftmax = avx2_dsoftmax,
     .mask_row = avx2_mask_row,
     .pack_transposed = avx2_pack_transposed,
     .vexp = avx2_vexp,
+    .vtanh = avx2_vtanh,
 };
 
 #endif

@@ -61,13 +61,28 @@ static inline vf v_exp(vf x)
     return _mm512_mask_add_ps(v_exp_nonpos(x), big, x, _mm512_set1_ps(INFINITY));
 }
 
-static inline vf v_hide_from(vf x, int64_t c0, int64_t lim, vf fill)
+typedef __mmask16 vmask;
+#define V_CMP_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)
+#define V_CMP_LT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
+#define V_BLEND(m, a, b) _mm512_mask_blend_ps(m, a, b)
+#define V_DIV(a, b) _mm512_div_ps(a, b)
+#define V_ABS(a) _mm512_abs_ps(a)
+
+static inline vf v_copysign(vf mag, vf sign)
 {
-    const __m512i col = _mm512_add_epi32(
-        _mm512_set1_epi32((int)c0),
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    const __mmask16 visible = _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32((int)lim));
-    return _mm512_mask_mov_ps(fill, visible, x);
+    const __m512i sbit = _mm512_set1_epi32((int)0x80000000u);
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_andnot_si512(sbit, _mm512_castps_si512(mag)),
+                        _mm512_and_si512(sbit, _mm512_castps_si512(sign))));
+}
+
+static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
+{
+    const __m512i col = _mm512_add_epi32(_mm512_set1_epi32((int)c0),
+                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                           12, 13, 14, 15));
+    return (vmask)(_mm512_cmplt_epi32_mask(col, _mm512_set1_epi32((int)lo)) |
+                   _mm512_cmpge_epi32_mask(col, _mm512_set1_epi32((int)hi)));
 }
 
 static inline float v_hmax(vf v)
@@ -122,11 +137,12 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .npad = NV * VW,
     .gemm = avx512_gemm,
     .softmax_online = avx512_softmax_online,
-    .probs_from_lse = avx512_probs_from_lse,
+    .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,
     .mask_row = avx512_mask_row,
     .pack_transposed = avx512_pack_transposed,
     .vexp = avx512_vexp,
+    .vtanh = avx512_vtanh,
 };
 
 #endif

@@ -48,6 +48,61 @@ static void gemm_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
+void sdpa_gemm_skip_zeros(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                          int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          const float *row_scale, sdpa_gemm_mode mode)
+{
+    for (int64_t r = 0; r < m; ++r) {
+        float *restrict cr = c + r * ldc;
+        if (mode == SDPA_GEMM_SET) {
+            memset(cr, 0, (size_t)n * sizeof *cr);
+        } else if (mode == SDPA_GEMM_SCALE_ADD) {
+            const float s = row_scale[r];
+            for (int64_t j = 0; j < n; ++j) cr[j] *= s;
+        }
+        for (int64_t l = 0; l < k; ++l) {
+            const float arl = a[r * a_rs + l * a_cs];
+            if (arl == 0.0f) continue;
+            const float *restrict bl = b + l * ldb;
+            for (int64_t j = 0; j < n; ++j) cr[j] += arl * bl[j];
+        }
+    }
+}
+
+/* tanh as documented in kernels.h (the SIMD bodies' v_tanh, scalar). */
+static float tanh_generic(float y)
+{
+    const float a = fabsf(y);
+    float t;
+    if (a < SDPA_TANH_SMALL) {
+        const float z = a * a;
+        float q = SDPA_TANH_P4;
+        q = fmaf(q, z, SDPA_TANH_P3);
+        q = fmaf(q, z, SDPA_TANH_P2);
+        q = fmaf(q, z, SDPA_TANH_P1);
+        q = fmaf(q, z, SDPA_TANH_P0);
+        t = fmaf(a * z, q, a);
+    } else {
+        const float e = exp_generic(-2.0f * a);
+        t = (1.0f - e) / (1.0f + e);
+    }
+    return copysignf(t, y);
+}
+
+/* Logit of column c of a row from its raw score s (see sdpa_logits); -inf
+ * when hidden. *t receives tanh(scale·s / softcap) when softcapping. */
+static float logit_generic(const sdpa_logits *lg, const float *br, int64_t lo, int64_t hi,
+                           int64_t c, float s, float *t)
+{
+    if (c < lo || c >= hi || (br && br[c] == -INFINITY)) return -INFINITY;
+    float x = s * lg->scale;
+    if (lg->softcap > 0.0f) {
+        *t = tanh_generic(x / lg->softcap);
+        x = lg->softcap * *t;
+    }
+    return br ? x + br[c] : x;
+}
+
 /* Lanes of the partial row sums: as the SIMD bodies, a sum of many small
  * probabilities is accumulated in several independent partial sums. */
 #define SUM_LANES 8
@@ -59,62 +114,61 @@ static float lane_sum(const float *part)
     return s;
 }
 
-static void softmax_online_generic(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                                   const int32_t *limit, const float *bias, int64_t ldbias,
-                                   float *rowmax, float *rowsum, float *alpha)
+static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                   float *s, int64_t lds, float *rowmax, float *rowsum,
+                                   float *alpha)
 {
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
-        const float *br = bias ? bias + r * ldbias : NULL;
-        const int64_t lim = limit[r];
-        /* x = scale·s + bias in one rounding; without a bias s stays raw and
-         * max(scale·s) = scale·max(s) (scale >= 0, rounding is monotone). */
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < lim; ++c) {
-            float x = br ? fmaf(sr[c], scale, br[c]) : sr[c];
-            if (br) sr[c] = x;
-            mx = x > mx ? x : mx;
+        const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
+        float mx = -INFINITY, t;
+        for (int64_t c = c0; c < n; ++c) {
+            sr[c] = logit_generic(lg, br, lg->start[r], lg->end[r], c, sr[c], &t);
+            mx = sr[c] > mx ? sr[c] : mx;
         }
-        if (!br) mx *= scale;
         const float old = rowmax[r], mnew = mx > old ? mx : old;
         if (mnew == -INFINITY) { /* nothing visible yet: p = 0, keep state */
-            for (int64_t c = 0; c < n; ++c) sr[c] = 0.0f;
+            for (int64_t c = c0; c < n; ++c) sr[c] = 0.0f;
             alpha[r] = 1.0f;
             continue;
         }
+        /* x <= mnew exactly, so x - mnew is never positive (0 at the max). */
         float part[SUM_LANES] = {0};
-        for (int64_t c = 0; c < lim; ++c) {
-            sr[c] = exp_generic(br ? sr[c] - mnew : fmaf(sr[c], scale, -mnew));
+        for (int64_t c = c0; c < n; ++c) {
+            sr[c] = exp_generic(sr[c] - mnew);
             part[c % SUM_LANES] += sr[c];
         }
-        for (int64_t c = lim; c < n; ++c) sr[c] = 0.0f;
         alpha[r] = exp_generic(old - mnew); /* old = -inf gives 0 */
         rowsum[r] = rowsum[r] * alpha[r] + lane_sum(part);
         rowmax[r] = mnew;
     }
 }
 
-static void probs_from_lse_generic(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                                   const int32_t *limit, const float *bias, int64_t ldbias,
-                                   const float *lse)
+static void probs_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg, float *s,
+                          int64_t lds, const float *rowmax, const float *rowll, float *dfac)
 {
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
-        const float *br = bias ? bias + r * ldbias : NULL;
-        const int64_t lim = lse[r] == -INFINITY ? 0 : limit[r];
-        for (int64_t c = 0; c < lim; ++c)
-            sr[c] = exp_generic(br ? fmaf(sr[c], scale, br[c]) - lse[r] : fmaf(sr[c], scale, -lse[r]));
-        for (int64_t c = lim; c < n; ++c) sr[c] = 0.0f;
+        const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
+        const float mx = rowmax[r], ll = rowll[r];
+        for (int64_t c = c0; c < n; ++c) {
+            float t = 0.0f;
+            const float x = logit_generic(lg, br, lg->start[r], lg->end[r], c, sr[c], &t);
+            sr[c] = mx == -INFINITY || x == -INFINITY ? 0.0f : exp_generic(x - mx - ll);
+            if (dfac && lg->softcap > 0.0f) dfac[r * lds + c] = lg->scale * (1.0f - t * t);
+        }
     }
 }
 
-static void dsoftmax_generic(int64_t m, int64_t n, float scale, const float *p, int64_t ldp,
-                             float *dp, int64_t lddp, const float *di)
+static void dsoftmax_generic(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
+                             int64_t ldp, float *dp, int64_t lddp, const float *di,
+                             const float *dfac)
 {
     for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = 0; c < n; ++c) {
+        for (int64_t c = c0; c < n; ++c) {
             float *d = dp + r * lddp + c;
-            *d = scale * (p[r * ldp + c] * (*d - di[r]));
+            const float pc = p[r * ldp + c], f = dfac ? dfac[r * ldp + c] : scale;
+            *d = pc == 0.0f ? 0.0f : pc * (*d - di[r]) * f;
         }
 }
 
@@ -144,14 +198,20 @@ static void vexp_generic(const float *x, float *y, int64_t n)
     for (int64_t i = 0; i < n; ++i) y[i] = exp_generic(x[i]);
 }
 
+static void vtanh_generic(const float *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i) y[i] = tanh_generic(x[i]);
+}
+
 const sdpa_kernels sdpa_kernels_generic = {
     .name = "generic",
     .npad = 16,
     .gemm = gemm_generic,
     .softmax_online = softmax_online_generic,
-    .probs_from_lse = probs_from_lse_generic,
+    .probs = probs_generic,
     .dsoftmax = dsoftmax_generic,
     .mask_row = mask_row_generic,
     .pack_transposed = pack_transposed_generic,
     .vexp = vexp_generic,
+    .vtanh = vtanh_generic,
 };

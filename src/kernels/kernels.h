@@ -42,35 +42,55 @@ typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, in
                              const float *row_scale, sdpa_gemm_mode mode);
 
 /*
+ * How the raw dot products of a score tile become logits, the same way in
+ * every forward and backward primitive (so a probability recomputed in the
+ * backward is the forward's, bit for bit):
+ *   x = fl(scale·s)                         one rounding, never fused
+ *   x = softcap·tanh(x / softcap)           when softcap > 0
+ *   x = x + bias(r,c)                       when bias != NULL
+ * Column c of row r is visible when start[r] <= c < end[r] and bias(r,c) is
+ * not -inf; a hidden column is SELECTED to -inf (never added to, so a NaN
+ * score of a hidden key cannot leak) and its probability is exactly 0.
+ * The primitives below work on columns [c0, n): c0 is a multiple of npad,
+ * start[r] >= c0, end[r] <= n; columns below c0 are neither read nor written.
+ */
+typedef struct {
+    float scale;
+    float softcap;             /* 0: off */
+    const int32_t *start, *end;
+    const float *bias;         /* (m, ldbias) or NULL */
+    int64_t ldbias;            /* 0: one row shared by all rows */
+} sdpa_logits;
+
+/*
  * Online-softmax step of the forward pass over one score tile.
- *   s      (m, lds): on entry Q·Kᵀ for columns [0, n); on return the
+ *   s      (m, lds): on entry Q·Kᵀ for columns [c0, n); on return the
  *          unnormalised probabilities p = exp(x - rowmax_new), 0 where hidden.
- *   x(r,c) = scale·s(r,c) + bias(r,c) for c < limit[r]; -inf for c >= limit[r].
- *   bias   (m, ldbias) additive mask (-inf = hidden) or NULL; ldbias may be 0
- *          (one row shared by all rows).
  *   rowmax[r], rowsum[r]: running max and sum, updated;
  *   alpha[r] = exp(rowmax_old - rowmax_new), the factor for the output row
  *   (1 when the row has seen nothing yet).
  */
-typedef void (*sdpa_softmax_fn)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                                const int32_t *limit, const float *bias, int64_t ldbias,
-                                float *rowmax, float *rowsum, float *alpha);
+typedef void (*sdpa_softmax_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                float *s, int64_t lds, float *rowmax, float *rowsum,
+                                float *alpha);
 
 /*
- * Probabilities from the saved log-sum-exp (backward, and the forward's
- * weights pass): s(r,c) <- exp(scale·s(r,c) + bias(r,c) - lse[r]) for
- * c < limit[r], 0 for limit[r] <= c < n and for rows with lse = -inf.
+ * Probabilities from the row statistics (backward, and the forward's weights
+ * pass): s(r,c) <- exp(x(r,c) - rowmax[r] - rowll[r]) where visible, else 0;
+ * rows with rowmax = -inf are all 0. With softcap, dfac (m, lds) receives
+ * d x / d s = scale·(1 - tanh²) for the backward (else it is not touched).
  */
-typedef void (*sdpa_probs_fn)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                              const int32_t *limit, const float *bias, int64_t ldbias,
-                              const float *lse);
+typedef void (*sdpa_probs_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg, float *s,
+                              int64_t lds, const float *rowmax, const float *rowll, float *dfac);
 
 /*
- * Softmax backward: dp(r,c) <- scale · p(r,c) · (dp(r,c) - di[r]) for c < n.
- * (dS already carries the scale so dQ = dS·K and dK = dSᵀ·Q need none.)
+ * Softmax backward: dp(r,c) <- p·(dp - di[r])·f for c in [c0, n), where
+ * f = dfac(r,c) (softcap) or scale, and exactly 0 where p = 0 (a hidden key's
+ * dP may be NaN; it is selected away). dfac has row stride ldp.
  */
-typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t n, float scale, const float *p, int64_t ldp,
-                                 float *dp, int64_t lddp, const float *di);
+typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
+                                 int64_t ldp, float *dp, int64_t lddp, const float *di,
+                                 const float *dfac);
 
 /*
  * One mask row turned into an additive bias: for c < n,
@@ -120,15 +140,23 @@ typedef struct {
     int npad;         /* gemm column counts are multiples of this */
     sdpa_gemm_fn gemm;
     sdpa_softmax_fn softmax_online;
-    sdpa_probs_fn probs_from_lse;
+    sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;
     sdpa_mask_row_fn mask_row;
     sdpa_pack_t_fn pack_transposed;
     sdpa_vexp_fn vexp;
+    sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */
 } sdpa_kernels;
 
 /* Largest npad of any table: buffers sized with it fit every ISA. */
 #define SDPA_MAX_NPAD 32
+
+/* The GEMM of sdpa_gemm_fn that skips zero elements of A, so a hidden key
+ * (probability exactly 0) never multiplies its operand row: 0·NaN would be
+ * NaN. Portable and slow; only for tiles whose operands are not all finite. */
+void sdpa_gemm_skip_zeros(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                          int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          const float *row_scale, sdpa_gemm_mode mode);
 
 extern const sdpa_kernels sdpa_kernels_generic;
 #if defined(__x86_64__) || defined(__i386__)
@@ -175,5 +203,19 @@ const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa);
 #define SDPA_EXP_C4 4.166838899e-02f
 #define SDPA_EXP_C5 8.368710056e-03f
 #define SDPA_EXP_C6 1.381461276e-03f
+
+/*
+ * tanh for logit soft-capping: for |y| < SDPA_TANH_SMALL an odd polynomial
+ * y + y³·P(y²) (coefficients fitted for relative error by least squares on
+ * Chebyshev nodes, 0.77 ulp in float arithmetic), above it
+ * (1 - e^{-2|y|}) / (1 + e^{-2|y|}) with the kernels' exp (no cancellation
+ * there), sign restored. tests/test_fused.c checks it against double tanh.
+ */
+#define SDPA_TANH_SMALL 0.625f
+#define SDPA_TANH_P0 (-0.3333328366279602f)
+#define SDPA_TANH_P1 0.13331516087055206f
+#define SDPA_TANH_P2 (-0.053746115416288376f)
+#define SDPA_TANH_P3 0.020660405978560448f
+#define SDPA_TANH_P4 (-0.005728976335376501f)
 
 #endif

@@ -11,7 +11,9 @@
  *   V_ADD V_SUB V_MUL V_MAX V_FMA(a,b,c)=a·b+c
  *   v_exp(vf)                  the exp documented in kernels.h
  *   v_exp_nonpos(vf)           the same for x <= 0, -inf or NaN only (cheaper)
- *   v_hide_from(x, c0, lim, f) lanes whose column c0+lane >= lim become f
+ *   vmask, V_CMP_EQ V_CMP_LT (ordered), V_BLEND(m, a, b) = m ? b : a
+ *   V_DIV V_ABS, v_copysign(mag, sign)
+ *   v_cols_outside(c0, lo, hi) lanes whose column c0+lane is not in [lo, hi)
  *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
  *   v_hidden_bits(vf), v_nonzero_visible_bits(vf)   lane bitmasks
@@ -92,40 +94,59 @@ static inline float SIMD(exp1)(float x)
     return out[0];
 }
 
-/* Zeroes columns [from rounded down to VW, n rounded up to VW) of a row
- * whose columns < from are already final (buffers are padded). */
-static inline void SIMD(zero_tail)(float *row, int64_t from, int64_t n)
+/* tanh as documented in kernels.h (the generic kernel's tanh_generic). */
+static inline vf SIMD(tanh)(vf y)
 {
-    for (int64_t c = from - from % VW + (from % VW ? VW : 0); c < n; c += VW)
-        V_STORE(row + c, V_ZERO());
+    const vf a = V_ABS(y), z = V_MUL(a, a);
+    vf q = V_SET1(SDPA_TANH_P4);
+    q = V_FMA(q, z, V_SET1(SDPA_TANH_P3));
+    q = V_FMA(q, z, V_SET1(SDPA_TANH_P2));
+    q = V_FMA(q, z, V_SET1(SDPA_TANH_P1));
+    q = V_FMA(q, z, V_SET1(SDPA_TANH_P0));
+    const vf small = V_FMA(V_MUL(a, z), q, a);
+    const vf e = v_exp_nonpos(V_MUL(V_SET1(-2.0f), a));
+    const vf one = V_SET1(1.0f);
+    const vf big = V_DIV(V_SUB(one, e), V_ADD(one, e));
+    return v_copysign(V_BLEND(V_CMP_LT(a, V_SET1(SDPA_TANH_SMALL)), big, small), y);
 }
 
-static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                                 const int32_t *limit, const float *bias, int64_t ldbias,
-                                 float *rowmax, float *rowsum, float *alpha)
+/* Logits of columns [c, c+VW) of one row from raw scores s (sdpa_logits);
+ * hidden lanes are selected to -inf. *t receives the tanh when softcapping. */
+static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo, int64_t hi,
+                             int64_t c, vf s, vf *t)
 {
-    const vf vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
-    /* Pass 1, per row: the max of x = scale·s + bias (hidden columns -inf),
-     * kept in alpha[] for now. Without a bias, max(scale·s) = scale·max(s)
-     * (scale > 0 and rounding is monotone), so s is only read. */
+    const vf ninf = V_SET1(-INFINITY);
+    vf x = V_MUL(s, V_SET1(lg->scale));
+    if (lg->softcap > 0.0f) {
+        *t = SIMD(tanh)(V_DIV(x, V_SET1(lg->softcap)));
+        x = V_MUL(V_SET1(lg->softcap), *t);
+    }
+    if (br) {
+        const vf b = V_LOAD(br + c);
+        x = V_BLEND(V_CMP_EQ(b, ninf), V_ADD(x, b), ninf);
+    }
+    if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
+    return x;
+}
+
+static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                 float *s, int64_t lds, float *rowmax, float *rowsum,
+                                 float *alpha)
+{
+    const vf ninf = V_SET1(-INFINITY);
+    /* Pass 1, per row: the logits x (hidden columns -inf) replace the raw
+     * scores; their max is kept in alpha[] for now. */
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
-        const float *br = bias ? bias + r * ldbias : NULL;
-        const int64_t lim = limit[r];
-        vf vmax = ninf;
-        for (int64_t c = 0; c < lim; c += VW) {
-            vf x = V_LOAD(sr + c);
-            if (br) {
-                x = V_FMA(x, vscale, V_LOAD(br + c));
-                if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
-                V_STORE(sr + c, x);
-            } else if (c + VW > lim) {
-                x = v_hide_from(x, c, lim, ninf);
-            }
+        const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
+        const int64_t lo = lg->start[r], hi = lg->end[r];
+        vf vmax = ninf, t;
+        for (int64_t c = c0; c < n; c += VW) {
+            const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
+            V_STORE(sr + c, x);
             vmax = V_MAX(vmax, x);
         }
-        float mx = v_hmax(vmax);
-        if (!br) mx *= scale;
+        const float mx = v_hmax(vmax);
         alpha[r] = mx > rowmax[r] ? mx : rowmax[r];
     }
     /* alpha = exp(max_old - max_new) for all rows at once (1 while a row has
@@ -133,8 +154,7 @@ static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, in
     int64_t r = 0;
     for (; r + VW <= m; r += VW) {
         const vf old = V_LOAD(rowmax + r), mnew = V_LOAD(alpha + r);
-        const vf a = v_exp_nonpos(V_SUB(old, mnew));
-        V_STORE(alpha + r, a);
+        V_STORE(alpha + r, v_exp_nonpos(V_SUB(old, mnew)));
         V_STORE(rowmax + r, mnew);
     }
     for (; r < m; ++r) {
@@ -144,72 +164,73 @@ static void SIMD(softmax_online)(int64_t m, int64_t n, float scale, float *s, in
     }
     for (r = 0; r < m; ++r)
         if (rowmax[r] == -INFINITY) alpha[r] = 1.0f;
-    /* Pass 2, per row: p = exp(x - max) and the running sum. */
+    /* Pass 2, per row: p = exp(x - max) (never positive: x <= max exactly)
+     * and the running sum. */
     for (r = 0; r < m; ++r) {
         float *sr = s + r * lds;
-        const int64_t lim = limit[r];
         const float mnew = rowmax[r];
         if (mnew == -INFINITY) { /* nothing visible so far: p = 0, sum stays 0 */
-            SIMD(zero_tail)(sr, 0, n);
+            for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
             continue;
         }
-        const vf vm = V_SET1(mnew), vnm = V_SET1(-mnew);
+        const vf vm = V_SET1(mnew);
         vf vsum = V_ZERO(), vsum2 = V_ZERO();
-        int64_t c = 0;
+        int64_t c = c0;
         /* Two independent exps per step while whole vectors remain. */
-        for (; c + 2 * VW <= lim; c += 2 * VW) {
-            const vf x0 = bias ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
-            const vf x1 = bias ? V_SUB(V_LOAD(sr + c + VW), vm)
-                               : V_FMA(V_LOAD(sr + c + VW), vscale, vnm);
-            const vf p0 = v_exp_nonpos(x0), p1 = v_exp_nonpos(x1);
+        for (; c + 2 * VW <= n; c += 2 * VW) {
+            const vf p0 = v_exp_nonpos(V_SUB(V_LOAD(sr + c), vm));
+            const vf p1 = v_exp_nonpos(V_SUB(V_LOAD(sr + c + VW), vm));
             V_STORE(sr + c, p0);
             V_STORE(sr + c + VW, p1);
             vsum = V_ADD(vsum, p0);
             vsum2 = V_ADD(vsum2, p1);
         }
-        for (; c < lim; c += VW) {
-            vf x = bias ? V_SUB(V_LOAD(sr + c), vm) : V_FMA(V_LOAD(sr + c), vscale, vnm);
-            if (!bias && c + VW > lim) x = v_hide_from(x, c, lim, ninf);
-            const vf pv = v_exp_nonpos(x);
+        for (; c < n; c += VW) {
+            const vf pv = v_exp_nonpos(V_SUB(V_LOAD(sr + c), vm));
             V_STORE(sr + c, pv);
             vsum = V_ADD(vsum, pv);
         }
-        vsum = V_ADD(vsum, vsum2);
-        SIMD(zero_tail)(sr, lim, n);
-        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(vsum);
+        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(V_ADD(vsum, vsum2));
     }
 }
 
-static void SIMD(probs_from_lse)(int64_t m, int64_t n, float scale, float *s, int64_t lds,
-                                 const int32_t *limit, const float *bias, int64_t ldbias,
-                                 const float *lse)
+static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg, float *s,
+                        int64_t lds, const float *rowmax, const float *rowll, float *dfac)
 {
-    const vf vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
+    const bool capped = lg->softcap > 0.0f && dfac;
+    const vf vscale = V_SET1(lg->scale), one = V_SET1(1.0f);
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
-        const float *br = bias ? bias + r * ldbias : NULL;
-        const int64_t lim = lse[r] == -INFINITY ? 0 : limit[r];
-        const vf vl = V_SET1(lse[r]), vnl = V_SET1(-lse[r]);
-        for (int64_t c = 0; c < lim; c += VW) {
-            vf x = br ? V_SUB(V_FMA(V_LOAD(sr + c), vscale, V_LOAD(br + c)), vl)
-                      : V_FMA(V_LOAD(sr + c), vscale, vnl);
-            if (c + VW > lim) x = v_hide_from(x, c, lim, ninf);
-            V_STORE(sr + c, v_exp(x));
+        const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
+        const int64_t lo = lg->start[r], hi = lg->end[r];
+        if (rowmax[r] == -INFINITY) {
+            for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+            continue;
         }
-        SIMD(zero_tail)(sr, lim, n);
+        const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
+        vf t = V_ZERO();
+        for (int64_t c = c0; c < n; c += VW) {
+            const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
+            V_STORE(sr + c, v_exp(V_SUB(V_SUB(x, vm), vll)));
+            if (capped) V_STORE(dfac + r * lds + c, V_MUL(vscale, V_SUB(one, V_MUL(t, t))));
+        }
     }
 }
 
-static void SIMD(dsoftmax)(int64_t m, int64_t n, float scale, const float *p, int64_t ldp,
-                           float *dp, int64_t lddp, const float *di)
+static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
+                           int64_t ldp, float *dp, int64_t lddp, const float *di,
+                           const float *dfac)
 {
-    const vf vscale = V_SET1(scale);
+    const vf vscale = V_SET1(scale), zero = V_ZERO();
     for (int64_t r = 0; r < m; ++r) {
-        const float *pr = p + r * ldp;
+        const float *pr = p + r * ldp, *fr = dfac ? dfac + r * ldp : NULL;
         float *dr = dp + r * lddp;
         const vf vd = V_SET1(di[r]);
-        for (int64_t c = 0; c < n; c += VW)
-            V_STORE(dr + c, V_MUL(V_MUL(V_LOAD(pr + c), V_SUB(V_LOAD(dr + c), vd)), vscale));
+        for (int64_t c = c0; c < n; c += VW) {
+            const vf pv = V_LOAD(pr + c), f = fr ? V_LOAD(fr + c) : vscale;
+            const vf ds = V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f);
+            V_STORE(dr + c, V_BLEND(V_CMP_EQ(pv, zero), ds, zero));
+        }
     }
 }
 
@@ -279,6 +300,18 @@ static void SIMD(vexp)(const float *x, float *y, int64_t n)
     int64_t i = 0;
     for (; i + VW <= n; i += VW) V_STORE(y + i, v_exp(V_LOAD(x + i)));
     for (; i < n; ++i) y[i] = SIMD(exp1)(x[i]);
+}
+
+static void SIMD(vtanh)(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(y + i, SIMD(tanh)(V_LOAD(x + i)));
+    for (; i < n; ++i) {
+        float in[VW] = {0}, out[VW];
+        in[0] = x[i];
+        V_STORE(out, SIMD(tanh)(V_LOAD(in)));
+        y[i] = out[0];
+    }
 }
 
 #undef NR

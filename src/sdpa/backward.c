@@ -2,13 +2,15 @@
  * Fused backward in the FlashAttention-2 manner: P is recomputed tile by
  * tile from the saved LSE and nothing of size Nq × Nk is ever stored.
  *
- * Forward (per row i):  S = scale·Q·Kᵀ + bias,  P = exp(S - lse),  O = P·V.
+ * Forward (per row i): X = logits of Q·Kᵀ (kernels.h), P = exp(X - m - ll),
+ * O = P·V, where (m, ll) are the row's max and log-sum (lse = m + ll).
  * Backward, per key tile j (keys outer, so dK_j and dV_j live in scratch)
  * and query tile i of every query head sharing the kv head:
- *   S   = Q_i·K_jᵀ ; P = exp(scale·S + bias - lse_i)      (recompute)
+ *   S   = Q_i·K_jᵀ ; P = exp(X - m_i - ll_i)              (recompute)
  *   dV_j += Pᵀ·dO_i                      (forward: O = P·V)
  *   dP   = dO_i·V_jᵀ                     (forward: O = P·V)
- *   dS   = scale·P∘(dP - D_i), D_i = rowsum(dO_i∘O_i)   (forward: softmax)
+ *   dS   = f·P∘(dP - D_i), D_i = rowsum(dO_i∘O_i)       (forward: softmax;
+ *          f = dX/dS: scale, or scale·(1 - tanh²) under softcap)
  *   dK_j += dSᵀ·Q_i                      (forward: S = scale·Q·Kᵀ)
  *   dQ_i += dS·K_j                       (forward: S = scale·Q·Kᵀ)
  *
@@ -19,7 +21,10 @@
  * chunk order at the end. The chunking depends only on the shapes, never on
  * the thread count, so results are bit-identical for any number of threads.
  *
- * Memory: per thread a few tiles; shared: D and a copy of the LSE (B·Hq·Nq
+ * Sinks: a sink is a logit without a value, so dS_sink = -P_sink·D_i and
+ * d sink_h = -Σ_(b,i) exp(sink_h - m_i - ll_i)·D_i.
+ *
+ * Memory: per thread a few tiles; shared: D and the row statistics (B·Hq·Nq
  * each), the dQ partials (chunks · B·Hq·Nq·D), and O/LSE when the caller did
  * not pass them (then the fused forward recomputes them first). All linear
  * in the sequence length.
@@ -56,7 +61,7 @@ static bwd_dims backward_dims(const sdpa_problem *p)
     d.bcp = sdpa_round_up(BWD_KEYS, SDPA_MAX_NPAD);
     d.rows = p->B * p->Hq * p->Nq;
     d.kblocks = (p->Nk + BWD_KEYS - 1) / BWD_KEYS;
-    d.recompute = !p->o || !p->lse;
+    d.recompute = !p->o || (!p->lse && !p->stats);
     const int64_t base = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
     int64_t c = base >= BWD_TARGET_TASKS ? 1 : (BWD_TARGET_TASKS + base - 1) / base;
     if (c > d.kblocks) c = d.kblocks;
@@ -72,24 +77,26 @@ static bwd_dims backward_dims(const sdpa_problem *p)
 }
 
 typedef struct {
-    float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias;
-    int32_t *limit;
+    float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac;
+    int32_t *start, *end;
 } bwd_scratch;
 
 static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
 {
     sdpa_size s = {0, true};
-    sdpa_size_add(&s, p->D * d->bcp, sizeof(float));    /* kt: Kᵀ */
-    sdpa_size_add(&s, BWD_KEYS * d->dp, sizeof(float));  /* kr: K rows */
-    sdpa_size_add(&s, p->Dv * d->bcp, sizeof(float));   /* vt: Vᵀ */
-    sdpa_size_add(&s, BWD_KEYS * d->dp, sizeof(float));  /* dk */
-    sdpa_size_add(&s, BWD_KEYS * d->dvp, sizeof(float)); /* dv */
-    sdpa_size_add(&s, BWD_ROWS * d->dp, sizeof(float));  /* qb */
-    sdpa_size_add(&s, BWD_ROWS * d->dvp, sizeof(float)); /* dob */
-    sdpa_size_add(&s, BWD_ROWS * d->bcp, sizeof(float)); /* s: S, then P */
-    sdpa_size_add(&s, BWD_ROWS * d->bcp, sizeof(float)); /* dps: dP, then dS */
-    sdpa_size_add(&s, BWD_ROWS * d->bcp, sizeof(float)); /* bias */
-    sdpa_size_add(&s, BWD_ROWS, sizeof(int32_t));        /* limit */
+    sdpa_size_add(&s, p->D, d->bcp, sizeof(float));     /* kt: Kᵀ */
+    sdpa_size_add(&s, BWD_KEYS, d->dp, sizeof(float));  /* kr: K rows */
+    sdpa_size_add(&s, p->Dv, d->bcp, sizeof(float));    /* vt: Vᵀ */
+    sdpa_size_add(&s, BWD_KEYS, d->dp, sizeof(float));  /* dk */
+    sdpa_size_add(&s, BWD_KEYS, d->dvp, sizeof(float)); /* dv */
+    sdpa_size_add(&s, BWD_ROWS, d->dp, sizeof(float));  /* qb */
+    sdpa_size_add(&s, BWD_ROWS, d->dvp, sizeof(float)); /* dob */
+    sdpa_size_add(&s, BWD_ROWS, d->bcp, sizeof(float)); /* s: S, then P */
+    sdpa_size_add(&s, BWD_ROWS, d->bcp, sizeof(float)); /* dps: dP, then dS */
+    sdpa_size_add(&s, BWD_ROWS, d->bcp, sizeof(float)); /* bias */
+    sdpa_size_add(&s, p->softcap > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* dfac */
+    sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* start */
+    sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
     return s;
 }
 
@@ -106,7 +113,9 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.s = sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float));
     w.dps = sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float));
     w.bias = sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float));
-    w.limit = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
+    w.dfac = p->softcap > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
+    w.start = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
+    w.end = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     return w;
 }
 
@@ -116,23 +125,19 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
                                 size_t *forward)
 {
     sdpa_size s = {0, true};
-    sdpa_size_add(&s, d->rows, sizeof(float)); /* di */
-    sdpa_size_add(&s, d->rows, sizeof(float)); /* lse copy */
-    int64_t part = 0;
-    if (p->dq && !attn_mul_ok(d->chunks * d->dp, d->rows, &part)) s.ok = false;
-    sdpa_size_add(&s, part, sizeof(float)); /* dQ partials */
-    int64_t orows = 0;
-    if (d->recompute && !attn_mul_ok(d->rows, p->Dv, &orows)) s.ok = false;
-    sdpa_size_add(&s, orows, sizeof(float)); /* recomputed O */
+    sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
+    sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
+    sdpa_size_add(&s, p->dq ? d->chunks * d->dp : 0, d->rows, sizeof(float)); /* dQ partials */
+    sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
+    sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
     const sdpa_size t = backward_thread_bytes(p, d);
     *per_thread = t.bytes;
-    int64_t all = 0;
-    if (!t.ok || !attn_mul_ok((int64_t)t.bytes, p->threads, &all)) s.ok = false;
-    sdpa_size_add(&s, all, 1);
+    if (!t.ok) s.ok = false;
+    sdpa_size_add(&s, (int64_t)t.bytes, p->threads, 1);
     *forward = 0;
     if (d->recompute) {
         if (!sdpa_fused_forward_workspace(p, forward)) s.ok = false;
-        sdpa_size_add(&s, (int64_t)*forward, 1);
+        sdpa_size_add(&s, (int64_t)*forward, 1, 1);
     }
     return s;
 }
@@ -147,28 +152,46 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
+/* Key tiles' work: the query rows that can see tile kb. */
+static int64_t tile_rows(const sdpa_problem *p, int64_t kb)
+{
+    const int64_t j0 = kb * BWD_KEYS, j1 = j0 + BWD_KEYS < p->Nk ? j0 + BWD_KEYS : p->Nk;
+    int64_t first, last;
+    sdpa_key_rows(p, j0, j1, &first, &last);
+    return last - first;
+}
+
 /* Splits the key tiles into d->chunks contiguous ranges of similar work
  * (query rows that can see each tile); first[c] .. first[c+1]. */
 static void chunk_bounds(const sdpa_problem *p, const bwd_dims *d, int64_t *first)
 {
     int64_t total = 0;
-    for (int64_t kb = 0; kb < d->kblocks; ++kb) total += p->Nq - sdpa_causal_first_row(p, kb * BWD_KEYS);
+    for (int64_t kb = 0; kb < d->kblocks; ++kb) total += tile_rows(p, kb);
     int64_t c = 1, acc = 0;
     first[0] = 0;
     for (int64_t kb = 0; kb < d->kblocks && c < d->chunks; ++kb) {
-        acc += p->Nq - sdpa_causal_first_row(p, kb * BWD_KEYS);
+        acc += tile_rows(p, kb);
         /* Close chunk c-1 after this tile once it holds its share. */
         if (acc * d->chunks >= total * c && d->kblocks - (kb + 1) >= d->chunks - c) first[c++] = kb + 1;
     }
     while (c <= d->chunks) first[c++] = d->kblocks; /* trailing chunks may be empty */
 }
 
+/* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
+ * its B operand is not all finite, the zeros must not multiply it. */
+static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const float *b,
+                            int64_t ldb, int64_t rows, int64_t w)
+{
+    return t->ragged && !sdpa_rows_finite(b, ldb, 1, rows, w) ? sdpa_gemm_skip_zeros : kern->gemm;
+}
+
 /* One task: key tiles [kb0, kb1) of kv head (b, hk); dQ into part. */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
-                          int64_t b, int64_t hk, int64_t kb0, int64_t kb1, const float *lse,
-                          const float *di, float *part, bwd_scratch *w)
+                          int64_t b, int64_t hk, int64_t kb0, int64_t kb1, const float *rm,
+                          const float *rll, const float *di, float *part, bwd_scratch *w)
 {
-    const int64_t dn = sdpa_round_up(p->D, kern->npad), dvn = sdpa_round_up(p->Dv, kern->npad);
+    const int64_t npad = kern->npad;
+    const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
     const bool want_ds = p->dk || p->dq;
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
@@ -177,18 +200,20 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
         bool packed = false;
         const float *kr = NULL; /* K_j as rows (B operand of dQ += dS·K_j) */
         int64_t ldk = 0;
-        const int64_t ifirst = sdpa_causal_first_row(p, j0);
+        int k_finite = -1;
+        int64_t ifirst, ilast;
+        sdpa_key_rows(p, j0, j0 + nj, &ifirst, &ilast);
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
-            for (int64_t i0 = ifirst - ifirst % BWD_ROWS; i0 < p->Nq; i0 += BWD_ROWS) {
+            for (int64_t i0 = ifirst - ifirst % BWD_ROWS; i0 < ilast; i0 += BWD_ROWS) {
                 const int64_t mi = p->Nq - i0 < BWD_ROWS ? p->Nq - i0 : BWD_ROWS;
-                const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->limit,
-                                                   w->bias, d->bcp);
+                const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start,
+                                                   w->end, w->bias, d->bcp);
                 if (t.cols == 0) continue; /* hidden: nothing to differentiate */
                 if (!packed) {
                     const float *k = p->k + AT4(p->ks, b, hk, j0, 0);
                     kern->pack_transposed(k, p->ks[2], p->ks[3], nj, p->D, w->kt, d->bcp);
-                    kr = sdpa_rows_operand(k, p->ks[2], p->ks[3], nj, p->D, kern->npad, w->kr,
-                                           d->dp, &ldk);
+                    kr = sdpa_rows_operand(k, p->ks[2], p->ks[3], nj, p->D, npad, w->kr, d->dp,
+                                           &ldk);
                     kern->pack_transposed(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
                                           p->Dv, w->vt, d->bcp);
                     packed = true;
@@ -196,36 +221,42 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
                 const float *qb = sdpa_rows_operand(p->q + AT4(p->qs, b, h, i0, 0), p->qs[2],
-                                                    p->qs[3], mi, p->D, kern->npad, w->qb, d->dp,
-                                                    &ldq);
+                                                    p->qs[3], mi, p->D, npad, w->qb, d->dp, &ldq);
                 const float *dob = sdpa_rows_operand(p->dout + AT4(p->dos, b, h, i0, 0),
-                                                     p->dos[2], p->dos[3], mi, p->Dv, kern->npad,
+                                                     p->dos[2], p->dos[3], mi, p->Dv, npad,
                                                      w->dob, d->dvp, &lddo);
                 const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
-                const int64_t cn = sdpa_round_up(t.cols, kern->npad);
-                const float *bias = t.use_bias ? w->bias : NULL;
+                const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
+                const int64_t kc = t.cols - c0; /* keys [j0 + c0, j0 + t.cols) */
+                const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
 
-                /* In the forward pass P = exp(scale·Q·Kᵀ + bias - lse); recompute it. */
-                kern->gemm(mi, cn, p->D, qb, ldq, 1, w->kt, d->bcp, w->s, d->bcp, NULL,
-                           SDPA_GEMM_SET);
-                kern->probs_from_lse(mi, t.cols, p->scale, w->s, d->bcp, w->limit, bias,
-                                     t.ldbias, lse + row0);
+                /* In the forward pass P = exp(X - m - ll); recompute it. */
+                kern->gemm(mi, cn - c0, p->D, qb, ldq, 1, w->kt + c0, d->bcp, w->s + c0, d->bcp,
+                           NULL, SDPA_GEMM_SET);
+                kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rm + row0, rll + row0, w->dfac);
                 /* Forward O = P·V, so dV_j += Pᵀ·dO_i. */
                 if (p->dv)
-                    kern->gemm(t.cols, dvn, mi, w->s, 1, d->bcp, dob, lddo, w->dv, d->dvp,
-                               NULL, SDPA_GEMM_ADD);
+                    guarded(kern, &t, dob, lddo, mi, p->Dv)(kc, dvn, mi, w->s + c0, 1, d->bcp, dob,
+                                                            lddo, w->dv + c0 * d->dvp, d->dvp,
+                                                            NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
-                /* ... and dP = dO_i·V_jᵀ; through the softmax dS = scale·P∘(dP - D). */
-                kern->gemm(mi, cn, p->Dv, dob, lddo, 1, w->vt, d->bcp, w->dps, d->bcp, NULL,
-                           SDPA_GEMM_SET);
-                kern->dsoftmax(mi, t.cols, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0);
-                /* Forward S = Q·Kᵀ (scale is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */
+                /* ... and dP = dO_i·V_jᵀ; through the softmax dS = f·P∘(dP - D). */
+                kern->gemm(mi, cn - c0, p->Dv, dob, lddo, 1, w->vt + c0, d->bcp, w->dps + c0,
+                           d->bcp, NULL, SDPA_GEMM_SET);
+                kern->dsoftmax(mi, c0, cn, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0,
+                               p->softcap > 0.0f ? w->dfac : NULL);
+                /* Forward S = Q·Kᵀ (f is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */
                 if (p->dk)
-                    kern->gemm(t.cols, dn, mi, w->dps, 1, d->bcp, qb, ldq, w->dk, d->dp, NULL,
-                               SDPA_GEMM_ADD);
-                if (p->dq)
-                    kern->gemm(mi, dn, t.cols, w->dps, d->bcp, 1, kr, ldk,
-                               part + row0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
+                    guarded(kern, &t, qb, ldq, mi, p->D)(kc, dn, mi, w->dps + c0, 1, d->bcp, qb,
+                                                         ldq, w->dk + c0 * d->dp, d->dp, NULL,
+                                                         SDPA_GEMM_ADD);
+                if (p->dq) {
+                    if (t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
+                    const sdpa_gemm_fn gemm =
+                        t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
+                    gemm(mi, dn, kc, w->dps + c0, d->bcp, 1, kr + c0 * ldk, ldk,
+                         part + row0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
+                }
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
@@ -241,6 +272,23 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     }
 }
 
+/* d sink_h = -Σ_(b,i) exp(sink_h - m - ll)·D_i, summed in a fixed order. */
+static void sink_gradients(const sdpa_problem *p, const float *rm, const float *rll,
+                           const float *di)
+{
+    for (int64_t h = 0; h < p->Hq; ++h) {
+        const float sink = sdpa_sink(p, h);
+        double acc = 0.0;
+        for (int64_t b = 0; b < p->B; ++b)
+            for (int64_t i = 0; i < p->Nq; ++i) {
+                const int64_t row = (b * p->Hq + h) * p->Nq + i;
+                if (rm[row] == -INFINITY) continue; /* nothing, not even the sink */
+                acc -= (double)expf(sink - rm[row] - rll[row]) * di[row];
+            }
+        p->dsinks[h * p->dsinks_s] = (float)acc;
+    }
+}
+
 attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
     const bwd_dims d = backward_dims(p);
@@ -248,26 +296,32 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     const sdpa_size need = backward_bytes(p, &d, &per_thread, &fwd_bytes);
     RETURN_IF(!need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     void *owned;
-    char *cursor = sdpa_workspace(p, need.bytes, &owned, err);
-    if (!cursor) return err ? err->status : ATTN_ERR_ALLOC;
+    char *cursor;
+    RETURN_IF_ERROR(sdpa_workspace(p, need.bytes, &owned, &cursor, err));
     float *di = sdpa_take(&cursor, d.rows, sizeof(float));
-    float *lse = sdpa_take(&cursor, d.rows, sizeof(float));
+    float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
+    float *rm = stats, *rll = stats + d.rows;
     float *part = sdpa_take(&cursor, p->dq ? d.chunks * d.dp * d.rows : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
+    float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
     char *scratch = sdpa_take(&cursor, (int64_t)per_thread * p->threads, 1);
     const int threads = p->threads;
 
-    /* O and LSE: the caller's, or from the fused forward into our workspace. */
-    const float *o = p->o;
+    /* O and the row statistics: the caller's, or from the fused forward into
+     * our workspace. */
+    const float *o = p->o, *st = p->stats;
     int64_t os[4] = {p->os[0], p->os[1], p->os[2], p->os[3]};
+    int64_t ss[4] = {p->ss[0], p->ss[1], p->ss[2], p->ss[3]};
     if (d.recompute) {
         sdpa_problem f = *p;
         f.o = o_ws;
         f.os[3] = 1, f.os[2] = p->Dv, f.os[1] = p->Nq * p->Dv, f.os[0] = p->Hq * p->Nq * p->Dv;
-        f.lse = lse;
-        f.ls[2] = 1, f.ls[1] = p->Nq, f.ls[0] = p->Hq * p->Nq;
+        f.stats = st_ws;
+        f.ss[3] = 1, f.ss[2] = 2, f.ss[1] = 2 * p->Nq, f.ss[0] = 2 * p->Hq * p->Nq;
+        f.lse = NULL;
         f.w = NULL;
         f.dout = NULL;
+        f.dsinks = NULL;
         f.workspace = sdpa_take(&cursor, (int64_t)fwd_bytes, 1);
         f.workspace_size = fwd_bytes;
         attn_status s = sdpa_fused_forward(&f, kern, err);
@@ -275,11 +329,13 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
             free(owned);
             return s;
         }
-        o = o_ws;
+        o = o_ws, st = st_ws;
         memcpy(os, f.os, sizeof os);
+        memcpy(ss, f.ss, sizeof ss);
     }
 
-    /* D_i = rowsum(dO_i ∘ O_i), and the LSE in row order. */
+    /* D_i = rowsum(dO_i ∘ O_i), and the row statistics in row order: the
+     * exact (m, ll) when known, else (lse, 0), whose P carries lse's rounding. */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t row = 0; row < d.rows; ++row) {
         const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
@@ -287,11 +343,19 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         float acc = 0.0f;
         for (int64_t c = 0; c < p->Dv; ++c) acc += drow[c * p->dos[3]] * orow[c * os[3]];
         di[row] = acc;
-        if (!d.recompute) lse[row] = p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]];
+        if (st) {
+            rm[row] = st[AT4(ss, b, h, i, 0)];
+            rll[row] = st[AT4(ss, b, h, i, 1)];
+        } else {
+            const float lse = p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]];
+            rm[row] = lse;
+            rll[row] = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
+        }
         if (p->dq)
             for (int64_t c = 0; c < d.chunks; ++c)
                 memset(part + (c * d.rows + row) * d.dp, 0, (size_t)d.dp * sizeof(float));
     }
+    if (p->dsinks) sink_gradients(p, rm, rll, di);
 
     int64_t first[BWD_TARGET_TASKS + 1];
     chunk_bounds(p, &d, first);
@@ -308,8 +372,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
-            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, first[c], first[c + 1], lse, di,
-                          part + c * d.rows * d.dp, &w);
+            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, first[c], first[c + 1], rm, rll,
+                          di, part + c * d.rows * d.dp, &w);
         }
     }
 

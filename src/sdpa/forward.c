@@ -54,24 +54,26 @@ static fwd_dims forward_dims(const sdpa_problem *p)
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
-    int32_t *limit;
+    int32_t *start, *end;
     const float *vop; /* V operand of the current tile: w->v or V in place */
     int64_t ldv;
+    int v_finite;     /* of the current V tile: 1, 0, or -1 not yet known */
 } fwd_scratch;
 
 static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
     const int64_t rows = d->units * FWD_ROWS;
-    sdpa_size_add(&s, p->D * d->bcp, sizeof(float)); /* kt */
-    sdpa_size_add(&s, FWD_KEYS * d->dvp, sizeof(float)); /* v */
-    sdpa_size_add(&s, FWD_ROWS * d->bcp, sizeof(float)); /* s */
-    sdpa_size_add(&s, FWD_ROWS * d->bcp, sizeof(float)); /* bias */
-    sdpa_size_add(&s, rows * d->dvp, sizeof(float)); /* o */
-    sdpa_size_add(&s, rows, sizeof(float)); /* rowmax */
-    sdpa_size_add(&s, rows, sizeof(float)); /* rowsum */
-    sdpa_size_add(&s, rows, sizeof(float)); /* alpha */
-    sdpa_size_add(&s, FWD_ROWS, sizeof(int32_t)); /* limit */
+    sdpa_size_add(&s, p->D, d->bcp, sizeof(float));    /* kt */
+    sdpa_size_add(&s, FWD_KEYS, d->dvp, sizeof(float)); /* v */
+    sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* s */
+    sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* bias */
+    sdpa_size_add(&s, rows, d->dvp, sizeof(float));     /* o */
+    sdpa_size_add(&s, rows, 1, sizeof(float));          /* rowmax */
+    sdpa_size_add(&s, rows, 1, sizeof(float));          /* rowsum */
+    sdpa_size_add(&s, rows, 1, sizeof(float));          /* alpha */
+    sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* start */
+    sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* end */
     return s;
 }
 
@@ -87,7 +89,8 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.rowmax = sdpa_take(&base, rows, sizeof(float));
     w.rowsum = sdpa_take(&base, rows, sizeof(float));
     w.alpha = sdpa_take(&base, rows, sizeof(float));
-    w.limit = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
+    w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
+    w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     return w;
 }
 
@@ -110,35 +113,40 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
 {
     kern->pack_transposed(p->k + AT4(p->ks, b, hk, j0, 0), p->ks[2], p->ks[3], nj, p->D, w->kt,
                           d->bcp);
-    if (with_v)
+    if (with_v) {
         w->vop = sdpa_rows_operand(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
                                    p->Dv, kern->npad, w->v, d->dvp, &w->ldv);
+        w->v_finite = -1;
+    }
 }
 
-/* Second sweep: weights of rows [i0, i0+mi) of head (b,h) from their LSE. */
-/* Weights of rows [i0, i0+mi) from the final row max m and sum l:
- * exp(scale·s + bias - m) / l. (exp(x - lse) would round lse = m + log l
- * first and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
+/* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
+ * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
+ * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
 static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                           int64_t b, int64_t h, int64_t i0, int64_t mi, const float *rowmax,
-                          const float *rowsum, const float *lse, fwd_scratch *w)
+                          const float *rowll, const float *lse, fwd_scratch *w)
 {
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += FWD_KEYS) {
         const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
-        const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->limit, w->bias, d->bcp);
+        const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
+                                           w->bias, d->bcp);
         if (t.cols > 0) {
+            const int64_t c0 = t.c0 - t.c0 % kern->npad, cn = sdpa_round_up(t.cols, kern->npad);
+            const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
             pack_kv(p, kern, d, b, hk, j0, nj, w, false);
-            kern->gemm(mi, sdpa_round_up(t.cols, kern->npad), p->D, p->q + AT4(p->qs, b, h, i0, 0),
-                       p->qs[2], p->qs[3], w->kt, d->bcp, w->s, d->bcp, NULL, SDPA_GEMM_SET);
-            kern->probs_from_lse(mi, nj, p->scale, w->s, d->bcp, w->limit,
-                                 t.use_bias ? w->bias : NULL, t.ldbias, rowmax);
+            kern->gemm(mi, cn - c0, p->D, p->q + AT4(p->qs, b, h, i0, 0), p->qs[2], p->qs[3],
+                       w->kt + c0, d->bcp, w->s + c0, d->bcp, NULL, SDPA_GEMM_SET);
+            kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowll, NULL);
         }
         for (int64_t r = 0; r < mi; ++r) {
             float *dst = p->w + AT4(p->ws, b, h, i0 + r, j0);
-            const float inv = rowsum[r] > 0.0f ? 1.0f / rowsum[r] : 0.0f;
+            const bool seen = t.cols > 0 && w->end[r] > w->start[r];
             for (int64_t c = 0; c < nj; ++c)
-                dst[c * p->ws[3]] = isnan(lse[r]) ? NAN : t.cols > 0 ? w->s[r * d->bcp + c] * inv : 0.0f;
+                dst[c * p->ws[3]] = isnan(lse[r]) ? NAN
+                                    : seen && c >= w->start[r] && c < w->end[r] ? w->s[r * d->bcp + c]
+                                                                                : 0.0f;
         }
     }
 }
@@ -153,33 +161,57 @@ static void unit_rows(const sdpa_problem *p, int64_t hk, int64_t u, int64_t *h, 
     *mi = p->Nq - *i0 < FWD_ROWS ? p->Nq - *i0 : FWD_ROWS;
 }
 
+/* The P·V product of one band: the kernels' GEMM, or, when a zero
+ * probability would meet a non-finite value of a key the row does not see,
+ * the GEMM that skips zero probabilities (hidden keys never influence). */
+static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_tile *t,
+                    fwd_scratch *w, int64_t rows, int64_t n, int64_t c0, int64_t c1,
+                    const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
+                    int64_t nj)
+{
+    if (t->ragged && w->v_finite < 0)
+        w->v_finite = sdpa_rows_finite(w->vop, w->ldv, 1, nj, p->Dv);
+    const sdpa_gemm_fn gemm = t->ragged && !w->v_finite ? sdpa_gemm_skip_zeros : kern->gemm;
+    gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo, alpha,
+         SDPA_GEMM_SCALE_ADD);
+}
+
 /* One task: units [u0, u0+nu) of kv head (b, hk). */
 static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                          int64_t b, int64_t hk, int64_t u0, int64_t nu, fwd_scratch *w)
 {
-    const int64_t dvn = sdpa_round_up(p->Dv, kern->npad);
-    for (int64_t x = 0; x < nu * FWD_ROWS; ++x) {
-        w->rowmax[x] = -INFINITY;
-        w->rowsum[x] = 0.0f;
-    }
-    memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
-
-    /* Keys past the causal end of the units' last rows are never visible. */
-    int64_t kend = 0;
+    const int64_t dvn = sdpa_round_up(p->Dv, kern->npad), npad = kern->npad;
+    /* A sink starts every row's softmax: max = sink, sum = e^(sink - sink). */
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, hk, u0 + e, &h, &i0, &mi);
-        const int64_t end = sdpa_causal_end(p, i0 + mi - 1);
-        kend = end > kend ? end : kend;
+        const float sink = sdpa_sink(p, h);
+        for (int64_t r = 0; r < FWD_ROWS; ++r) {
+            w->rowmax[e * FWD_ROWS + r] = sink;
+            w->rowsum[e * FWD_ROWS + r] = sink == -INFINITY ? 0.0f : 1.0f;
+        }
     }
-    for (int64_t j0 = 0; j0 < kend; j0 += FWD_KEYS) {
+    memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
+
+    /* Keys outside [kbeg, kend) are visible to none of the units' rows (the
+     * bounds of sdpa_row_keys are monotone in the row). */
+    int64_t kbeg = p->Nk, kend = 0;
+    for (int64_t e = 0; e < nu; ++e) {
+        int64_t h, i0, mi, lo, hi;
+        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
+        sdpa_row_keys(p, i0, &lo, &hi);
+        if (lo < kbeg) kbeg = lo;
+        sdpa_row_keys(p, i0 + mi - 1, &lo, &hi);
+        if (hi > kend) kend = hi;
+    }
+    for (int64_t j0 = kbeg - kbeg % FWD_KEYS; j0 < kend; j0 += FWD_KEYS) {
         const int64_t nj = kend - j0 < FWD_KEYS ? kend - j0 : FWD_KEYS;
         bool packed = false;
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
             unit_rows(p, hk, u0 + e, &h, &i0, &mi);
-            const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->limit, w->bias,
-                                               d->bcp);
+            const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
+                                               w->bias, d->bcp);
             if (t.cols == 0) continue; /* hidden: not even packed */
             if (!packed) {
                 pack_kv(p, kern, d, b, hk, j0, nj, w, true);
@@ -188,27 +220,35 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             float *rowmax = w->rowmax + e * FWD_ROWS, *rowsum = w->rowsum + e * FWD_ROWS;
             float *alpha = w->alpha + e * FWD_ROWS, *o = w->o + e * FWD_ROWS * d->dvp;
             /* S = Q·Kᵀ over the visible columns only, band by band: on
-             * diagonal (causal) or ragged tiles each band of rows stops at
-             * the last column its own rows may see. */
-            int64_t band_cols[FWD_ROWS / FWD_BAND];
+             * diagonal (causal), windowed or ragged tiles each band of rows
+             * covers just the columns its own rows may see. */
+            int64_t band_c0[FWD_ROWS / FWD_BAND], band_c1[FWD_ROWS / FWD_BAND];
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
-                int64_t cols = 0;
-                for (int64_t r = r0; r < r0 + rb; ++r) cols = w->limit[r] > cols ? w->limit[r] : cols;
-                band_cols[r0 / FWD_BAND] = cols;
-                if (cols > 0)
-                    kern->gemm(rb, sdpa_round_up(cols, kern->npad), p->D,
-                               p->q + AT4(p->qs, b, h, i0 + r0, 0), p->qs[2], p->qs[3], w->kt,
-                               d->bcp, w->s + r0 * d->bcp, d->bcp, NULL, SDPA_GEMM_SET);
+                int64_t lo = nj, hi = 0;
+                for (int64_t r = r0; r < r0 + rb; ++r) {
+                    if (w->end[r] <= w->start[r]) continue;
+                    lo = w->start[r] < lo ? w->start[r] : lo;
+                    hi = w->end[r] > hi ? w->end[r] : hi;
+                }
+                /* P·V reads V rows [c0, hi) only: rows past the tile's keys
+                 * may hold anything (poisoned memory, NaN). */
+                const int64_t c0 = hi > 0 ? lo - lo % npad : 0, c1 = sdpa_round_up(hi, npad);
+                band_c0[r0 / FWD_BAND] = c0;
+                band_c1[r0 / FWD_BAND] = hi > c0 ? hi : c0;
+                if (c1 > c0)
+                    kern->gemm(rb, c1 - c0, p->D, p->q + AT4(p->qs, b, h, i0 + r0, 0), p->qs[2],
+                               p->qs[3], w->kt + c0, d->bcp, w->s + r0 * d->bcp + c0, d->bcp,
+                               NULL, SDPA_GEMM_SET);
             }
-            kern->softmax_online(mi, t.cols, p->scale, w->s, d->bcp, w->limit,
-                                 t.use_bias ? w->bias : NULL, t.ldbias, rowmax, rowsum, alpha);
+            const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
+            kern->softmax_online(mi, t.c0 - t.c0 % npad, sdpa_round_up(t.cols, npad), &lg, w->s,
+                                 d->bcp, rowmax, rowsum, alpha);
             /* O = alpha∘O + P·V (k = 0 still applies alpha) */
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
-                kern->gemm(rb, dvn, band_cols[r0 / FWD_BAND], w->s + r0 * d->bcp, d->bcp, 1,
-                           w->vop, w->ldv, o + r0 * d->dvp, d->dvp, alpha + r0,
-                           SDPA_GEMM_SCALE_ADD);
+                band_pv(kern, p, &t, w, rb, dvn, band_c0[r0 / FWD_BAND], band_c1[r0 / FWD_BAND],
+                        w->s + r0 * d->bcp, d->bcp, o + r0 * d->dvp, d->dvp, alpha + r0, nj);
             }
         }
     }
@@ -216,23 +256,31 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, hk, u0 + e, &h, &i0, &mi);
-        float *lse_rows = w->alpha + e * FWD_ROWS; /* alpha is free now: reuse for the LSE */
+        /* alpha is free now: it holds each row's log-sum ll for the weights. */
+        float *rowll = w->alpha + e * FWD_ROWS, lse_rows[FWD_ROWS];
         for (int64_t r = 0; r < mi; ++r) {
-            const float l = w->rowsum[e * FWD_ROWS + r];
-            const float *o = w->o + (e * FWD_ROWS + r) * d->dvp;
+            const int64_t x = e * FWD_ROWS + r;
+            const float l = w->rowsum[x], m = w->rowmax[x];
+            const float *o = w->o + x * d->dvp;
             float *dst = p->o + AT4(p->os, b, h, i0 + r, 0);
             /* A row that saw no key: out 0, lse -inf (l is 0 exactly then),
              * unless its scores were all NaN: then NaN, as everywhere else. */
             const bool empty = l == 0.0f;
             const float fill = empty && sdpa_row_sees_nan(p, b, h, i0 + r) ? NAN : 0.0f;
             for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
-            lse_rows[r] = empty ? (fill == 0.0f ? -INFINITY : NAN)
-                                : w->rowmax[e * FWD_ROWS + r] + logf(l);
+            rowll[r] = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
+            const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
+            /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
+            lse_rows[r] = mx == INFINITY ? INFINITY : mx + rowll[r];
             if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + (i0 + r) * p->ls[2]] = lse_rows[r];
+            if (p->stats) {
+                float *st = p->stats + AT4(p->ss, b, h, i0 + r, 0);
+                st[0] = mx;
+                st[p->ss[3]] = rowll[r];
+            }
         }
         if (p->w)
-            write_weights(p, kern, d, b, h, i0, mi, w->rowmax + e * FWD_ROWS,
-                          w->rowsum + e * FWD_ROWS, lse_rows, w);
+            write_weights(p, kern, d, b, h, i0, mi, w->rowmax + e * FWD_ROWS, rowll, lse_rows, w);
     }
 }
 
@@ -244,8 +292,8 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
               "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
     void *owned;
-    char *ws = sdpa_workspace(p, need, &owned, err);
-    if (!ws) return err ? err->status : ATTN_ERR_ALLOC;
+    char *ws;
+    RETURN_IF_ERROR(sdpa_workspace(p, need, &owned, &ws, err));
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
 
     const int64_t units = (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group; /* per kv head */

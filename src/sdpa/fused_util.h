@@ -24,11 +24,12 @@ typedef struct {
     bool ok;
 } sdpa_size;
 
-static inline void sdpa_size_add(sdpa_size *s, int64_t count, size_t elem)
+/* Adds room for a·b elements of elem bytes, every product checked. */
+static inline void sdpa_size_add(sdpa_size *s, int64_t a, int64_t b, size_t elem)
 {
     int64_t n;
-    if (!s->ok || !attn_mul_ok(count < 0 ? 0 : count, (int64_t)elem, &n) ||
-        !attn_add_ok(n, SDPA_ALIGN - 1, &n)) {
+    if (!s->ok || !attn_mul_ok(a < 0 ? 0 : a, b < 0 ? 0 : b, &n) ||
+        !attn_mul_ok(n, (int64_t)elem, &n) || !attn_add_ok(n, SDPA_ALIGN - 1, &n)) {
         s->ok = false;
         return;
     }
@@ -51,28 +52,40 @@ static inline void *sdpa_take(char **cursor, int64_t count, size_t elem)
 }
 
 /* The caller's workspace (checked) or a fresh aligned allocation of `need`
- * bytes; *owned is what to free. NULL with err set on failure. */
-static inline char *sdpa_workspace(const sdpa_problem *p, size_t need, void **owned,
-                                   attn_error *err)
+ * bytes into *ws; *owned is what to free. */
+static inline attn_status sdpa_workspace(const sdpa_problem *p, size_t need, void **owned,
+                                         char **ws, attn_error *err)
 {
     *owned = NULL;
+    *ws = NULL;
     if (p->workspace) {
         const uintptr_t at = (uintptr_t)p->workspace;
         const size_t skew = (SDPA_ALIGN - at % SDPA_ALIGN) % SDPA_ALIGN;
-        if (p->workspace_size < need + skew) {
-            attn_fail(err, ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, %zu needed",
-                      p->workspace_size, need + skew);
-            return NULL;
-        }
-        return (char *)p->workspace + skew;
+        RETURN_IF(need > SIZE_MAX - skew || p->workspace_size < need + skew, err,
+                  ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, %zu needed",
+                  p->workspace_size, need + skew);
+        *ws = (char *)p->workspace + skew;
+        return ATTN_OK;
     }
     void *mem = NULL;
-    if (posix_memalign(&mem, SDPA_ALIGN, need ? need : SDPA_ALIGN) != 0) {
-        attn_fail(err, ATTN_ERR_ALLOC, "workspace: cannot allocate %zu bytes", need);
-        return NULL;
-    }
+    RETURN_IF(posix_memalign(&mem, SDPA_ALIGN, need ? need : SDPA_ALIGN) != 0, err,
+              ATTN_ERR_ALLOC, "workspace: cannot allocate %zu bytes", need);
     *owned = mem;
-    return mem;
+    *ws = mem;
+    return ATTN_OK;
+}
+
+/* True when every element of the (nrows × w) block (row stride rs, element
+ * stride cs) is finite. x·0 is 0 exactly for finite x and NaN otherwise. */
+static inline bool sdpa_rows_finite(const float *src, int64_t rs, int64_t cs, int64_t nrows,
+                                    int64_t w)
+{
+    float acc[8] = {0};
+    for (int64_t r = 0; r < nrows; ++r)
+        for (int64_t c = 0; c < w; ++c) acc[c & 7] += src[r * rs + c * cs] * 0.0f;
+    float all = 0.0f;
+    for (int i = 0; i < 8; ++i) all += acc[i];
+    return all == 0.0f;
 }
 
 /* Slack a caller-provided workspace needs for our alignment. */

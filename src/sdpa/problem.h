@@ -28,83 +28,95 @@ typedef struct {
     void *workspace; /* caller's, or NULL */
     size_t workspace_size;
 
+    /* Variants (see attn_sdpa_opts). */
+    bool window;
+    int64_t window_left, window_right; /* -1: unbounded */
+    const float *alibi;                /* slope of (b, h) at b*alibi_s[0] + h*alibi_s[1] */
+    int64_t alibi_s[2];
+    float softcap;                     /* 0: off */
+    const float *sinks;                /* sink of head h at h*sinks_s */
+    int64_t sinks_s;
+    float *dsinks;                     /* backward output, h*dsinks_s */
+    int64_t dsinks_s;
+    float dropout_p;
+    uint32_t dropout_keep;             /* keep when the 32-bit draw is >= this */
+    float dropout_scale;               /* 1 / (1 - p) */
+    uint64_t dropout_seed, dropout_offset;
+
     /* Inputs (B,H,N,·) with element strides [b,h,n,d]. */
     const float *q, *k, *v;
     int64_t qs[4], ks[4], vs[4];
-    /* Forward outputs; lse and w may be NULL. Backward reads o and lse. */
-    float *o, *lse, *w;
-    int64_t os[4], ls[3], ws[4];
+    /* Forward outputs; lse, w and stats may be NULL. Backward reads o, lse
+     * and stats (row max and log-sum, preferred over lse when given). */
+    float *o, *lse, *w, *stats;
+    int64_t os[4], ls[3], ws[4], ss[4];
     /* Backward: do in, dq/dk/dv out (any may be NULL). */
     const float *dout;
     float *dq, *dk, *dv;
     int64_t dos[4], dqs[4], dks[4], dvs[4];
 } sdpa_problem;
 
-/* Keys [0, end) can be visible to query row i under causality; keys at or
- * past end never are. */
-static inline int64_t sdpa_causal_end(const sdpa_problem *p, int64_t i)
-{
-    int64_t end;
-    switch (p->causal) {
-    case ATTN_CAUSAL_TOP_LEFT: end = i + 1; break;
-    case ATTN_CAUSAL_BOTTOM_RIGHT: end = i + 1 + p->Nk - p->Nq; break;
-    default: end = p->Nk; break;
-    }
-    return end < 0 ? 0 : end > p->Nk ? p->Nk : end;
-}
+/* ------------------------------------------------------------ visibility
+ * Which keys a query row sees and what is added to their scores: causal
+ * alignments, the sliding window, ALiBi and the masks. The reference path,
+ * the fused forward and backward and their tile skipping all ask here, so
+ * every path means the same thing (visibility.c). */
 
-/* Additive bias the masks put on score (b,h,i,j): 0, a float, or -inf. */
-static inline float sdpa_mask_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i,
-                                   int64_t j)
-{
-    float bias = 0.0f;
-    for (int m = 0; m < p->nmask; ++m) {
-        const sdpa_mask *mk = &p->mask[m];
-        int64_t off = b * mk->stride[0] + h * mk->stride[1] + i * mk->stride[2] +
-                      j * mk->stride[3];
-        if (mk->dtype == ATTN_BOOL) {
-            if (!((const uint8_t *)mk->data)[off]) return -INFINITY;
-        } else {
-            bias += ((const float *)mk->data)[off];
-        }
-    }
-    return bias;
-}
+/* Keys [*lo, *hi) that causality and the window let row i see (masks aside);
+ * *lo == *hi when none. Both bounds are non-decreasing in i. */
+void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, int64_t *hi);
 
-/* First query row that may see key j under causality (sdpa_causal_end(i) > j
- * exactly for i >= this); Nq when no row does. */
-static inline int64_t sdpa_causal_first_row(const sdpa_problem *p, int64_t j)
+/* Query rows [*first, *last) whose sdpa_row_keys range meets [j0, j1). */
+void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first, int64_t *last);
+
+/* What ALiBi and the masks add to score (b,h,i,j): a float, or -inf when a
+ * mask hides the key. (Causality and the window: sdpa_row_keys.) */
+float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
+
+/* The logit of a raw score q·k before the bias: fl(scale·s), soft-capped. */
+float sdpa_capped_logit(const sdpa_problem *p, float s);
+
+/* Dropout: multiplies s(r, c) of the tile rows [i0, i0+mi) × keys j0 + c,
+ * c in [c0, n), by their keep factor (0 or 1/(1-p)), also stored in z (same
+ * layout as s) when z != NULL. The keep decision of (b, h, i, j) is one
+ * Philox word of counter (j/4, i, b·Hq + h, offset) and key (seed). */
+void sdpa_dropout_tile(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t mi,
+                       int64_t j0, int64_t c0, int64_t n, float *s, int64_t lds, float *z);
+/* The keep factor of one element (the reference path). */
+float sdpa_dropout_factor(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
+
+/* The sink logit of head h, -inf without sinks. */
+static inline float sdpa_sink(const sdpa_problem *p, int64_t h)
 {
-    int64_t first;
-    switch (p->causal) {
-    case ATTN_CAUSAL_TOP_LEFT: first = j; break;
-    case ATTN_CAUSAL_BOTTOM_RIGHT: first = j - (p->Nk - p->Nq); break;
-    default: first = 0; break;
-    }
-    return first < 0 ? 0 : first > p->Nq ? p->Nq : first;
+    return p->sinks ? p->sinks[h * p->sinks_s] : -INFINITY;
 }
 
 /*
- * Visibility of one tile of the fused path: query rows [i0, i0+mi) of head
- * (b, h) against keys [j0, j0+nj). Causality and the masks are read only
- * here (through sdpa_causal_end and the sdpa_mask strides, like
- * sdpa_mask_bias), so the fused path means what the reference means.
+ * One tile of the fused path: query rows [i0, i0+mi) of head (b, h) against
+ * keys [j0, j0+nj). Fills start/end (mi entries, columns relative to j0) and,
+ * when use_bias, the bias rows (mi × ld, or one shared row when ldbias = 0).
  */
 typedef struct {
-    int64_t cols;   /* max_r limit[r]: columns any row may see; 0 = skip the tile untouched */
-    bool use_bias;  /* bias holds something other than 0 in visible columns */
-    int64_t ldbias; /* row stride of bias: 0 when every row shares row 0 */
+    int64_t c0, cols;  /* columns [c0, cols) some row may see; cols == 0: skip the tile */
+    bool use_bias;     /* the bias holds something other than 0 on visible columns */
+    int64_t ldbias;    /* row stride of the bias: 0 when every row shares row 0 */
+    bool ragged;       /* some row sees less than [c0, cols): products with its zero
+                        * probabilities must not meet non-finite operand rows */
 } sdpa_tile;
 
-/*
- * limit[r] (mi entries): row r may see only columns c < limit[r] (causal
- * bound, tile edge, and trailing columns every mask hides).
- * bias: (mi, ld) scratch, ld >= nj rounded up to SDPA_MAX_NPAD; receives the
- * masks' additive bias (0 / float / -inf) when the problem has masks.
- */
 sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
-                         int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *limit,
-                         float *bias, int64_t ld);
+                         int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *start,
+                         int32_t *end, float *bias, int64_t ld);
+
+/* The kernels' view of a planned tile. */
+static inline sdpa_logits sdpa_tile_logits(const sdpa_problem *p, const sdpa_tile *t,
+                                           const int32_t *start, const int32_t *end,
+                                           const float *bias)
+{
+    sdpa_logits lg = {.scale = p->scale, .softcap = p->softcap, .start = start, .end = end,
+                      .bias = t->use_bias ? bias : NULL, .ldbias = t->ldbias};
+    return lg;
+}
 
 /* Resolves and validates a forward (dout == NULL) or backward call. */
 attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_tensor *k,

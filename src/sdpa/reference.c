@@ -17,87 +17,103 @@ static int64_t row_floats(const sdpa_problem *p)
 }
 
 /* Row workspace: row_floats per thread, the caller's or allocated. */
-static float *row_buffers(const sdpa_problem *p, int threads, float **owned, attn_error *err)
+static attn_status row_buffers(const sdpa_problem *p, int threads, float **owned, float **ws,
+                               attn_error *err)
 {
     int64_t bytes;
-    *owned = NULL;
-    if (!attn_mul_ok(row_floats(p), (int64_t)sizeof(float) * threads, &bytes) ||
-        (uint64_t)bytes > SIZE_MAX) {
-        attn_fail(err, ATTN_ERR_OVERFLOW, "workspace: %lld keys per row overflow the row buffers",
-                  (long long)p->Nk);
-        return NULL;
-    }
+    *owned = *ws = NULL;
+    RETURN_IF(!attn_mul_ok(row_floats(p), (int64_t)sizeof(float) * threads, &bytes) ||
+                  (uint64_t)bytes > SIZE_MAX,
+              err, ATTN_ERR_OVERFLOW, "workspace: %lld keys per row overflow the row buffers",
+              (long long)p->Nk);
     const size_t need = (size_t)bytes;
     if (p->workspace) {
-        if (p->workspace_size < need) {
-            attn_fail(err, ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, %zu needed",
-                      p->workspace_size, need);
-            return NULL;
-        }
-        return p->workspace;
+        RETURN_IF(p->workspace_size < need, err, ATTN_ERR_WORKSPACE,
+                  "workspace: %zu bytes given, %zu needed", p->workspace_size, need);
+        *ws = p->workspace;
+        return ATTN_OK;
     }
-    *owned = malloc(need);
-    if (!*owned) attn_fail(err, ATTN_ERR_ALLOC, "workspace: cannot allocate %zu bytes", need);
-    return *owned;
+    *owned = *ws = malloc(need);
+    RETURN_IF(!*owned, err, ATTN_ERR_ALLOC, "workspace: cannot allocate %zu bytes", need);
+    return ATTN_OK;
 }
 
-/* Score of query row (b,h,i) against key j before masking: scale·q·k. */
-static float row_score(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+/* Raw score of query row (b,h,i) against key j: q·k in float. */
+static float row_dot(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const float *qi = p->q + AT4(p->qs, b, h, i, 0);
     const float *kj = p->k + AT4(p->ks, b, h / p->group, j, 0);
     float dot = 0.0f;
     for (int64_t d = 0; d < p->D; ++d) dot += qi[d * p->qs[3]] * kj[d * p->ks[3]];
-    return p->scale * dot;
+    return dot;
+}
+
+/* Logit of (b,h,i,j), -inf when the key is hidden (kernels.h's definition). */
+static float row_logit(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j,
+                       int64_t lo, int64_t hi)
+{
+    if (j < lo || j >= hi) return -INFINITY;
+    const float bias = sdpa_key_bias(p, b, h, i, j);
+    if (bias == -INFINITY) return -INFINITY;
+    return sdpa_capped_logit(p, row_dot(p, b, h, i, j)) + bias;
 }
 
 bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
 {
-    const int64_t end = sdpa_causal_end(p, i);
-    for (int64_t j = 0; j < end; ++j) {
-        float bias = sdpa_mask_bias(p, b, h, i, j);
-        if (bias != -INFINITY && isnan(row_score(p, b, h, i, j) + bias)) return true;
-    }
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; ++j)
+        if (isnan(row_logit(p, b, h, i, j, lo, hi))) return true;
     return false;
 }
 
-/* Softmax probabilities of row (b,h,i) into prob[0..Nk). Returns false when
- * no key is visible (prob all 0). *lse receives log Σ exp(score). */
+/* Softmax probabilities of row (b,h,i) into prob[0..Nk) (a sink takes its
+ * share of the denominator). Returns false when no key is visible (prob all
+ * 0). *lse receives log(exp(sink) + Σ exp(logit)). */
 static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, float *prob,
-                      float *lse)
+                      float *lse, float stats[2])
 {
-    const int64_t end = sdpa_causal_end(p, i);
-    float m = -INFINITY;
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    const float sink = sdpa_sink(p, h);
+    float m = sink;
+    bool any = false;
     for (int64_t j = 0; j < p->Nk; ++j) {
-        float s = -INFINITY;
-        if (j < end) {
-            float bias = sdpa_mask_bias(p, b, h, i, j);
-            if (bias != -INFINITY) s = row_score(p, b, h, i, j) + bias;
-        }
-        prob[j] = s;
-        if (s > m || isnan(s)) m = isnan(m) ? m : s; /* a NaN score poisons the row, as in torch */
+        const float x = row_logit(p, b, h, i, j, lo, hi);
+        prob[j] = x;
+        any |= x != -INFINITY;
+        if (x > m || isnan(x)) m = isnan(m) ? m : x; /* a NaN score poisons the row, as in torch */
     }
-    if (m == -INFINITY) {
+    if (!any) {
         for (int64_t j = 0; j < p->Nk; ++j) prob[j] = 0.0f;
-        *lse = -INFINITY;
+        *lse = stats[0] = sink;
+        stats[1] = 0.0f;
         return false;
     }
-    float sum = 0.0f;
+    float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
     for (int64_t j = 0; j < p->Nk; ++j) {
         prob[j] = expf(prob[j] - m);
         sum += prob[j];
     }
     for (int64_t j = 0; j < p->Nk; ++j) prob[j] /= sum;
-    *lse = m + logf(sum);
+    stats[0] = m;
+    stats[1] = logf(sum);
+    *lse = m == INFINITY ? INFINITY : m + stats[1];
     return true;
+}
+
+/* The dropout factor of (b,h,i,j): 1 without dropout. */
+static float keep(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    return p->dropout_p > 0.0f ? sdpa_dropout_factor(p, b, h, i, j) : 1.0f;
 }
 
 attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 {
     const int64_t rows = p->B * p->Hq * p->Nq;
     const int threads = p->threads;
-    float *owned, *ws = row_buffers(p, threads, &owned, err);
-    if (!ws) return err ? err->status : ATTN_ERR_ALLOC;
+    float *owned, *ws;
+    RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -108,17 +124,22 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         float *prob = ws + (size_t)tid * (size_t)row_floats(p);
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
-        float lse;
-        row_probs(p, b, h, i, prob, &lse);
-        /* out_i = Σ_j P_ij v_j (all zero for a row that sees nothing) */
+        float lse, stats[2];
+        row_probs(p, b, h, i, prob, &lse, stats);
+        /* out_i = Σ_j P_ij z_ij v_j, z the dropout factor (all zero for a row
+         * that sees nothing) */
         float *oi = p->o + AT4(p->os, b, h, i, 0);
         for (int64_t d = 0; d < p->Dv; ++d) {
             float acc = 0.0f;
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) acc += prob[j] * p->v[AT4(p->vs, b, hk, j, d)];
+                if (prob[j] != 0.0f) acc += prob[j] * keep(p, b, h, i, j) * p->v[AT4(p->vs, b, hk, j, d)];
             oi[d * p->os[3]] = acc;
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
+        if (p->stats) {
+            p->stats[AT4(p->ss, b, h, i, 0)] = stats[0];
+            p->stats[AT4(p->ss, b, h, i, 1)] = stats[1];
+        }
         if (p->w)
             for (int64_t j = 0; j < p->Nk; ++j) p->w[AT4(p->ws, b, h, i, j)] = prob[j];
     }
@@ -129,13 +150,16 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 /*
  * Backward, one (batch, kv head) per task so dK and dV are owned by one
  * thread and summed in a fixed order (query heads of the group, then rows).
+ * The softmax is recomputed from the inputs (out, lse and stats unused).
  */
 attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
 {
     const int64_t tasks = p->B * p->Hkv;
     const int threads = p->threads;
-    float *owned, *ws = row_buffers(p, threads, &owned, err);
-    if (!ws) return err ? err->status : ATTN_ERR_ALLOC;
+    float *owned, *ws;
+    RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
+    if (p->dsinks)
+        for (int64_t h = 0; h < p->Hq; ++h) p->dsinks[h * p->dsinks_s] = 0.0f;
 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
@@ -157,35 +181,46 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 const float *qi = p->q + AT4(p->qs, b, h, i, 0);
                 const float *doi = p->dout + AT4(p->dos, b, h, i, 0);
                 float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
-                float lse;
-                /* In the forward pass P = softmax(S); recompute it. */
-                bool visible = row_probs(p, b, h, i, prob, &lse);
+                float lse, stats[2];
+                /* In the forward pass P = softmax(X); recompute it. */
+                bool visible = row_probs(p, b, h, i, prob, &lse, stats);
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
-                /* Forward: O_i = Σ_j P_ij V_j, so dV_j += P_ij dO_i and
-                 * dP_ij = dO_i · V_j. */
+                /* Forward: O_i = Σ_j P_ij z_ij V_j, so dV_j += P_ij z_ij dO_i and
+                 * dP_ij = z_ij dO_i · V_j. */
                 float di = 0.0f;
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (prob[j] == 0.0f) {
                         dprob[j] = 0.0f;
                         continue;
                     }
+                    const float z = keep(p, b, h, i, j);
                     float dpj = 0.0f;
                     for (int64_t d = 0; d < p->Dv; ++d) {
                         float dod = doi[d * p->dos[3]];
                         dpj += dod * p->v[AT4(p->vs, b, hk, j, d)];
-                        if (p->dv) p->dv[AT4(p->dvs, b, hk, j, d)] += prob[j] * dod;
+                        if (p->dv) p->dv[AT4(p->dvs, b, hk, j, d)] += prob[j] * z * dod;
                     }
-                    dprob[j] = dpj;
-                    di += prob[j] * dpj;
+                    dprob[j] = dpj * z;
+                    di += prob[j] * dprob[j];
                 }
-                /* Forward: P = softmax(S), so dS_ij = P_ij (dP_ij - Σ_l P_il dP_il).
-                 * Forward: S_ij = scale·q_i·k_j + mask, so dQ_i += scale dS_ij k_j
-                 * and dK_j += scale dS_ij q_i. */
+                /* Forward: the sink is a logit with no value: its dP is 0, so
+                 * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
+                 * task, so this sum has a fixed order too.) */
+                if (p->dsinks) p->dsinks[h * p->dsinks_s] -= expf(sdpa_sink(p, h) - lse) * di;
+                /* Forward: P = softmax(X), so dX_ij = P_ij (dP_ij - Σ_l P_il dP_il).
+                 * Forward: X_ij = cap(scale·q_i·k_j) + bias, so dS_ij = f dX_ij
+                 * (f = scale, times 1 - tanh² under softcap), dQ_i += dS_ij k_j
+                 * and dK_j += dS_ij q_i. */
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (prob[j] == 0.0f) continue;
-                    float ds = p->scale * prob[j] * (dprob[j] - di);
+                    float f = p->scale;
+                    if (p->softcap > 0.0f) {
+                        const float tc = tanhf(row_dot(p, b, h, i, j) * p->scale / p->softcap);
+                        f *= 1.0f - tc * tc;
+                    }
+                    float ds = f * prob[j] * (dprob[j] - di);
                     const float *kj = p->k + AT4(p->ks, b, hk, j, 0);
                     if (dqi)
                         for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] += ds * kj[d * p->ks[3]];

@@ -60,6 +60,69 @@ static attn_status resolve_mask(sdpa_mask *out, const attn_tensor *m, const sdpa
     return ATTN_OK;
 }
 
+/* A (Hq) per-head float vector, or (B,Hq) when per_batch; strides out. */
+static attn_status head_vector(const attn_tensor *t, const char *name, const sdpa_problem *p,
+                               bool per_batch, bool is_output, int64_t *sb, int64_t *sh,
+                               attn_error *err)
+{
+    RETURN_IF(t->ndim != 1 && !(per_batch && t->ndim == 2), err, ATTN_ERR_SHAPE,
+              "%s: expected shape (%lld)%s, got %d dimensions", name, (long long)p->Hq,
+              per_batch ? " or (batch, heads)" : "", t->ndim);
+    RETURN_IF_ERROR(attn_check_tensor(t, name, t->ndim, ATTN_F32, is_output, err));
+    const int64_t heads = t->shape[t->ndim - 1];
+    RETURN_IF(heads != p->Hq, err, ATTN_ERR_SHAPE, "%s: %lld heads, the query has %lld", name,
+              (long long)heads, (long long)p->Hq);
+    RETURN_IF(t->ndim == 2 && t->shape[0] != p->B, err, ATTN_ERR_SHAPE,
+              "%s: batch size is %lld, the query has %lld", name, (long long)t->shape[0],
+              (long long)p->B);
+    *sh = t->stride[t->ndim - 1];
+    if (sb) *sb = t->ndim == 2 ? t->stride[0] : 0;
+    return ATTN_OK;
+}
+
+/* Window, ALiBi, softcap, sinks and dropout: checked, then into p. */
+static attn_status resolve_variants(sdpa_problem *p, const attn_sdpa_opts *opts,
+                                    attn_error *err)
+{
+    if (opts->window.enabled) {
+        RETURN_IF(opts->window.left < -1, err, ATTN_ERR_ARG,
+                  "window: left must be >= 0, or -1 for unbounded; got %lld",
+                  (long long)opts->window.left);
+        RETURN_IF(opts->window.right < -1, err, ATTN_ERR_ARG,
+                  "window: right must be >= 0, or -1 for unbounded; got %lld",
+                  (long long)opts->window.right);
+        p->window = true;
+        p->window_left = opts->window.left;
+        p->window_right = opts->window.right;
+    }
+    if (opts->alibi_slopes) {
+        RETURN_IF_ERROR(head_vector(opts->alibi_slopes, "alibi_slopes", p, true, false,
+                                    &p->alibi_s[0], &p->alibi_s[1], err));
+        p->alibi = opts->alibi_slopes->data;
+    }
+    RETURN_IF(!(opts->softcap >= 0.0f) || isinf(opts->softcap), err, ATTN_ERR_ARG,
+              "softcap: must be finite and > 0 (0 = off), got %g", (double)opts->softcap);
+    p->softcap = opts->softcap;
+    if (opts->sinks) {
+        RETURN_IF_ERROR(head_vector(opts->sinks, "sinks", p, false, false, NULL, &p->sinks_s, err));
+        p->sinks = opts->sinks->data;
+    }
+    RETURN_IF(!(opts->dropout_p >= 0.0f && opts->dropout_p < 1.0f), err, ATTN_ERR_ARG,
+              "dropout_p: must be in [0, 1), got %g", (double)opts->dropout_p);
+    p->dropout_p = opts->dropout_p;
+    if (p->dropout_p > 0.0f) {
+        /* Philox counters hold i, j and b·Hq + h in 32 bits. */
+        RETURN_IF(p->Nq > UINT32_MAX || p->Nk > UINT32_MAX || p->B * p->Hq > UINT32_MAX, err,
+                  ATTN_ERR_UNSUPPORTED, "dropout_p: sequences or batch·heads beyond 2^32");
+        const double thr = ldexp((double)p->dropout_p, 32);
+        p->dropout_keep = thr >= 4294967295.0 ? UINT32_MAX : (uint32_t)thr;
+        p->dropout_scale = 1.0f / (1.0f - p->dropout_p);
+        p->dropout_seed = opts->dropout_seed;
+        p->dropout_offset = opts->dropout_offset;
+    }
+    return ATTN_OK;
+}
+
 attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_sdpa_opts *opts, attn_error *err)
 {
@@ -112,9 +175,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     p->threads = attn_resolve_threads(opts->num_threads);
     p->workspace = opts->workspace;
     p->workspace_size = opts->workspace_size;
-    RETURN_IF(opts->window.enabled || opts->alibi_slopes || opts->softcap != 0.0f || opts->sinks ||
-                  opts->grad_sinks || opts->dropout_p != 0.0f || opts->softmax_stats,
-              err, ATTN_ERR_UNSUPPORTED, "window/alibi/softcap/sinks/dropout/softmax_stats: not implemented yet");
+    RETURN_IF_ERROR(resolve_variants(p, opts, err));
     for (int i = 0; i < ATTN_SDPA_MAX_MASKS; ++i) {
         if (!opts->mask[i]) continue;
         RETURN_IF_ERROR(resolve_mask(&p->mask[p->nmask], opts->mask[i], p, i, err));
@@ -162,6 +223,12 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
         RETURN_IF_ERROR(bind(weights, "weights", 4, p.Nk, true, &p, p.ws, err));
         p.w = weights->data;
     }
+    if (opts && opts->softmax_stats) {
+        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, true, &p, p.ss, err));
+        p.stats = opts->softmax_stats->data;
+    }
+    RETURN_IF(opts && opts->grad_sinks, err, ATTN_ERR_ARG,
+              "grad_sinks: an output of the backward only");
     const sdpa_kernels *kern = choose_kernels(&p);
     attn_status s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     if (s == ATTN_OK) attn_ok(err);
@@ -186,6 +253,16 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     if (lse) {
         RETURN_IF_ERROR(bind(lse, "lse", 3, 0, false, &p, p.ls, err));
         p.lse = lse->data;
+    }
+    if (opts && opts->softmax_stats) {
+        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, false, &p, p.ss, err));
+        p.stats = opts->softmax_stats->data;
+    }
+    if (opts && opts->grad_sinks) {
+        RETURN_IF(!p.sinks, err, ATTN_ERR_ARG, "grad_sinks: given without sinks");
+        RETURN_IF_ERROR(head_vector(opts->grad_sinks, "grad_sinks", &p, false, true, NULL,
+                                    &p.dsinks_s, err));
+        p.dsinks = opts->grad_sinks->data;
     }
     if (dq) {
         RETURN_IF_ERROR(bind(dq, "grad_query", 4, p.D, true, &p, p.dqs, err));

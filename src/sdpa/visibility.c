@@ -1,0 +1,200 @@
+/* Which keys a query row sees and what is added to their scores, for every
+ * path: the reference asks per element, the fused path per tile. */
+#include "problem.h"
+
+#include "../core/philox.h"
+
+void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t diag = i + p->Nk - p->Nq; /* the bottom-right aligned diagonal */
+    int64_t a = 0, e = p->Nk;
+    if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < e) e = i + 1;
+    if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < e) e = diag + 1;
+    if (p->window) {
+        if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
+        if (p->window_right >= 0 && diag + p->window_right + 1 < e) e = diag + p->window_right + 1;
+    }
+    if (a > p->Nk) a = p->Nk;
+    if (e < a) e = a;
+    *lo = a;
+    *hi = e;
+}
+
+void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first, int64_t *last)
+{
+    /* hi(i) > j0 holds from some row on and lo(i) < j1 up to some row (both
+     * bounds are monotone): two binary searches. */
+    int64_t a = 0, b = p->Nq, lo, hi;
+    while (a < b) {
+        const int64_t m = a + (b - a) / 2;
+        sdpa_row_keys(p, m, &lo, &hi);
+        if (hi > j0) b = m; else a = m + 1;
+    }
+    *first = a;
+    b = p->Nq;
+    while (a < b) {
+        const int64_t m = a + (b - a) / 2;
+        sdpa_row_keys(p, m, &lo, &hi);
+        if (lo < j1) a = m + 1; else b = m;
+    }
+    *last = a;
+}
+
+/* ALiBi's -slope·|i + Nk - Nq - j| for row i, key j. */
+static inline float alibi_bias(const sdpa_problem *p, float slope, int64_t i, int64_t j)
+{
+    const int64_t d = i + p->Nk - p->Nq - j;
+    return -slope * (float)(d < 0 ? -d : d);
+}
+
+static inline float alibi_slope(const sdpa_problem *p, int64_t b, int64_t h)
+{
+    return p->alibi[b * p->alibi_s[0] + h * p->alibi_s[1]];
+}
+
+float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    float bias = p->alibi ? alibi_bias(p, alibi_slope(p, b, h), i, j) : 0.0f;
+    for (int m = 0; m < p->nmask; ++m) {
+        const sdpa_mask *mk = &p->mask[m];
+        const int64_t off = b * mk->stride[0] + h * mk->stride[1] + i * mk->stride[2] +
+                            j * mk->stride[3];
+        if (mk->dtype == ATTN_BOOL) {
+            if (!((const uint8_t *)mk->data)[off]) return -INFINITY;
+        } else {
+            bias += ((const float *)mk->data)[off];
+        }
+    }
+    return bias;
+}
+
+float sdpa_capped_logit(const sdpa_problem *p, float s)
+{
+    const float x = s * p->scale;
+    return p->softcap > 0.0f ? p->softcap * tanhf(x / p->softcap) : x;
+}
+
+/* Bias of all masks for row i over keys [j0, j0+n) into out (added to what
+ * out holds when accumulate); returns one past the last visible column;
+ * *irregular as for sdpa_mask_row_fn. */
+static int64_t mask_bias_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
+                             int64_t h, int64_t i, int64_t j0, int64_t n, float *out,
+                             bool accumulate, bool *irregular)
+{
+    int64_t last = 0;
+    for (int m = 0; m < p->nmask; ++m) {
+        const sdpa_mask *mk = &p->mask[m];
+        const int64_t off = b * mk->stride[0] + h * mk->stride[1] + i * mk->stride[2] +
+                            j0 * mk->stride[3];
+        const void *src = mk->dtype == ATTN_BOOL ? (const void *)((const uint8_t *)mk->data + off)
+                                                 : (const void *)((const float *)mk->data + off);
+        /* Each call reports on the bias combined so far; the last one counts. */
+        last = kern->mask_row(out, src, mk->stride[3], mk->dtype, n, accumulate || m > 0,
+                              irregular);
+    }
+    return last;
+}
+
+sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                         int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *start,
+                         int32_t *end, float *bias, int64_t ld)
+{
+    sdpa_tile t = {.c0 = nj, .cols = 0, .use_bias = false, .ldbias = ld, .ragged = false};
+    for (int64_t r = 0; r < mi; ++r) {
+        int64_t lo, hi;
+        sdpa_row_keys(p, i0 + r, &lo, &hi);
+        lo -= j0, hi -= j0;
+        lo = lo < 0 ? 0 : lo > nj ? nj : lo;
+        hi = hi < lo ? lo : hi > nj ? nj : hi;
+        start[r] = (int32_t)lo, end[r] = (int32_t)hi;
+    }
+
+    if (p->nmask > 0 || p->alibi) {
+        bool rows_shared = !p->alibi; /* one bias row when every mask broadcasts over rows */
+        for (int m = 0; m < p->nmask; ++m) rows_shared &= p->mask[m].stride[2] == 0 || mi == 1;
+        if (rows_shared) {
+            int64_t r = 0;
+            while (r < mi && end[r] <= start[r]) ++r;
+            if (r < mi) {
+                bool irregular = false;
+                const int64_t last = mask_bias_row(p, kern, b, h, i0 + r, j0, nj, bias, false,
+                                                   &irregular);
+                t.ldbias = 0;
+                t.use_bias = irregular;
+                t.ragged = irregular;
+                for (r = 0; r < mi; ++r)
+                    if (end[r] > last) end[r] = (int32_t)(last > start[r] ? last : start[r]);
+            }
+        } else {
+            const float slope = p->alibi ? alibi_slope(p, b, h) : 0.0f;
+            for (int64_t r = 0; r < mi; ++r) {
+                if (end[r] <= start[r]) continue;
+                float *br = bias + r * ld;
+                bool irregular = p->alibi != NULL;
+                if (p->alibi)
+                    for (int64_t c = 0; c < end[r]; ++c) br[c] = alibi_bias(p, slope, i0 + r, j0 + c);
+                if (p->nmask > 0) {
+                    bool masked = false;
+                    const int64_t last = mask_bias_row(p, kern, b, h, i0 + r, j0, end[r], br,
+                                                       p->alibi != NULL, &masked);
+                    irregular |= masked;
+                    t.ragged |= masked;
+                    if (end[r] > last) end[r] = (int32_t)(last > start[r] ? last : start[r]);
+                }
+                t.use_bias |= irregular;
+            }
+        }
+    }
+
+    for (int64_t r = 0; r < mi; ++r) {
+        if (end[r] <= start[r]) continue;
+        if (start[r] < t.c0) t.c0 = start[r];
+        if (end[r] > t.cols) t.cols = end[r];
+    }
+    if (t.cols == 0) {
+        t.c0 = 0;
+        return t;
+    }
+    /* The kernels start at c0 rounded down to npad: columns below t.c0 are
+     * hidden for every row. */
+    t.ragged |= t.c0 % kern->npad != 0;
+    for (int64_t r = 0; r < mi && !t.ragged; ++r) t.ragged = start[r] != t.c0 || end[r] != t.cols;
+    return t;
+}
+
+/* ------------------------------------------------------------- dropout */
+
+static inline void dropout_words(const sdpa_problem *p, int64_t b, int64_t h, int64_t i,
+                                 int64_t j4, uint32_t out[4])
+{
+    const uint32_t c[4] = {(uint32_t)j4, (uint32_t)i, (uint32_t)(b * p->Hq + h),
+                           (uint32_t)p->dropout_offset};
+    const uint32_t k[2] = {(uint32_t)p->dropout_seed,
+                           (uint32_t)(p->dropout_seed >> 32) ^ (uint32_t)(p->dropout_offset >> 32)};
+    attn_philox4x32(c, k, out);
+}
+
+float sdpa_dropout_factor(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    uint32_t w[4];
+    dropout_words(p, b, h, i, j / 4, w);
+    return w[j % 4] >= p->dropout_keep ? p->dropout_scale : 0.0f;
+}
+
+void sdpa_dropout_tile(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t mi,
+                       int64_t j0, int64_t c0, int64_t n, float *s, int64_t lds, float *z)
+{
+    for (int64_t r = 0; r < mi; ++r) {
+        float *sr = s + r * lds, *zr = z ? z + r * lds : NULL;
+        for (int64_t c = c0; c < n;) {
+            const int64_t j = j0 + c;
+            uint32_t w[4];
+            dropout_words(p, b, h, i0 + r, j / 4, w);
+            for (int64_t q = j % 4; q < 4 && c < n; ++q, ++c) {
+                const float f = w[q] >= p->dropout_keep ? p->dropout_scale : 0.0f;
+                sr[c] *= f;
+                if (zr) zr[c] = f;
+            }
+        }
+    }
+}
