@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo asan clean install
+.PHONY: all build test demo asan clean install stress-full
 
 all: build
 
@@ -13,6 +13,11 @@ build:
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Issue 8's stress suite in full mode: many more seeds and sizes than the
+# quick mode `make test` runs (N up to 8192 with backward); prints its run time.
+stress-full: build
+	@cd $(BUILD)/tests && ATTN_STRESS_FULL=1 OMP_WAIT_POLICY=passive ./test_stress
 
 # The same tests built with AddressSanitizer and UBSan.
 asan:

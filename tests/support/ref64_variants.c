@@ -1,0 +1,235 @@
+/* Float64 oracle and naive float32 SDPA with the score variants; see
+ * ref64_variants.h. The math is written once (ref64_variants_impl.h) and
+ * instantiated for double and for float. */
+#include "ref64_variants.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *rv_alloc(int64_t n, size_t size)
+{
+    void *p = calloc((size_t)(n > 0 ? n : 1), size);
+    if (!p) {
+        fprintf(stderr, "ref64_variants: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+bool rv_visible(const rv_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    switch (p->causal) {
+    case ATTN_CAUSAL_TOP_LEFT:
+        if (j > i) return false;
+        break;
+    case ATTN_CAUSAL_BOTTOM_RIGHT:
+        if (j > i + p->Nk - p->Nq) return false;
+        break;
+    default: break;
+    }
+    if (p->window.enabled) {
+        const int64_t c = i + p->Nk - p->Nq;
+        if (p->window.left >= 0 && j < c - p->window.left) return false;
+        if (p->window.right >= 0 && j > c + p->window.right) return false;
+    }
+    if (p->bias && p->bias[((b * p->Hq + h) * p->Nq + i) * p->Nk + j] == -INFINITY) return false;
+    return true;
+}
+
+int64_t rv_empty_rows(const rv_problem *p)
+{
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h)
+            for (int64_t i = 0; i < p->Nq; ++i) {
+                bool any = false;
+                for (int64_t j = 0; j < p->Nk && !any; ++j) any = rv_visible(p, b, h, i, j);
+                n += !any;
+            }
+    return n;
+}
+
+/* ---- float64 instantiation */
+#define R double
+#define RX(x) ((double)(x))
+#define REXP exp
+#define RLOG log
+#define RTANH tanh
+#define SUFFIX(name) name##64
+#include "ref64_variants_impl.h"
+#undef R
+#undef RX
+#undef REXP
+#undef RLOG
+#undef RTANH
+#undef SUFFIX
+
+/* ---- float32 instantiation */
+#define R float
+#define RX(x) ((float)(x))
+#define REXP expf
+#define RLOG logf
+#define RTANH tanhf
+#define SUFFIX(name) name##32
+#include "ref64_variants_impl.h"
+#undef R
+#undef RX
+#undef REXP
+#undef RLOG
+#undef RTANH
+#undef SUFFIX
+
+double rv_loss64(const rv_problem *p, const double *q, const double *k, const double *v,
+                 const double *dout)
+{
+    const int64_t n = p->B * p->Hq * p->Nq * p->Dv;
+    double *out = rv_alloc(n, sizeof *out), loss = 0.0;
+    rv_forward64(p, q, k, v, out, NULL, NULL, NULL);
+    for (int64_t e = 0; e < n; ++e) loss += out[e] * dout[e];
+    free(out);
+    return loss;
+}
+
+static double max_finite_abs(const double *x, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t e = 0; e < n; ++e)
+        if (isfinite(x[e]) && fabs(x[e]) > m) m = fabs(x[e]);
+    return m;
+}
+
+void rv_natural(const rv_problem *p, const double *q, const double *k, const double *v,
+                const double *dout, double *nat_out, double *nat_lse, double *nat_w,
+                double *nat_dq, double *nat_dk, double *nat_dv, double *nat_dsinks)
+{
+    const int64_t group = p->Hq / p->Hkv;
+    const int64_t nq = p->B * p->Hq * p->Nq * p->D, nk = p->B * p->Hkv * p->Nk * p->D,
+                  nv = p->B * p->Hkv * p->Nk * p->Dv;
+    const double maxQ = max_finite_abs(q, nq), maxK = max_finite_abs(k, nk),
+                 maxV = max_finite_abs(v, nv);
+    const double inv_keep = p->keep ? 1.0 / (1.0 - p->dropout_p) : 1.0;
+    const double scale = fabs(p->scale);
+    double *x0 = rv_alloc(p->Nk, sizeof *x0), *P = rv_alloc(p->Nk, sizeof *P);
+    uint8_t *vis = rv_alloc(p->Nk, 1);
+    if (nat_dk) memset(nat_dk, 0, (size_t)nk * sizeof *nat_dk);
+    if (nat_dv) memset(nat_dv, 0, (size_t)nv * sizeof *nat_dv);
+    if (nat_dsinks) memset(nat_dsinks, 0, (size_t)p->Hq * sizeof *nat_dsinks);
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h) {
+            const int64_t hk = h / group;
+            const double *kh = k + (b * p->Hkv + hk) * p->Nk * p->D;
+            for (int64_t i = 0; i < p->Nq; ++i) {
+                if (p->rows && !p->rows[i]) continue;
+                const int64_t row = (b * p->Hq + h) * p->Nq + i;
+                double m, Z, ps;
+                row_probs64(p, q + row * p->D, kh, b, h, i, x0, P, vis, &m, &Z, &ps);
+                const double *doi = dout ? dout + row * p->Dv : NULL;
+                double do1 = 0.0;
+                if (doi)
+                    for (int64_t e = 0; e < p->Dv; ++e) do1 += fabs(doi[e]);
+                if (nat_out)
+                    for (int64_t e = 0; e < p->Dv; ++e) nat_out[row * p->Dv + e] = maxV;
+                if (nat_lse) nat_lse[row] = 1.0 + (isfinite(m) ? fabs(m) : 0.0);
+                if (nat_w) {
+                    double pm = 0.0;
+                    for (int64_t j = 0; j < p->Nk; ++j) pm = P[j] > pm ? P[j] : pm;
+                    for (int64_t j = 0; j < p->Nk; ++j) nat_w[row * p->Nk + j] = pm;
+                }
+                if (!doi) continue;
+                if (nat_dq)
+                    for (int64_t d = 0; d < p->D; ++d)
+                        nat_dq[row * p->D + d] = scale * do1 * maxV * maxK * inv_keep;
+                if (nat_dsinks) nat_dsinks[h] += ps * do1 * maxV;
+                for (int64_t j = 0; j < p->Nk; ++j) {
+                    if (!vis[j] || P[j] == 0.0) continue;
+                    if (nat_dk)
+                        for (int64_t d = 0; d < p->D; ++d)
+                            nat_dk[((b * p->Hkv + hk) * p->Nk + j) * p->D + d] +=
+                                scale * maxV * maxQ * P[j] * do1 * inv_keep;
+                    if (nat_dv) {
+                        const double kf = keep_factor64(p, b, h, i, j);
+                        for (int64_t e = 0; e < p->Dv; ++e)
+                            nat_dv[((b * p->Hkv + hk) * p->Nk + j) * p->Dv + e] +=
+                                P[j] * kf * fabs(doi[e]);
+                    }
+                }
+            }
+        }
+    free(x0), free(P), free(vis);
+}
+
+double rv_lse_rel_bound(double lse)
+{
+    if (lse == -INFINITY) return 0.0;
+    if (!isfinite(lse)) return INFINITY;
+    const float f = (float)lse;
+    const double ulp = (double)nextafterf(fabsf(f), INFINITY) - (double)fabsf(f);
+    return expm1(ulp / 2.0);
+}
+
+bool rv_criterion(const double *got, const double *ref, const double *fp32, const double *nat,
+                  const double *extra, const uint8_t *skip, int64_t n, rv_cmp *c)
+{
+    memset(c, 0, sizeof *c);
+    c->worst = -1;
+    c->n = n;
+    for (int64_t e = 0; e < n; ++e) {
+        if (skip && skip[e]) continue;
+        if (isfinite(ref[e]) && isfinite(fp32[e])) {
+            const double d = fabs(fp32[e] - ref[e]);
+            if (d > c->M) c->M = d;
+        }
+    }
+    for (int64_t e = 0; e < n; ++e) {
+        if (skip && skip[e]) continue;
+        double ratio, tol = 3.0 * c->M + 1e-6 * nat[e] + (extra ? extra[e] : 0.0);
+        if (isnan(ref[e]) || isinf(ref[e])) {
+            ratio = got[e] == ref[e] ? 0.0 : INFINITY;
+            if (got[e] != ref[e]) c->nonfinite++;
+        } else if (!isfinite(got[e])) {
+            ratio = INFINITY;
+            c->nonfinite++;
+        } else {
+            const double err = fabs(got[e] - ref[e]);
+            if (err > c->max_err) c->max_err = err;
+            ratio = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0.0);
+        }
+        if (ratio > 1.0) c->bad++;
+        if (c->worst < 0 || ratio > c->worst_ratio) {
+            c->worst_ratio = ratio;
+            c->worst = e;
+            c->worst_got = got[e];
+            c->worst_ref = ref[e];
+            c->worst_tol = tol;
+            c->worst_fp32 = fp32[e];
+        }
+    }
+    c->ok = c->bad == 0;
+    return c->ok;
+}
+
+void rv_cmp_describe(const rv_cmp *c, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "%s: %" PRId64 "/%" PRId64 " outside (%" PRId64 " non-finite); worst [%" PRId64
+             "] got %.9g ref %.9g fp32 %.9g |err| %.3g tol %.3g (ratio %.3g, 3M=%.3g)",
+             name, c->bad, c->n, c->nonfinite, c->worst, c->worst_got, c->worst_ref,
+             c->worst_fp32, fabs(c->worst_got - c->worst_ref), c->worst_tol, c->worst_ratio,
+             3.0 * c->M);
+}
+
+void rv_alibi_slopes64(int64_t heads, double *out)
+{
+    int64_t n = 1;
+    while (n * 2 <= heads) n *= 2;
+    for (int64_t h = 0; h < heads; ++h) {
+        if (h < n)
+            out[h] = pow(2.0, -8.0 * (double)(h + 1) / (double)n);
+        else
+            out[h] = pow(2.0, -8.0 * (double)(2 * (h - n) + 1) / (double)(2 * n));
+    }
+}
