@@ -77,7 +77,7 @@ static bwd_dims backward_dims(const sdpa_problem *p)
 }
 
 typedef struct {
-    float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac;
+    float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac, *z;
     int32_t *start, *end;
 } bwd_scratch;
 
@@ -95,6 +95,7 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, BWD_ROWS, d->bcp, sizeof(float)); /* dps: dP, then dS */
     sdpa_size_add(&s, BWD_ROWS, d->bcp, sizeof(float)); /* bias */
     sdpa_size_add(&s, p->softcap > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* dfac */
+    sdpa_size_add(&s, p->dropout_p > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* z */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
     return s;
@@ -114,6 +115,7 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.dps = sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float));
     w.bias = sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float));
     w.dfac = p->softcap > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
+    w.z = p->dropout_p > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
     w.start = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     return w;
@@ -234,15 +236,28 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 kern->gemm(mi, cn - c0, p->D, qb, ldq, 1, w->kt + c0, d->bcp, w->s + c0, d->bcp,
                            NULL, SDPA_GEMM_SET);
                 kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rm + row0, rll + row0, w->dfac);
-                /* Forward O = P·V, so dV_j += Pᵀ·dO_i. */
+                /* With dropout the forward used P∘Z (Z: 0 or 1/(1-p)); regenerate
+                 * Z and form P∘Z in dps, free until dP. */
+                const float *pz = w->s;
+                if (w->z) {
+                    for (int64_t r = 0; r < mi; ++r)
+                        memcpy(w->dps + r * d->bcp + c0, w->s + r * d->bcp + c0,
+                               (size_t)(cn - c0) * sizeof(float));
+                    sdpa_dropout_tile(p, b, h, i0, mi, j0, c0, cn, w->dps, d->bcp, w->z);
+                    pz = w->dps;
+                }
+                /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */
                 if (p->dv)
-                    guarded(kern, &t, dob, lddo, mi, p->Dv)(kc, dvn, mi, w->s + c0, 1, d->bcp, dob,
+                    guarded(kern, &t, dob, lddo, mi, p->Dv)(kc, dvn, mi, pz + c0, 1, d->bcp, dob,
                                                             lddo, w->dv + c0 * d->dvp, d->dvp,
                                                             NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
-                /* ... and dP = dO_i·V_jᵀ; through the softmax dS = f·P∘(dP - D). */
+                /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
                 kern->gemm(mi, cn - c0, p->Dv, dob, lddo, 1, w->vt + c0, d->bcp, w->dps + c0,
                            d->bcp, NULL, SDPA_GEMM_SET);
+                if (w->z)
+                    for (int64_t r = 0; r < mi; ++r)
+                        for (int64_t c = c0; c < cn; ++c) w->dps[r * d->bcp + c] *= w->z[r * d->bcp + c];
                 kern->dsoftmax(mi, c0, cn, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0,
                                p->softcap > 0.0f ? w->dfac : NULL);
                 /* Forward S = Q·Kᵀ (f is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */

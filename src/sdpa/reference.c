@@ -158,8 +158,16 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
     const int threads = p->threads;
     float *owned, *ws;
     RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
-    if (p->dsinks)
-        for (int64_t h = 0; h < p->Hq; ++h) p->dsinks[h * p->dsinks_s] = 0.0f;
+    /* Per-row sink gradients, summed per head in a fixed order at the end
+     * (tasks are (batch, kv head), and a head's sum runs over batches). */
+    double *dsink_rows = NULL;
+    if (p->dsinks) {
+        dsink_rows = calloc((size_t)(p->B * p->Hq * p->Nq) + 1, sizeof *dsink_rows);
+        if (!dsink_rows) {
+            free(owned);
+            return attn_fail(err, ATTN_ERR_ALLOC, "grad_sinks: cannot allocate row sums");
+        }
+    }
 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
@@ -208,7 +216,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
                  * task, so this sum has a fixed order too.) */
-                if (p->dsinks) p->dsinks[h * p->dsinks_s] -= expf(sdpa_sink(p, h) - lse) * di;
+                if (dsink_rows)
+                    dsink_rows[(b * p->Hq + h) * p->Nq + i] = -(double)expf(sdpa_sink(p, h) - lse) * di;
                 /* Forward: P = softmax(X), so dX_ij = P_ij (dP_ij - Σ_l P_il dP_il).
                  * Forward: X_ij = cap(scale·q_i·k_j) + bias, so dS_ij = f dX_ij
                  * (f = scale, times 1 - tanh² under softcap), dQ_i += dS_ij k_j
@@ -230,6 +239,15 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 }
             }
         }
+    }
+    if (dsink_rows) {
+        for (int64_t h = 0; h < p->Hq; ++h) {
+            double acc = 0.0; /* a long sum that cancels: kept in double */
+            for (int64_t b = 0; b < p->B; ++b)
+                for (int64_t i = 0; i < p->Nq; ++i) acc += dsink_rows[(b * p->Hq + h) * p->Nq + i];
+            p->dsinks[h * p->dsinks_s] = (float)acc;
+        }
+        free(dsink_rows);
     }
     free(owned);
     return ATTN_OK;

@@ -198,3 +198,20 @@ void sdpa_dropout_tile(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0, 
         }
     }
 }
+
+/* --------------------------------------------------------------- ALiBi */
+
+attn_status attn_alibi_slopes(int64_t heads, float *out, attn_error *err)
+{
+    RETURN_IF(heads < 1, err, ATTN_ERR_ARG, "heads: must be >= 1, got %lld", (long long)heads);
+    RETURN_IF(!out, err, ATTN_ERR_NULL, "out: pointer is NULL");
+    int64_t n = 1;
+    while (n * 2 <= heads) n *= 2;
+    /* 2^(-8(h+1)/n) for the first n heads, then every other slope of the
+     * 2n-head sequence, 2^(-8(2j+1)/(2n)). */
+    for (int64_t h = 0; h < n; ++h) out[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)n);
+    for (int64_t j = 0; n + j < heads; ++j)
+        out[n + j] = (float)exp2(-8.0 * (double)(2 * j + 1) / (double)(2 * n));
+    attn_ok(err);
+    return ATTN_OK;
+}
