@@ -14,6 +14,11 @@ static const char sdpa_details[] =
     "--causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
     "--causal bottom-right: query i sees keys j <= i + Nk - Nq (FlashAttention).\n"
     "A query that sees no key gets output 0 and LSE -inf, never NaN.\n"
+    "--window L,R: query i sees keys i+Nk-Nq-L .. i+Nk-Nq+R (-1 = unbounded side).\n"
+    "--alibi-slopes: a (H) or (B,H) .npy of slopes, or 'geometric' for the ALiBi\n"
+    "paper's; bias -slope*|i+Nk-Nq-j|. --softcap C: logits C*tanh(x/C).\n"
+    "--sinks: a (H) .npy of per-head sink logits (denominator only; the LSE\n"
+    "includes them). --dropout P --seed S: dropout on the weights (Philox).\n"
     "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
 
 #define SDPA_INPUT_OPTIONS                                                                     \
@@ -24,6 +29,12 @@ static const char sdpa_details[] =
     {"--causal", "ALIGN", "top-left or bottom-right"},                                         \
     {"--scale", "S", "score scale (default 1/sqrt(D))"},                                       \
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},             \
+    {"--window", "L,R", "sliding window, FlashAttention's window_size (-1 = unbounded)"},      \
+    {"--alibi-slopes", "FILE|geometric", "ALiBi slopes (H) or (B,H)"},                        \
+    {"--softcap", "C", "logit soft-capping C*tanh(x/C), C > 0"},                              \
+    {"--sinks", "S.npy", "attention sink logits, one per head (H)"},                           \
+    {"--dropout", "P", "dropout probability on the weights, [0, 1)"},                        \
+    {"--seed", "S", "dropout seed (default 0)"},                                               \
     {"--reference", NULL, "use the plain reference path"}
 
 static const cli_option sdpa_options[] = {
@@ -43,6 +54,7 @@ static const cli_option backward_options[] = {
     {"--out", "O.npy", "also write the forward output"},
     {"--lse", "LSE.npy", "also write the forward log-sum-exp"},
     {"--attn-weights", "A.npy", "also write the forward attention weights"},
+    {"--grad-sinks", "dS.npy", "write dL/dsinks (H) (needs --sinks)"},
     {0},
 };
 
@@ -50,13 +62,16 @@ static const cli_option backward_options[] = {
 static const char *const option_names[][2] = {
     {"query", "--query"},       {"key", "--key"},           {"value", "--value"},
     {"mask[0]", "--attn-mask"}, {"grad_out", "--grad-out"}, {"scale", "--scale"},
-    {"num_threads", "--threads"}, {NULL, NULL},
+    {"num_threads", "--threads"}, {"window", "--window"},   {"alibi_slopes", "--alibi-slopes"},
+    {"softcap", "--softcap"},   {"sinks", "--sinks"},       {"dropout_p", "--dropout"},
+    {"grad_sinks", "--grad-sinks"}, {NULL, NULL},
 };
 
 /* Inputs of one call, loaded and viewed as 4-D. */
 typedef struct {
-    attn_array q, k, v, mask, dout;
-    attn_tensor q4, k4, v4, dout4;
+    attn_array q, k, v, mask, dout, slopes, sinks;
+    float *geometric; /* --alibi-slopes geometric */
+    attn_tensor q4, k4, v4, dout4, slopes_t;
     int rank; /* of the query file: outputs mirror it */
     attn_sdpa_opts opts;
 } sdpa_inputs;
@@ -68,6 +83,65 @@ static void free_inputs(sdpa_inputs *in)
     attn_array_free(&in->v);
     attn_array_free(&in->mask);
     attn_array_free(&in->dout);
+    attn_array_free(&in->slopes);
+    attn_array_free(&in->sinks);
+    free(in->geometric);
+}
+
+/* --window L,R: two integers >= -1. */
+static bool parse_window(const cli_command *cmd, const char *text, attn_window *w)
+{
+    char *end;
+    long long left = strtoll(text, &end, 10), right;
+    if (end == text || *end != ',') goto bad;
+    const char *r = end + 1;
+    right = strtoll(r, &end, 10);
+    if (end == r || *end) goto bad;
+    if (left < -1 || right < -1) {
+        cli_usage_error(cmd, "--window: sides must be >= 0, or -1 for unbounded; got '%s'", text);
+        return false;
+    }
+    w->enabled = true;
+    w->left = left;
+    w->right = right;
+    return true;
+bad:
+    cli_usage_error(cmd, "--window: expected L,R (two integers, -1 = unbounded), got '%s'", text);
+    return false;
+}
+
+/* The variant options; the ALiBi and sink files are checked by the library
+ * against the query's shape (after --query is loaded). */
+static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
+{
+    const char *win = cli_get(a, "--window");
+    if (win && !parse_window(cmd, win, &in->opts.window)) return CLI_USAGE;
+    if (!cli_get_float(a, "--softcap", &in->opts.softcap) ||
+        !cli_get_float(a, "--dropout", &in->opts.dropout_p) ||
+        !cli_get_u64(a, "--seed", &in->opts.dropout_seed))
+        return CLI_USAGE;
+    if (cli_get(a, "--softcap") && !(in->opts.softcap > 0.0f))
+        return cli_usage_error(cmd, "--softcap: must be > 0, got '%s'", cli_get(a, "--softcap"));
+    if (!(in->opts.dropout_p >= 0.0f && in->opts.dropout_p < 1.0f))
+        return cli_usage_error(cmd, "--dropout: must be in [0, 1), got '%s'", cli_get(a, "--dropout"));
+    const char *slopes = cli_get(a, "--alibi-slopes");
+    if (slopes && !strcmp(slopes, "geometric")) {
+        const int64_t H = in->q4.shape[1];
+        in->geometric = malloc((size_t)(H > 0 ? H : 1) * sizeof(float));
+        if (!in->geometric) return cli_usage_error(cmd, "--alibi-slopes: out of memory");
+        attn_alibi_slopes(H > 0 ? H : 1, in->geometric, NULL);
+        in->slopes_t = attn_tensor_1d(in->geometric, H);
+        in->opts.alibi_slopes = &in->slopes_t;
+    } else if (slopes) {
+        if (!cli_load_npy(slopes, &in->slopes)) return CLI_USAGE;
+        in->opts.alibi_slopes = &in->slopes.t;
+    }
+    const char *sinks = cli_get(a, "--sinks");
+    if (sinks) {
+        if (!cli_load_npy(sinks, &in->sinks)) return CLI_USAGE;
+        in->opts.sinks = &in->sinks.t;
+    }
+    return CLI_OK;
 }
 
 /* Views a rank-2..4 float array as (B,H,N,D) by prepending size-1 dims. */
@@ -140,7 +214,7 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         if (!cli_load_npy(mp, &in->mask)) return CLI_USAGE;
         in->opts.mask[0] = &in->mask.t;
     }
-    return CLI_OK;
+    return load_variants(cmd, a, in);
 }
 
 static int run_forward(int argc, char **argv)
@@ -195,14 +269,17 @@ static int run_backward(int argc, char **argv)
     if (rc || help) return rc;
     const char *do_path = cli_require(&a, "--grad-out");
     if (!do_path) return CLI_USAGE;
-    const char *paths[6] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
+    const char *paths[7] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
                             cli_get(&a, "--grad-value"), cli_get(&a, "--out"),
-                            cli_get(&a, "--lse"),        cli_get(&a, "--attn-weights")};
-    if (!paths[0] && !paths[1] && !paths[2])
-        return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key or --grad-value");
+                            cli_get(&a, "--lse"),        cli_get(&a, "--attn-weights"),
+                            cli_get(&a, "--grad-sinks")};
+    if (!paths[0] && !paths[1] && !paths[2] && !paths[6])
+        return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key, --grad-value or --grad-sinks");
+    if (paths[6] && !cli_get(&a, "--sinks"))
+        return cli_usage_error(cmd, "--grad-sinks: needs --sinks");
 
     sdpa_inputs in = {0};
-    float *owned[6] = {0};
+    float *owned[8] = {0};
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if (!cli_load_npy(do_path, &in.dout)) {
@@ -222,29 +299,39 @@ static int run_backward(int argc, char **argv)
           *dv = cli_alloc_floats(cmd->name, 4, B, Hkv, Nk, Dv),
           *o = cli_alloc_floats(cmd->name, 4, B, H, Nq, Dv),
           *lse = cli_alloc_floats(cmd->name, 3, B, H, Nq),
-          *w = w_path ? cli_alloc_floats(cmd->name, 4, B, H, Nq, Nk) : NULL;
-    float *bufs[6] = {dq, dk, dv, o, lse, w};
+          *w = w_path ? cli_alloc_floats(cmd->name, 4, B, H, Nq, Nk) : NULL,
+          *stats = cli_alloc_floats(cmd->name, 4, B, H, Nq, 2),
+          *dsinks = cli_alloc_floats(cmd->name, 1, H);
+    float *bufs[8] = {dq, dk, dv, o, lse, w, stats, dsinks};
     memcpy(owned, bufs, sizeof bufs);
-    if (!dq || !dk || !dv || !o || !lse || (w_path && !w)) {
+    if (!dq || !dk || !dv || !o || !lse || (w_path && !w) || !stats || !dsinks) {
         rc = CLI_FAIL;
         goto done;
     }
     attn_tensor dq4 = attn_tensor_4d(dq, B, H, Nq, D), dk4 = attn_tensor_4d(dk, B, Hkv, Nk, D),
                 dv4 = attn_tensor_4d(dv, B, Hkv, Nk, Dv), o4 = attn_tensor_4d(o, B, H, Nq, Dv),
                 l3 = attn_tensor_3d(lse, B, H, Nq), w4 = attn_tensor_4d(w, B, H, Nq, Nk);
+    /* The backward reads the forward's exact row statistics, not the LSE. */
+    attn_tensor st4 = attn_tensor_4d(stats, B, H, Nq, 2), ds1 = attn_tensor_1d(dsinks, H);
+    in.opts.softmax_stats = &st4;
     attn_error err = {0};
-    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK ||
-        attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
+    if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK) {
+        rc = cli_report_as(&a, &err, option_names);
+        goto done;
+    }
+    if (paths[6]) in.opts.grad_sinks = &ds1;
+    if (attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
                            &in.opts, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    attn_tensor ts[6] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
+    attn_tensor ts[7] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
                          mirror(dv, in.rank, B, Hkv, Nk, Dv), mirror(o, in.rank, B, H, Nq, Dv),
-                         mirror(lse, in.rank, B, H, Nq, -1), mirror(w, in.rank, B, H, Nq, Nk)};
-    rc = cli_save_all(paths, ts, 6) ? CLI_OK : CLI_USAGE;
+                         mirror(lse, in.rank, B, H, Nq, -1), mirror(w, in.rank, B, H, Nq, Nk),
+                         ds1};
+    rc = cli_save_all(paths, ts, 7) ? CLI_OK : CLI_USAGE;
 done:
-    for (int i = 0; i < 6; ++i) free(owned[i]);
+    for (int i = 0; i < 8; ++i) free(owned[i]);
     free_inputs(&in);
     return rc;
 }
