@@ -21,7 +21,7 @@ static attn_status bind_grad(mha_call *c, attn_tensor *t, const char *name, int6
     RETURN_IF_ERROR(mha_check_rows_view(t, name, c, M, C, true, err));
     if (mha_rows_direct(t, c->batched, C, &g->rows)) return ATTN_OK;
     float *p = mha_call_alloc(c, (size_t)(c->B * M * C) * sizeof(float), name, err);
-    if (!p) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!p) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     g->rows = (mha_rows){p, M * C, C};
     g->scatter = true;
     return ATTN_OK;
@@ -57,17 +57,18 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
         return ATTN_OK;
     }
 
-    /* Workspace: q, a, da, dq (B,L,E); k, v, dk, dv (B,Sp,E); lse (B,H,L). */
-    const size_t nq = (size_t)(B * L * E), nk = (size_t)(B * Sp * E), nl = (size_t)(B * H * L);
+    /* Workspace: q, a, da, dq (B,L,E); k, v, dk, dv (B,Sp,E); the softmax
+     * statistics (B,H,L,2). */
+    const size_t nq = (size_t)(B * L * E), nk = (size_t)(B * Sp * E), nl = (size_t)(2 * B * H * L);
     float *buf = mha_call_alloc(c, (4 * nq + 4 * nk + nl) * sizeof(float), "workspace", err);
-    if (!buf) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     mha_acts act = {.q = buf, .a = buf + nq, .k = buf + 2 * nq, .v = buf + 2 * nq + nk};
     float *da = buf + 2 * nq + 2 * nk, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
-    float *lse = dv + nk;
+    float *stats = dv + nk;
 
     /* Recompute the forward up to the attention output. */
-    attn_tensor lse_view = attn_tensor_3d(lse, B, H, L);
-    RETURN_IF_ERROR(mha_attend(m, c, &act, &lse_view, NULL, err));
+    attn_tensor stats_view = attn_tensor_4d(stats, B, H, L, 2);
+    RETURN_IF_ERROR(mha_attend(m, c, &act, &stats_view, NULL, err));
 
     const float *P = m->params;
     float *G = m->grads;
@@ -89,7 +90,8 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
                 dah = mha_head_view(da, c, L), dqh = mha_head_view(dq, c, L),
                 dkh = mha_head_view(dk, c, Sp), dvh = mha_head_view(dv, c, Sp);
     attn_sdpa_opts o = mha_sdpa_opts(c);
-    RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, &lse_view, &dah, &dqh, &dkh, &dvh, &o,
+    o.softmax_stats = &stats_view;
+    RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, NULL, &dah, &dqh, &dkh, &dvh, &o,
                                        err));
 
     /* In the forward pass row S of k (v) was bias_k (bias_v) in every batch,

@@ -79,7 +79,7 @@ attn_status mha_rows_input(mha_call *c, const attn_tensor *t, int64_t M, int64_t
     /* Sizes were overflow-checked with the call. */
     const int64_t B = c->B;
     float *p = mha_call_alloc(c, (size_t)(B * M * C) * sizeof(float), name, err);
-    if (!p) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!p) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     const int o = c->batched ? 1 : 0;
     const int64_t sb = c->batched ? t->stride[0] : 0, sm = t->stride[o], sc = t->stride[o + 1];
     const float *src = t->data;
@@ -181,7 +181,7 @@ static attn_status convert_key_padding(mha_call *c, const attn_tensor *t, attn_e
     }
     const int64_t es = elem_size(t->dtype);
     char *d = mha_call_alloc(c, (size_t)(c->B * c->Sp * es), name, err);
-    if (!d) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!d) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     for (int64_t b = 0; b < c->B; ++b)
         convert_row(d + b * c->Sp * es, t, (const char *)t->data + b * sb * es, ss, c->S, c->Sp,
                     -1);
@@ -207,7 +207,7 @@ static attn_status convert_attn_mask(mha_call *c, const attn_tensor *t, bool cau
     const int64_t L = c->L, S = c->S, Sp = c->Sp;
     if (!t) { /* causal alone, with appended keys: bool (L,Sp) */
         uint8_t *d = mha_call_alloc(c, (size_t)(L * Sp), "causal mask", err);
-        if (!d) return err ? err->status : ATTN_ERR_ALLOC;
+        if (!d) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
         for (int64_t i = 0; i < L; ++i)
             for (int64_t j = 0; j < Sp; ++j) d[i * Sp + j] = j >= S || j <= i;
         *v = attn_tensor_make(d, ATTN_BOOL, 2, (int64_t[]){L, Sp});
@@ -251,7 +251,7 @@ static attn_status convert_attn_mask(mha_call *c, const attn_tensor *t, bool cau
     const int64_t n = per_head ? BH : 1;
     const int64_t es = elem_size(t->dtype);
     char *d = mha_call_alloc(c, (size_t)(n * L * Sp * es), name, err);
-    if (!d) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!d) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < L; ++i)
             convert_row(d + (r * L + i) * Sp * es, t, (const char *)t->data + (r * s0 + i * si) * es,
@@ -283,6 +283,8 @@ static attn_status call_init(mha_call *c, const attn_mha *m, const attn_tensor *
     RETURN_IF(!(opts->scale >= 0.0f) || isinf(opts->scale), err, ATTN_ERR_ARG,
               "scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g", (double)opts->scale);
     c->scale = opts->scale;
+    c->dropout_p = opts->training ? m->cfg.dropout : 0.0f;
+    c->dropout_seed = opts->dropout_seed;
 
     c->E = m->cfg.embed_dim;
     c->H = m->cfg.num_heads;

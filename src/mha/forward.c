@@ -28,11 +28,13 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c)
     o.num_threads = c->threads;
     o.path = c->path;
     o.scale = c->scale; /* 0: 1/sqrt(head_dim), torch's */
+    o.dropout_p = c->dropout_p;
+    o.dropout_seed = c->dropout_seed;
     return o;
 }
 
 attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act,
-                       attn_tensor *lse, attn_tensor *weights, attn_error *err)
+                       attn_tensor *stats, attn_tensor *weights, attn_error *err)
 {
     const int64_t B = c->B, L = c->L, S = c->S, Sp = c->Sp, E = c->E;
     const float *P = m->params;
@@ -64,7 +66,8 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
     attn_tensor qh = mha_head_view(act->q, c, L), kh = mha_head_view(act->k, c, Sp),
                 vh = mha_head_view(act->v, c, Sp), ah = mha_head_view(act->a, c, L);
     attn_sdpa_opts o = mha_sdpa_opts(c);
-    return attn_sdpa(&qh, &kh, &vh, &ah, lse, weights, &o, err);
+    o.softmax_stats = stats;
+    return attn_sdpa(&qh, &kh, &vh, &ah, NULL, weights, &o, err);
 }
 
 /* Checks the weights output: (B,L,Sp) averaged or (B,H,L,Sp) per head,
@@ -117,7 +120,7 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
      * averaged weights are requested. Sizes were overflow-checked. */
     const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
     float *buf = mha_call_alloc(c, (2 * nq + 2 * nk) * sizeof(float), "workspace", err);
-    if (!buf) return err ? err->status : ATTN_ERR_ALLOC;
+    if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
     mha_acts act = {.q = buf, .a = buf + nq, .k = buf + 2 * nq, .v = buf + 2 * nq + nk};
 
     attn_tensor heads_w, *sdpa_w = NULL;
@@ -128,7 +131,7 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     } else if (w) {
         const size_t nw = (size_t)(c->B * c->H * c->L * c->Sp);
         avg = mha_call_alloc(c, nw * sizeof(float), "weights workspace", err);
-        if (!avg) return err ? err->status : ATTN_ERR_ALLOC;
+        if (!avg) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
         heads_w = attn_tensor_4d(avg, c->B, c->H, c->L, c->Sp);
         sdpa_w = &heads_w;
     }

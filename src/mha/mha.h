@@ -46,6 +46,8 @@ typedef struct {
     attn_path path;
     bool reference; /* the plain path: reference SDPA and GEMM */
     float scale; /* SDPA scale; 0 = default */
+    float dropout_p; /* on the attention weights: the config's in training, else 0 */
+    uint64_t dropout_seed;
 
     /* Inputs as row matrices (views of the caller's data or packed copies). */
     mha_rows query, key, value;
@@ -102,7 +104,7 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c);
 /* Forward up to the attention output: projections (with appended keys)
  * and SDPA. lse (B,H,L) and per-head weights (B,H,L,Sp) are optional. */
 attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act,
-                       attn_tensor *lse, attn_tensor *weights, attn_error *err);
+                       attn_tensor *stats, attn_tensor *weights, attn_error *err);
 
 /* ---- linear layers on batches of row matrices (linear.c) ---- */
 

@@ -43,6 +43,8 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out, attn_err
     RETURN_IF(E % H != 0, err, ATTN_ERR_ARG,
               "embed_dim %% num_heads: embed_dim %lld is not divisible by num_heads %lld",
               (long long)E, (long long)H);
+    RETURN_IF(!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f), err, ATTN_ERR_ARG,
+              "dropout: must be in [0, 1), got %g", (double)cfg->dropout);
     RETURN_IF(cfg->kdim < 0, err, ATTN_ERR_ARG, "kdim: must be >= 0 (0 = embed_dim), got %lld",
               (long long)cfg->kdim);
     RETURN_IF(cfg->vdim < 0, err, ATTN_ERR_ARG, "vdim: must be >= 0 (0 = embed_dim), got %lld",
