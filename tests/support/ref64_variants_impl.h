@@ -1,6 +1,7 @@
 /* Template body of ref64_variants.c, included twice: once with R = double
  * (the oracle) and once with R = float (the naive float32 implementation).
- * Needs: R, RX(x) (literal/convert to R), REXP, RLOG, RTANH, RFABS, SUFFIX(name). */
+ * Needs: R, RX(x) (literal/convert to R), REXP, RLOG, RTANH, RFMA(a,b,c) (a·b + c:
+ * separate roundings, or fused), SUFFIX(name). */
 
 /* One row: final scores x (Nk), raw scaled scores x0 (for softcap), visible
  * flags; returns m, Z (or m = -inf). P receives probabilities (0 hidden). */
@@ -15,7 +16,7 @@ static void SUFFIX(row_probs)(const rv_problem *p, const R *qi, const R *kh, int
         vis[j] = rv_visible(p, b, h, i, j);
         if (!vis[j]) continue;
         R dot = RX(0.0);
-        for (int64_t d = 0; d < p->D; ++d) dot += qi[d] * kh[j * p->D + d];
+        for (int64_t d = 0; d < p->D; ++d) dot = RFMA(qi[d], kh[j * p->D + d], dot);
         R x = scale * dot;
         x0[j] = x;
         if (p->softcap > 0) x = cap * RTANH(x / cap);
@@ -118,8 +119,8 @@ void SUFFIX(rv_forward)(const rv_problem *p, const double *q, const double *k, c
                         R acc = RX(0.0);
                         for (int64_t j = 0; j < p->Nk; ++j)
                             if (w.vis[j])
-                                acc += (w.P[j] * SUFFIX(keep_factor)(p, b, h, i, j)) *
-                                       vh[j * p->Dv + e];
+                                acc = RFMA(w.P[j] * SUFFIX(keep_factor)(p, b, h, i, j),
+                                           vh[j * p->Dv + e], acc);
                         out[row * p->Dv + e] = (double)acc;
                     }
                 if (lse) lse[row] = m == RX(-INFINITY) ? -INFINITY : (double)(m + RLOG(Z));
@@ -161,12 +162,12 @@ void SUFFIX(rv_backward)(const rv_problem *p, const double *q, const double *k, 
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (!w.vis[j]) continue;
                     R dpd = RX(0.0);
-                    for (int64_t e = 0; e < p->Dv; ++e) dpd += doi[e] * vh[j * p->Dv + e];
+                    for (int64_t e = 0; e < p->Dv; ++e) dpd = RFMA(doi[e], vh[j * p->Dv + e], dpd);
                     const R kf = SUFFIX(keep_factor)(p, b, h, i, j);
                     dx[j] = dpd * kf; /* dP */
-                    Rsum += w.P[j] * dx[j];
+                    Rsum = RFMA(w.P[j], dx[j], Rsum);
                     const R pd = w.P[j] * kf;
-                    for (int64_t e = 0; e < p->Dv; ++e) gvh[j * p->Dv + e] += pd * doi[e];
+                    for (int64_t e = 0; e < p->Dv; ++e) gvh[j * p->Dv + e] = RFMA(pd, doi[e], gvh[j * p->Dv + e]);
                 }
                 gs[h] += -ps * Rsum;
                 for (int64_t d = 0; d < p->D; ++d) gq[d] = RX(0.0);
@@ -178,8 +179,8 @@ void SUFFIX(rv_backward)(const rv_problem *p, const double *q, const double *k, 
                         s = s * (RX(1.0) - t * t);
                     }
                     for (int64_t d = 0; d < p->D; ++d) {
-                        gq[d] += s * kh[j * p->D + d];
-                        gkh[j * p->D + d] += scale * s * qi[d];
+                        gq[d] = RFMA(s, kh[j * p->D + d], gq[d]);
+                        gkh[j * p->D + d] = RFMA(scale * s, qi[d], gkh[j * p->D + d]);
                     }
                 }
                 if (dq)

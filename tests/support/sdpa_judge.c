@@ -148,7 +148,7 @@ static void lse_only_extra(const rv_problem *rp, const double *q, const double *
 
 typedef struct {
     const char *name;
-    const double *ref, *fp32, *nat, *extra;
+    const double *ref, *fp32, *fp32b, *nat, *extra;
     const uint8_t *skip;
     int64_t n;
 } quantity;
@@ -163,7 +163,7 @@ static bool judge(tu_group *g, sj_result *res, const char *path, const char *cal
         tu_to_f64(got_view, got);
     }
     rv_cmp c;
-    bool ok = rv_criterion(got, qt->ref, qt->fp32, qt->nat, qt->extra, qt->skip, qt->n, &c);
+    bool ok = rv_criterion(got, qt->ref, qt->fp32, qt->fp32b, qt->nat, qt->extra, qt->skip, qt->n, &c);
     res->checks++;
     if (c.worst_ratio > res->worst_ratio && isfinite(c.worst_ratio)) res->worst_ratio = c.worst_ratio;
     if (!ok) {
@@ -224,14 +224,18 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     const bool want_w = c->weights || c->backward;
     double *out64 = xc(no, 8), *lse64 = xc(nrow, 8), *st64 = xc(2 * nrow, 8);
     double *out32 = xc(no, 8), *lse32 = xc(nrow, 8), *st32 = xc(2 * nrow, 8);
+    double *out32b = xc(no, 8), *lse32b = xc(nrow, 8), *st32b = xc(2 * nrow, 8);
     double *w64 = want_w ? xc(nsc, 8) : NULL, *w32 = c->weights ? xc(nsc, 8) : NULL;
+    double *w32b = c->weights ? xc(nsc, 8) : NULL;
     double *nout = xc(no, 8), *nlse = xc(nrow, 8), *nst = xc(2 * nrow, 8);
     double *nw = c->weights ? xc(nsc, 8) : NULL;
     rv_forward64(&rp, c->q, c->k, c->v, out64, lse64, w64, st64);
     rv_forward32(&rp, c->q, c->k, c->v, out32, lse32, w32, st32);
+    rv_forward32fma(&rp, c->q, c->k, c->v, out32b, lse32b, w32b, st32b);
     double *dq64 = NULL, *dk64 = NULL, *dv64 = NULL, *ds64 = NULL, *dq32 = NULL, *dk32 = NULL,
            *dv32 = NULL, *ds32 = NULL, *ndq = NULL, *ndk = NULL, *ndv = NULL, *nds = NULL;
     double *xdq = NULL, *xdk = NULL, *xdv = NULL, *xds = NULL;
+    double *dq32b = NULL, *dk32b = NULL, *dv32b = NULL, *ds32b = NULL;
     if (c->backward) {
         dq64 = xc(nq, 8), dk64 = xc(nk, 8), dv64 = xc(nv, 8), ds64 = xc(Hq, 8);
         dq32 = xc(nq, 8), dk32 = xc(nk, 8), dv32 = xc(nv, 8), ds32 = xc(Hq, 8);
@@ -239,6 +243,8 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
         xdq = xc(nq, 8), xdk = xc(nk, 8), xdv = xc(nv, 8), xds = xc(Hq, 8);
         rv_backward64(&rp, c->q, c->k, c->v, c->dout, dq64, dk64, dv64, ds64);
         rv_backward32(&rp, c->q, c->k, c->v, c->dout, dq32, dk32, dv32, ds32);
+        dq32b = xc(nq, 8), dk32b = xc(nk, 8), dv32b = xc(nv, 8), ds32b = xc(Hq, 8);
+        rv_backward32fma(&rp, c->q, c->k, c->v, c->dout, dq32b, dk32b, dv32b, ds32b);
         lse_only_extra(&rp, c->q, c->k, c->v, c->dout, lse64, w64, xdq, xdk, xdv, xds);
     }
     rv_natural(&rp, c->q, c->k, c->v, c->backward ? c->dout : NULL, nout, nlse, nw, ndq, ndk,
@@ -255,10 +261,10 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
                 for (int64_t j = 0; j < Nk; ++j) skip_w[r * Nk + j] = s;
         }
     }
-    const quantity Qout = {"out", out64, out32, nout, NULL, skip_o, no};
-    const quantity Qlse = {"lse", lse64, lse32, nlse, NULL, skip_l, nrow};
-    const quantity Qw = {"weights", w64, w32, nw, NULL, skip_w, nsc};
-    const quantity Qst = {"softmax_stats", st64, st32, nst, NULL, skip_s, 2 * nrow};
+    const quantity Qout = {"out", out64, out32, out32b, nout, NULL, skip_o, no};
+    const quantity Qlse = {"lse", lse64, lse32, lse32b, nlse, NULL, skip_l, nrow};
+    const quantity Qw = {"weights", w64, w32, w32b, nw, NULL, skip_w, nsc};
+    const quantity Qst = {"softmax_stats", st64, st32, st32b, nst, NULL, skip_s, 2 * nrow};
 
     /* ---- library tensors shared by every path */
     tu_tensor in[8];
@@ -374,10 +380,10 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
                     continue;
                 }
                 const bool lo = mode == BW_LSE;
-                const quantity Qdq = {"dq", dq64, dq32, ndq, lo ? xdq : NULL, NULL, nq};
-                const quantity Qdk = {"dk", dk64, dk32, ndk, lo ? xdk : NULL, NULL, nk};
-                const quantity Qdv = {"dv", dv64, dv32, ndv, lo ? xdv : NULL, NULL, nv};
-                const quantity Qds = {"grad_sinks", ds64, ds32, nds, lo ? xds : NULL, NULL, Hq};
+                const quantity Qdq = {"dq", dq64, dq32, dq32b, ndq, lo ? xdq : NULL, NULL, nq};
+                const quantity Qdk = {"dk", dk64, dk32, dk32b, ndk, lo ? xdk : NULL, NULL, nk};
+                const quantity Qdv = {"dv", dv64, dv32, dv32b, ndv, lo ? xdv : NULL, NULL, nv};
+                const quantity Qds = {"grad_sinks", ds64, ds32, ds32b, nds, lo ? xds : NULL, NULL, Hq};
                 bool bok = judge(g, &res, pn, mode_name[mode], &gr[0].view, NULL, &Qdq, desc);
                 bok &= judge(g, &res, pn, mode_name[mode], &gr[1].view, NULL, &Qdk, desc);
                 bok &= judge(g, &res, pn, mode_name[mode], &gr[2].view, NULL, &Qdv, desc);
@@ -395,6 +401,7 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     free(nout), free(nlse), free(nst), free(nw);
     free(dq64), free(dk64), free(dv64), free(ds64), free(dq32), free(dk32), free(dv32), free(ds32);
     free(ndq), free(ndk), free(ndv), free(nds), free(xdq), free(xdk), free(xdv), free(xds);
+    free(out32b), free(lse32b), free(st32b), free(w32b), free(dq32b), free(dk32b), free(dv32b), free(ds32b);
     free(skip_o), free(skip_l), free(skip_w), free(skip_s);
     return res;
 }
