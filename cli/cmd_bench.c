@@ -27,6 +27,11 @@ static const cli_option bench_options[] = {
     {"--runs", "R", "timed runs per configuration, median reported (default 5, >= 1)"},
     {"--warmup", "W", "untimed runs first (default 1)"},
     {"--path", "PATH", "auto (default), fused or reference"},
+    {"--window", "L,R", "sliding window (FlashAttention window_size, -1 = unbounded)"},
+    {"--alibi", NULL, "ALiBi with the geometric slopes"},
+    {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
+    {"--sinks", NULL, "one attention sink logit per head (0.5)"},
+    {"--dropout", "P", "dropout on the weights"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
 };
@@ -38,7 +43,8 @@ static const char bench_details[] =
     "attn_mha_forward for self-attention with E = heads·head-dim (no weights):\n"
     "FLOPs 8·B·L·E² (projections) + 4·B·L·S·E (attention; causal half).\n"
     "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
-    "run one configuration per process to attribute it.";
+    "run one configuration per process to attribute it. With --window the\n"
+    "fraction of (query, key) pairs visible is printed; FLOPs stay dense.";
 
 typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA } bench_mode;
 static const char *const mode_name[] = {"forward", "backward", "mha"};
@@ -50,7 +56,28 @@ typedef struct {
     long threads, runs, warmup;
     attn_path path;
     bool json;
+    attn_window window;
+    bool alibi, sinks;
+    float softcap, dropout;
 } bench_config;
+
+/* Fraction of (query, key) pairs that causality and the window leave
+ * visible (sdpa semantics: bottom-right aligned window, top-left causal). */
+static double visible_fraction(const bench_config *c)
+{
+    double seen = 0.0;
+    for (long i = 0; i < c->seq; ++i) {
+        const long diag = i + c->kv_seq - c->seq;
+        long lo = 0, hi = c->kv_seq;
+        if (c->causal && i + 1 < hi) hi = i + 1;
+        if (c->window.enabled && c->window.left >= 0 && diag - c->window.left > lo)
+            lo = diag - c->window.left;
+        if (c->window.enabled && c->window.right >= 0 && diag + c->window.right + 1 < hi)
+            hi = diag + c->window.right + 1;
+        if (hi > lo) seen += (double)(hi - lo);
+    }
+    return seen / ((double)c->seq * (double)c->kv_seq);
+}
 
 static double now_seconds(void)
 {
@@ -85,7 +112,7 @@ static void fill(float *x, int64_t n, uint64_t seed)
 /* Everything one timed call needs. */
 typedef struct {
     const bench_config *c;
-    attn_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    attn_tensor q, k, v, o, lse, dout, dq, dk, dv, vec;
     attn_sdpa_opts sopts;
     attn_mha *mha;
     attn_mha_opts mopts;
@@ -143,7 +170,7 @@ static int bench_one(const bench_config *c)
     s.c = c;
     const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
     const int64_t D = c->head_dim, Dv = c->value_dim;
-    float *bufs[9] = {0};
+    float *bufs[10] = {0};
     int rc = CLI_FAIL;
     attn_error err = {0};
     if (c->mode == MODE_MHA) {
@@ -175,6 +202,17 @@ static int bench_one(const bench_config *c)
         s.sopts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
         s.sopts.num_threads = (int)c->threads;
         s.sopts.path = c->path;
+        s.sopts.window = c->window;
+        s.sopts.softcap = c->softcap;
+        s.sopts.dropout_p = c->dropout;
+        if (c->alibi || c->sinks) {
+            if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
+            if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
+            else for (int64_t h = 0; h < H; ++h) bufs[9][h] = 0.5f;
+            s.vec = attn_tensor_1d(bufs[9], H);
+            if (c->alibi) s.sopts.alibi_slopes = &s.vec;
+            else s.sopts.sinks = &s.vec;
+        }
         if (c->mode == MODE_BACKWARD) {
             s.dout = attn_tensor_4d(bufs[5], B, H, Nq, Dv);
             s.dq = attn_tensor_4d(bufs[6], B, H, Nq, D);
@@ -214,20 +252,32 @@ static int bench_one(const bench_config *c)
     const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
     const double gflops = flops(c) / med / 1e9;
     const size_t rss = peak_rss_bytes();
+    char variant[160] = "";
+    if (c->window.enabled)
+        snprintf(variant, sizeof variant, " window=%lld,%lld visible=%.4f", (long long)c->window.left,
+                 (long long)c->window.right, visible_fraction(c));
+    if (c->alibi) strncat(variant, " alibi", sizeof variant - strlen(variant) - 1);
+    if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
+    if (c->softcap > 0.0f)
+        snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
+                 (double)c->softcap);
+    if (c->dropout > 0.0f)
+        snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " dropout=%g",
+                 (double)c->dropout);
     if (c->json) {
         printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
                "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
-               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu}\n",
+               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\"}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
-               best * 1e3, gflops, rss);
+               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "");
     } else {
         printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s  %-9s %-7s threads=%d  "
-               "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB\n",
+               "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB%s\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq,
                c->head_dim, c->value_dim, c->causal ? " causal" : "", path, isa, threads,
-               med * 1e3, gflops, (double)rss / (1024.0 * 1024.0));
+               med * 1e3, gflops, (double)rss / (1024.0 * 1024.0), variant);
     }
     fflush(stdout);
     rc = CLI_OK;
@@ -236,7 +286,7 @@ oom:
     fprintf(stderr, "attn bench: out of memory\n");
     rc = CLI_FAIL;
 done:
-    for (int i = 0; i < 9; ++i) free(bufs[i]);
+    for (int i = 0; i < 10; ++i) free(bufs[i]);
     attn_mha_free(s.mha);
     return rc;
 }
@@ -302,6 +352,23 @@ static int run_bench(int argc, char **argv)
         return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", c.kv_heads, c.heads);
     c.causal = cli_flag(&a, "--causal");
     c.json = cli_flag(&a, "--json");
+    c.alibi = cli_flag(&a, "--alibi");
+    c.sinks = cli_flag(&a, "--sinks");
+    if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
+    const char *win = cli_get(&a, "--window");
+    if (win) {
+        long long l, r;
+        char tail;
+        if (sscanf(win, "%lld,%lld%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
+            return cli_usage_error(cmd, "--window: expected L,R with each >= -1, got '%s'", win);
+        c.window = (attn_window){.enabled = true, .left = l, .right = r};
+    }
+    if (!cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
+        return CLI_USAGE;
+    if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
+        return cli_usage_error(cmd, "--softcap must be > 0 and --dropout in [0, 1)");
+    if (c.mode == MODE_MHA && (c.window.enabled || c.alibi || c.sinks || c.softcap > 0.0f || c.dropout > 0.0f))
+        return cli_usage_error(cmd, "--mode mha: the variant options are for forward and backward");
     long seqs[32], dims[32];
     int nseq = 1, ndim = 1;
     seqs[0] = 1024;

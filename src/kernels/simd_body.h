@@ -129,11 +129,50 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
     return x;
 }
 
+/* Pass 2 of the online softmax for one row: s <- exp(x - m) over [c0, n),
+ * returning the lane sums. x is s itself, or for plain rows fl(scale·s)
+ * with the columns outside [lo, hi) selected to -inf (the values pass 1
+ * maximised). Always inlined with a constant `plain`, so each caller gets
+ * a loop without the other's work. */
+static inline __attribute__((always_inline)) vf
+SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale, int64_t lo,
+              int64_t hi)
+{
+    const vf vm = V_SET1(m), vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
+    vf vsum = V_ZERO(), vsum2 = V_ZERO();
+    int64_t c = c0;
+#define LOGIT_AT(col)                                                                          \
+    (!plain                           ? V_LOAD(sr + (col))                                     \
+     : (col) < lo || (col) + VW > hi ? V_BLEND(v_cols_outside(col, lo, hi),                    \
+                                               V_MUL(V_LOAD(sr + (col)), vscale), ninf)        \
+                                     : V_MUL(V_LOAD(sr + (col)), vscale))
+    /* Two independent exps per step while whole vectors remain. */
+    for (; c + 2 * VW <= n; c += 2 * VW) {
+        const vf p0 = v_exp_nonpos(V_SUB(LOGIT_AT(c), vm));
+        const vf p1 = v_exp_nonpos(V_SUB(LOGIT_AT(c + VW), vm));
+        V_STORE(sr + c, p0);
+        V_STORE(sr + c + VW, p1);
+        vsum = V_ADD(vsum, p0);
+        vsum2 = V_ADD(vsum2, p1);
+    }
+    for (; c < n; c += VW) {
+        const vf pv = v_exp_nonpos(V_SUB(LOGIT_AT(c), vm));
+        V_STORE(sr + c, pv);
+        vsum = V_ADD(vsum, pv);
+    }
+#undef LOGIT_AT
+    return V_ADD(vsum, vsum2);
+}
+
 static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
                                  float *s, int64_t lds, float *rowmax, float *rowsum,
                                  float *alpha)
 {
     const vf ninf = V_SET1(-INFINITY);
+    /* Plain logits (no bias, no cap) stay raw scores between the passes:
+     * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
+     * monotone, and pass 2 forms fl(scale·s) itself, so nothing is stored. */
+    const bool plain = !lg->bias && !(lg->softcap > 0.0f);
     /* Pass 1, per row: the logits x (hidden columns -inf) replace the raw
      * scores; their max is kept in alpha[] for now. */
     for (int64_t r = 0; r < m; ++r) {
@@ -141,12 +180,21 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
         const int64_t lo = lg->start[r], hi = lg->end[r];
         vf vmax = ninf, t;
-        for (int64_t c = c0; c < n; c += VW) {
-            const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
-            V_STORE(sr + c, x);
-            vmax = V_MAX(vmax, x);
+        if (plain) {
+            for (int64_t c = c0; c < n; c += VW) {
+                vf x = V_LOAD(sr + c);
+                if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
+                vmax = V_MAX(vmax, x);
+            }
+        } else {
+            for (int64_t c = c0; c < n; c += VW) {
+                const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
+                V_STORE(sr + c, x);
+                vmax = V_MAX(vmax, x);
+            }
         }
-        const float mx = v_hmax(vmax);
+        float mx = v_hmax(vmax);
+        if (plain) mx *= lg->scale;
         alpha[r] = mx > rowmax[r] ? mx : rowmax[r];
     }
     /* alpha = exp(max_old - max_new) for all rows at once (1 while a row has
@@ -173,24 +221,10 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
             for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
             continue;
         }
-        const vf vm = V_SET1(mnew);
-        vf vsum = V_ZERO(), vsum2 = V_ZERO();
-        int64_t c = c0;
-        /* Two independent exps per step while whole vectors remain. */
-        for (; c + 2 * VW <= n; c += 2 * VW) {
-            const vf p0 = v_exp_nonpos(V_SUB(V_LOAD(sr + c), vm));
-            const vf p1 = v_exp_nonpos(V_SUB(V_LOAD(sr + c + VW), vm));
-            V_STORE(sr + c, p0);
-            V_STORE(sr + c + VW, p1);
-            vsum = V_ADD(vsum, p0);
-            vsum2 = V_ADD(vsum2, p1);
-        }
-        for (; c < n; c += VW) {
-            const vf pv = v_exp_nonpos(V_SUB(V_LOAD(sr + c), vm));
-            V_STORE(sr + c, pv);
-            vsum = V_ADD(vsum, pv);
-        }
-        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(V_ADD(vsum, vsum2));
+        const vf vsum = plain ? SIMD(exp_row)(sr, c0, n, mnew, true, lg->scale, lg->start[r],
+                                              lg->end[r])
+                              : SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
+        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(vsum);
     }
 }
 

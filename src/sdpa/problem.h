@@ -64,7 +64,21 @@ typedef struct {
 
 /* Keys [*lo, *hi) that causality and the window let row i see (masks aside);
  * *lo == *hi when none. Both bounds are non-decreasing in i. */
-void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, int64_t *hi);
+static inline void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t diag = i + p->Nk - p->Nq; /* the bottom-right aligned diagonal */
+    int64_t a = 0, e = p->Nk;
+    if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < e) e = i + 1;
+    if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < e) e = diag + 1;
+    if (p->window) {
+        if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
+        if (p->window_right >= 0 && diag + p->window_right + 1 < e) e = diag + p->window_right + 1;
+    }
+    if (a > p->Nk) a = p->Nk;
+    if (e < a) e = a;
+    *lo = a;
+    *hi = e;
+}
 
 /* Query rows [*first, *last) whose sdpa_row_keys range meets [j0, j1). */
 void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first, int64_t *last);

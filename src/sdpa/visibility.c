@@ -4,22 +4,6 @@
 
 #include "../core/philox.h"
 
-void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
-{
-    const int64_t diag = i + p->Nk - p->Nq; /* the bottom-right aligned diagonal */
-    int64_t a = 0, e = p->Nk;
-    if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < e) e = i + 1;
-    if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < e) e = diag + 1;
-    if (p->window) {
-        if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
-        if (p->window_right >= 0 && diag + p->window_right + 1 < e) e = diag + p->window_right + 1;
-    }
-    if (a > p->Nk) a = p->Nk;
-    if (e < a) e = a;
-    *lo = a;
-    *hi = e;
-}
-
 void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first, int64_t *last)
 {
     /* hi(i) > j0 holds from some row on and lo(i) < j1 up to some row (both
@@ -100,9 +84,13 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
                          int32_t *end, float *bias, int64_t ld)
 {
     sdpa_tile t = {.c0 = nj, .cols = 0, .use_bias = false, .ldbias = ld, .ragged = false};
+    /* The bounds are monotone in the row: equal at both ends, equal for all. */
+    int64_t lo0, hi0, lo1, hi1;
+    sdpa_row_keys(p, i0, &lo0, &hi0);
+    sdpa_row_keys(p, i0 + mi - 1, &lo1, &hi1);
     for (int64_t r = 0; r < mi; ++r) {
-        int64_t lo, hi;
-        sdpa_row_keys(p, i0 + r, &lo, &hi);
+        int64_t lo = lo0, hi = hi0;
+        if (lo0 != lo1 || hi0 != hi1) sdpa_row_keys(p, i0 + r, &lo, &hi);
         lo -= j0, hi -= j0;
         lo = lo < 0 ? 0 : lo > nj ? nj : lo;
         hi = hi < lo ? lo : hi > nj ? nj : hi;
