@@ -89,6 +89,41 @@ static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
                                                                         _mm256_set1_epi32(-1))));
 }
 
+/* 32-bit integer lanes for the dropout generator. */
+typedef __m256i vi;
+#define VI_SET1(x) _mm256_set1_epi32((int)(x))
+#define VI_IOTA() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define VI_ADD(a, b) _mm256_add_epi32(a, b)
+#define VI_XOR(a, b) _mm256_xor_si256(a, b)
+
+/* hi, lo: the halves of the 64-bit products x·m per 32-bit lane. */
+static inline void v_mulhilo(vi x, uint32_t m, vi *hi, vi *lo)
+{
+    const vi vm = _mm256_set1_epi32((int)m);
+    const vi even = _mm256_mul_epu32(x, vm), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), vm);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+/* Words w_q of counter lanes L -> column order 4L + q (a 4 x 8 transpose). */
+static inline void v_words_to_columns(vi w0, vi w1, vi w2, vi w3, vi cols[4])
+{
+    const vi t0 = _mm256_unpacklo_epi32(w0, w1), t1 = _mm256_unpackhi_epi32(w0, w1);
+    const vi t2 = _mm256_unpacklo_epi32(w2, w3), t3 = _mm256_unpackhi_epi32(w2, w3);
+    const vi u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const vi u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    cols[0] = _mm256_permute2x128_si256(u0, u1, 0x20);
+    cols[1] = _mm256_permute2x128_si256(u2, u3, 0x20);
+    cols[2] = _mm256_permute2x128_si256(u0, u1, 0x31);
+    cols[3] = _mm256_permute2x128_si256(u2, u3, 0x31);
+}
+
+/* Lanes whose word is >= keep (unsigned). */
+static inline vmask v_keep(vi w, vi keep)
+{
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(w, keep), w));
+}
+
 static inline float v_hmax(vf v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -141,6 +176,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .softmax_online = avx2_softmax_online,
     .probs = avx2_probs,
     .dsoftmax = avx2_dsoftmax,
+    .dropout = avx2_dropout,
     .mask_row = avx2_mask_row,
     .pack_transposed = avx2_pack_transposed,
     .vexp = avx2_vexp,

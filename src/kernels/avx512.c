@@ -85,6 +85,44 @@ static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
                    _mm512_cmpge_epi32_mask(col, _mm512_set1_epi32((int)hi)));
 }
 
+/* 32-bit integer lanes for the dropout generator. */
+typedef __m512i vi;
+#define VI_SET1(x) _mm512_set1_epi32((int)(x))
+#define VI_IOTA() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define VI_ADD(a, b) _mm512_add_epi32(a, b)
+#define VI_XOR(a, b) _mm512_xor_si512(a, b)
+
+/* hi, lo: the halves of the 64-bit products x·m per 32-bit lane. */
+static inline void v_mulhilo(vi x, uint32_t m, vi *hi, vi *lo)
+{
+    const vi vm = _mm512_set1_epi32((int)m);
+    const vi even = _mm512_mul_epu32(x, vm), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), vm);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+
+/* Words w_q of counter lanes L -> column order 4L + q (a 4 x 16 transpose). */
+static inline void v_words_to_columns(vi w0, vi w1, vi w2, vi w3, vi cols[4])
+{
+    const vi t0 = _mm512_unpacklo_epi32(w0, w1), t1 = _mm512_unpackhi_epi32(w0, w1);
+    const vi t2 = _mm512_unpacklo_epi32(w2, w3), t3 = _mm512_unpackhi_epi32(w2, w3);
+    /* u_m's 128-bit chunk k holds the four words of counter lane 4k + m */
+    const vi u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    const vi u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    const vi a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
+    const vi c = _mm512_shuffle_i32x4(u0, u1, 0xEE), e = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+    cols[0] = _mm512_shuffle_i32x4(a, b, 0x88);
+    cols[1] = _mm512_shuffle_i32x4(a, b, 0xDD);
+    cols[2] = _mm512_shuffle_i32x4(c, e, 0x88);
+    cols[3] = _mm512_shuffle_i32x4(c, e, 0xDD);
+}
+
+/* Lanes whose word is >= keep (unsigned). */
+static inline vmask v_keep(vi w, vi keep)
+{
+    return _mm512_cmpge_epu32_mask(w, keep);
+}
+
 static inline float v_hmax(vf v)
 {
     /* Fixed tree: halves, then quarters, ... (deterministic). */
@@ -139,6 +177,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .softmax_online = avx512_softmax_online,
     .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,
+    .dropout = avx512_dropout,
     .mask_row = avx512_mask_row,
     .pack_transposed = avx512_pack_transposed,
     .vexp = avx512_vexp,

@@ -6,6 +6,8 @@
  */
 #include "kernels.h"
 
+#include "../core/philox.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -172,6 +174,24 @@ static void dsoftmax_generic(int64_t m, int64_t c0, int64_t n, float scale, cons
         }
 }
 
+static void dropout_generic(const sdpa_dropout_args *d, int64_t m, int64_t i0, int64_t j0,
+                            int64_t c0, int64_t n, float *s, int64_t lds, float *z)
+{
+    for (int64_t r = 0; r < m; ++r) {
+        float *sr = s + r * lds, *zr = z ? z + r * lds : NULL;
+        for (int64_t c = c0; c < n; c += 4) {
+            const uint32_t ctr[4] = {(uint32_t)((j0 + c) / 4), (uint32_t)(i0 + r), d->bh, d->ctr3};
+            uint32_t w[4];
+            attn_philox4x32(ctr, d->key, w);
+            for (int q = 0; q < 4 && c + q < n; ++q) {
+                const float f = w[q] >= d->keep ? d->scale : 0.0f;
+                sr[c + q] *= f;
+                if (zr) zr[c + q] = f;
+            }
+        }
+    }
+}
+
 static int64_t mask_row_generic(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                                 int64_t n, bool accumulate, bool *irregular)
 {
@@ -210,6 +230,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .softmax_online = softmax_online_generic,
     .probs = probs_generic,
     .dsoftmax = dsoftmax_generic,
+    .dropout = dropout_generic,
     .mask_row = mask_row_generic,
     .pack_transposed = pack_transposed_generic,
     .vexp = vexp_generic,

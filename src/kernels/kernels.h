@@ -93,6 +93,23 @@ typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t c0, int64_t n, float scale, 
                                  const float *dfac);
 
 /*
+ * Dropout of a tile: for rows r < m and columns c in [c0, n),
+ *   s(r,c) *= f, z(r,c) = f (z may be NULL), f = scale when
+ *   word (j % 4) of Philox4x32-10(counter (j/4, i, bh, ctr3), key) >= keep,
+ *   else 0, with i = i0 + r, j = j0 + c.
+ * j0 + c0 is a multiple of 4. The same bits on every ISA (integer work).
+ */
+typedef struct {
+    uint32_t key[2];
+    uint32_t bh, ctr3; /* counter words 2 and 3 */
+    uint32_t keep;     /* threshold on the 32-bit word */
+    float scale;       /* 1 / (1 - p) */
+} sdpa_dropout_args;
+
+typedef void (*sdpa_dropout_fn)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int64_t j0,
+                                int64_t c0, int64_t n, float *s, int64_t lds, float *z);
+
+/*
  * One mask row turned into an additive bias: for c < n,
  *   bool:  bias[c] (+)= src[c*cs] ? 0 : -inf      (true = may attend)
  *   float: bias[c] (+)= src[c*cs]
@@ -142,6 +159,7 @@ typedef struct {
     sdpa_softmax_fn softmax_online;
     sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;
+    sdpa_dropout_fn dropout;
     sdpa_mask_row_fn mask_row;
     sdpa_pack_t_fn pack_transposed;
     sdpa_vexp_fn vexp;

@@ -268,6 +268,58 @@ static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const 
     }
 }
 
+/* Philox4x32-10 on VW counters at once (lane L: counter word 0 = base + L),
+ * the words of every lane regrouped into column order: cols[v] holds the
+ * words of columns 4·base + v·VW .. + VW - 1. */
+static inline void SIMD(philox_cols)(const sdpa_dropout_args *d, uint32_t base, uint32_t row,
+                                     vi cols[4])
+{
+    vi x0 = VI_ADD(VI_SET1(base), VI_IOTA()), x1 = VI_SET1(row), x2 = VI_SET1(d->bh),
+       x3 = VI_SET1(d->ctr3);
+    uint32_t k0 = d->key[0], k1 = d->key[1];
+    for (int round = 0; round < 10; ++round) {
+        vi hi0, lo0, hi1, lo1;
+        v_mulhilo(x0, 0xD2511F53u, &hi0, &lo0);
+        v_mulhilo(x2, 0xCD9E8D57u, &hi1, &lo1);
+        x0 = VI_XOR(VI_XOR(hi1, x1), VI_SET1(k0));
+        x2 = VI_XOR(VI_XOR(hi0, x3), VI_SET1(k1));
+        x1 = lo1;
+        x3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    v_words_to_columns(x0, x1, x2, x3, cols);
+}
+
+static void SIMD(dropout)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int64_t j0,
+                          int64_t c0, int64_t n, float *s, int64_t lds, float *z)
+{
+    const vf scale = V_SET1(d->scale), zero = V_ZERO();
+    const vi keep = VI_SET1(d->keep);
+    for (int64_t r = 0; r < m; ++r) {
+        float *sr = s + r * lds, *zr = z ? z + r * lds : NULL;
+        for (int64_t c = c0; c < n; c += 4 * VW) {
+            vi cols[4];
+            SIMD(philox_cols)(d, (uint32_t)((j0 + c) / 4), (uint32_t)(i0 + r), cols);
+            for (int v = 0; v < 4 && c + v * VW < n; ++v) {
+                const int64_t at = c + v * VW;
+                const vf f = V_BLEND(v_keep(cols[v], keep), zero, scale);
+                if (at + VW <= n) {
+                    V_STORE(sr + at, V_MUL(V_LOAD(sr + at), f));
+                    if (zr) V_STORE(zr + at, f);
+                } else { /* a partial last vector (n is a multiple of VW here) */
+                    float fs[VW];
+                    V_STORE(fs, f);
+                    for (int64_t q = at; q < n; ++q) {
+                        sr[q] *= fs[q - at];
+                        if (zr) zr[q] = fs[q - at];
+                    }
+                }
+            }
+        }
+    }
+}
+
 static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                               int64_t n, bool accumulate, bool *irregular)
 {

@@ -243,7 +243,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     for (int64_t r = 0; r < mi; ++r)
                         memcpy(w->dps + r * d->bcp + c0, w->s + r * d->bcp + c0,
                                (size_t)(cn - c0) * sizeof(float));
-                    sdpa_dropout_tile(p, b, h, i0, mi, j0, c0, cn, w->dps, d->bcp, w->z);
+                    sdpa_dropout_tile(p, kern, b, h, i0, mi, j0, c0, cn, w->dps, d->bcp, w->z);
                     pz = w->dps;
                 }
                 /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */

@@ -246,7 +246,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             kern->softmax_online(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowsum, alpha);
             /* Dropout acts on P after the row sums took it whole. */
             if (p->dropout_p > 0.0f)
-                sdpa_dropout_tile(p, b, h, i0, mi, j0, c0, cn, w->s, d->bcp, NULL);
+                sdpa_dropout_tile(p, kern, b, h, i0, mi, j0, c0, cn, w->s, d->bcp, NULL);
             /* O = alpha∘O + P·V (k = 0 still applies alpha) */
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;

@@ -94,8 +94,9 @@ float sdpa_capped_logit(const sdpa_problem *p, float s);
  * c in [c0, n), by their keep factor (0 or 1/(1-p)), also stored in z (same
  * layout as s) when z != NULL. The keep decision of (b, h, i, j) is one
  * Philox word of counter (j/4, i, b·Hq + h, offset) and key (seed). */
-void sdpa_dropout_tile(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t mi,
-                       int64_t j0, int64_t c0, int64_t n, float *s, int64_t lds, float *z);
+void sdpa_dropout_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                       int64_t i0, int64_t mi, int64_t j0, int64_t c0, int64_t n, float *s,
+                       int64_t lds, float *z);
 /* The keep factor of one element (the reference path). */
 float sdpa_dropout_factor(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
 

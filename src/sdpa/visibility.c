@@ -169,22 +169,19 @@ float sdpa_dropout_factor(const sdpa_problem *p, int64_t b, int64_t h, int64_t i
     return w[j % 4] >= p->dropout_keep ? p->dropout_scale : 0.0f;
 }
 
-void sdpa_dropout_tile(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t mi,
-                       int64_t j0, int64_t c0, int64_t n, float *s, int64_t lds, float *z)
+void sdpa_dropout_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                       int64_t i0, int64_t mi, int64_t j0, int64_t c0, int64_t n, float *s,
+                       int64_t lds, float *z)
 {
-    for (int64_t r = 0; r < mi; ++r) {
-        float *sr = s + r * lds, *zr = z ? z + r * lds : NULL;
-        for (int64_t c = c0; c < n;) {
-            const int64_t j = j0 + c;
-            uint32_t w[4];
-            dropout_words(p, b, h, i0 + r, j / 4, w);
-            for (int64_t q = j % 4; q < 4 && c < n; ++q, ++c) {
-                const float f = w[q] >= p->dropout_keep ? p->dropout_scale : 0.0f;
-                sr[c] *= f;
-                if (zr) zr[c] = f;
-            }
-        }
-    }
+    const sdpa_dropout_args d = {
+        .key = {(uint32_t)p->dropout_seed,
+                (uint32_t)(p->dropout_seed >> 32) ^ (uint32_t)(p->dropout_offset >> 32)},
+        .bh = (uint32_t)(b * p->Hq + h),
+        .ctr3 = (uint32_t)p->dropout_offset,
+        .keep = p->dropout_keep,
+        .scale = p->dropout_scale,
+    };
+    kern->dropout(&d, mi, i0, j0, c0, n, s, lds, z);
 }
 
 /* --------------------------------------------------------------- ALiBi */
