@@ -74,14 +74,14 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
     float *G = m->grads;
     const bool has_bias = m->b_in != SIZE_MAX;
     float *gb_in = has_bias ? G + m->b_in : NULL;
-    const mha_gemm th = mha_gemm_of(c);
+    const linear_engine th = mha_gemm_of(c);
 
     /* In the forward pass out = a·Woᵀ + bo, so dWo += doutᵀ·a, dbo += Σ dout
      * and da = dout·Wo. */
     const mha_rows a = {act.a, L * E, E}, dar = {da, L * E, E};
-    mha_linear_backward_params(&dy, &a, B, L, E, E, G + m->w_out, E,
-                               m->b_out != SIZE_MAX ? G + m->b_out : NULL, th);
-    mha_linear_backward_input(&dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
+    linear_backward_params(&dy, &a, B, L, E, E, G + m->w_out, E,
+                               m->b_out != SIZE_MAX ? G + m->b_out : NULL, 1, th);
+    linear_backward_input(&dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
 
     /* In the forward pass a = SDPA(q, k, v) per head; SDPA's backward gives
      * dq, dk, dv for every key row, appended ones included. */
@@ -109,25 +109,25 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
     /* In the forward pass q = query·Wqᵀ + bq (k, v likewise over their first
      * S rows), so dW += dᵀ·input, db += Σ d, dinput = d·W. */
     const mha_rows dqr = {dq, L * E, E}, dkr = {dk, Sp * E, E}, dvr = {dv, Sp * E, E};
-    mha_linear_backward_params(&dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, th);
-    mha_linear_backward_params(&dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
-                               has_bias ? gb_in + E : NULL, th);
-    mha_linear_backward_params(&dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
-                               has_bias ? gb_in + 2 * E : NULL, th);
+    linear_backward_params(&dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
+    linear_backward_params(&dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
+                               has_bias ? gb_in + E : NULL, 1, th);
+    linear_backward_params(&dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
+                               has_bias ? gb_in + 2 * E : NULL, 1, th);
 
-    if (gq.view) mha_linear_backward_input(&dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
+    if (gq.view) linear_backward_input(&dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
     if (c->self) {
         /* key = value = query: the three paths sum into one gradient. */
         if (gq.view) {
-            mha_linear_backward_input(&dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true, th);
-            mha_linear_backward_input(&dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true, th);
+            linear_backward_input(&dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true, th);
+            linear_backward_input(&dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true, th);
         }
     } else {
         if (gk.view)
-            mha_linear_backward_input(&dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows, c->kdim,
+            linear_backward_input(&dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows, c->kdim,
                                       false, th);
         if (gv.view)
-            mha_linear_backward_input(&dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows, c->vdim,
+            linear_backward_input(&dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows, c->vdim,
                                       false, th);
     }
     finish_grad(c, &gq, L, E);

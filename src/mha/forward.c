@@ -42,10 +42,10 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
     const mha_rows q = {act->q, L * E, E}, k = {act->k, Sp * E, E}, v = {act->v, Sp * E, E};
 
     /* In-projections (the packed in_proj_weight's rows are q, k, v). */
-    mha_linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, &q, E, mha_gemm_of(c));
-    mha_linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, &k, E,
+    linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, mha_gemm_of(c));
+    linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k, E,
                        mha_gemm_of(c));
-    mha_linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL, &v,
+    linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL, 1, &v,
                        E, mha_gemm_of(c));
 
     /* Appended keys: bias_k/bias_v first, then the zero row (zeros in every
@@ -159,10 +159,10 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     const mha_rows a = {act.a, c->L * c->E, c->E};
     mha_rows dst;
     if (mha_rows_direct(out, c->batched, c->E, &dst)) {
-        mha_linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, &dst, c->E, mha_gemm_of(c));
+        linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &dst, c->E, mha_gemm_of(c));
     } else {
         const mha_rows tmp = {act.q, c->L * c->E, c->E}; /* q is no longer needed */
-        mha_linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, &tmp, c->E, mha_gemm_of(c));
+        linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E, mha_gemm_of(c));
         mha_rows_scatter(act.q, out, c->batched, c->B, c->L, c->E);
     }
     return ATTN_OK;

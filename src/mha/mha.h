@@ -4,6 +4,7 @@
 #define ATTN_MHA_PRIVATE_H
 
 #include "../core/internal.h"
+#include "../core/linear.h"
 
 enum { MHA_MAX_PARAMS = 8 };
 
@@ -32,10 +33,7 @@ struct attn_mha {
 };
 
 /* A batch of row matrices: element (b, i, c) at data[b*batch + i*ld + c]. */
-typedef struct {
-    float *data;
-    int64_t batch, ld;
-} mha_rows;
+typedef linear_rows mha_rows; /* row matrices of a batch (core/linear.h) */
 
 /* A validated forward/backward call, shapes resolved to batched form. */
 typedef struct {
@@ -106,32 +104,10 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c);
 attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act,
                        attn_tensor *stats, attn_tensor *weights, attn_error *err);
 
-/* ---- linear layers on batches of row matrices (linear.c) ---- */
-
-/* How the projections multiply: threads, and the plain GEMM on the
- * reference path (so the whole reference MHA is CPU-independent). */
-typedef struct {
-    int threads;
-    bool reference;
-} mha_gemm;
-
-static inline mha_gemm mha_gemm_of(const mha_call *c)
+/* The projections multiply with core/linear.h's linear layers. */
+static inline linear_engine mha_gemm_of(const mha_call *c)
 {
-    return (mha_gemm){c->threads, c->reference};
+    return (linear_engine){c->threads, c->reference};
 }
-
-/* y[b] = x[b] · Wᵀ + bias : x (B,M,K), W (N,K) row stride ldw, y (B,M,N). */
-void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
-                        int64_t ldw, const float *bias, const mha_rows *y, int64_t N,
-                        mha_gemm g);
-/* dx[b] (=, or += when accumulate) dy[b] · W : dy (B,M,N), W (N,K), dx (B,M,K). */
-void mha_linear_backward_input(const mha_rows *dy, int64_t B, int64_t M, int64_t N,
-                               const float *W, int64_t ldw, const mha_rows *dx, int64_t K,
-                               bool accumulate, mha_gemm g);
-/* dW += Σ_b dy[b]ᵀ · x[b] (N,K) row stride lddw; dbias (N) += Σ_b,i dy[b][i]
- * when dbias is not NULL. */
-void mha_linear_backward_params(const mha_rows *dy, const mha_rows *x, int64_t B, int64_t M,
-                                int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
-                                mha_gemm g);
 
 #endif

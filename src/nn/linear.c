@@ -1,7 +1,14 @@
-/* Linear layer (torch nn.Linear): y = x·wᵀ + b, through attn_sgemm (whose
- * result does not depend on the thread count). */
+/* Linear layer (torch nn.Linear): y = x·wᵀ + b, checked here and computed
+ * by core/linear.h's layer (the MHA projections' too), whose result does not
+ * depend on the thread count. */
 #include "nn.h"
-#include "../core/gemm.h"
+#include "../core/linear.h"
+
+/* A matrix as one batch of rows. */
+static linear_rows rows_of(const attn_tensor *t)
+{
+    return (linear_rows){.data = t->data, .batch = 0, .ld = nn_row_stride(t)};
+}
 
 /* b (out) or NULL. */
 static attn_status check_bias(const attn_tensor *b, const char *name, int64_t n, bool is_output,
@@ -24,16 +31,10 @@ attn_status attn_linear_forward(const attn_tensor *x, const attn_tensor *w, cons
     const int64_t T = x->shape[0];
     RETURN_IF_ERROR(nn_check_matrix(y, "y", T, out_f, true, err));
     RETURN_IF_ERROR(check_bias(b, "b", out_f, false, err));
-    const int threads = attn_resolve_threads(num_threads);
-
-    float *yd = y->data;
-    const int64_t ldy = nn_row_stride(y);
-    /* y (T,out) = x (T,in) · wᵀ (in,out). */
-    attn_sgemm(false, true, T, out_f, in_f, 1.0f, x->data, nn_row_stride(x), w->data,
-               nn_row_stride(w), 0.0f, yd, ldy, threads);
-    if (b)
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t o = 0; o < out_f; ++o) yd[t * ldy + o] += *nn_vec_at(b, o);
+    const linear_engine g = {attn_resolve_threads(num_threads), false};
+    const linear_rows xr = rows_of(x), yr = rows_of(y);
+    linear_forward(&xr, 1, T, in_f, w->data, nn_row_stride(w), b ? b->data : NULL,
+                   b ? b->stride[0] : 1, &yr, out_f, g);
     attn_ok(err);
     return ATTN_OK;
 }
@@ -52,21 +53,15 @@ attn_status attn_linear_backward(const attn_tensor *x, const attn_tensor *w, con
     RETURN_IF(!dw, err, ATTN_ERR_NULL, "dw: NULL");
     RETURN_IF_ERROR(nn_check_matrix(dw, "dw", out_f, in_f, true, err));
     RETURN_IF_ERROR(check_bias(db, "db", out_f, true, err));
-    const int threads = attn_resolve_threads(num_threads);
-    const float *dyd = dy->data;
-    const int64_t lddy = nn_row_stride(dy);
-
-    /* In the forward pass y = x·wᵀ, so dx = dy·w: (T,out)·(out,in). */
-    if (dx)
-        attn_sgemm(false, false, T, in_f, out_f, 1.0f, dyd, lddy, w->data, nn_row_stride(w),
-                   0.0f, dx->data, nn_row_stride(dx), threads);
-    /* ... and dw += dyᵀ·x: (out,T)·(T,in). */
-    attn_sgemm(true, false, out_f, in_f, T, 1.0f, dyd, lddy, x->data, nn_row_stride(x), 1.0f,
-               dw->data, nn_row_stride(dw), threads);
-    /* y = ... + b broadcast over rows, so db += Σ_t dy[t] (rows in order). */
-    if (db)
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t o = 0; o < out_f; ++o) *nn_vec_at(db, o) += dyd[t * lddy + o];
+    const linear_engine g = {attn_resolve_threads(num_threads), false};
+    const linear_rows xr = rows_of(x), dyr = rows_of(dy);
+    /* In the forward pass y = x·wᵀ + b, so dx = dy·w, dw += dyᵀ·x, db += Σ_t dy[t]. */
+    if (dx) {
+        const linear_rows dxr = rows_of(dx);
+        linear_backward_input(&dyr, 1, T, out_f, w->data, nn_row_stride(w), &dxr, in_f, false, g);
+    }
+    linear_backward_params(&dyr, &xr, 1, T, out_f, in_f, dw->data, nn_row_stride(dw),
+                           db ? db->data : NULL, db ? db->stride[0] : 1, g);
     attn_ok(err);
     return ATTN_OK;
 }

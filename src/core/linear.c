@@ -1,11 +1,11 @@
 /* Linear layers (y = x·Wᵀ + b and its gradients) on batches of row
  * matrices, through attn_sgemm. A batch whose rows are evenly spaced is one
  * GEMM over B·M rows; otherwise one GEMM per batch. */
-#include "mha.h"
-#include "../core/gemm.h"
+#include "linear.h"
+#include "gemm.h"
 
 /* attn_sgemm, or its plain twin on the reference path. */
-static void gemm(mha_gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+static void gemm(linear_engine g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                  int64_t ldc)
 {
@@ -14,14 +14,14 @@ static void gemm(mha_gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 }
 
 /* Rows of every batch follow each other at the same spacing. */
-static bool flat(const mha_rows *r, int64_t B, int64_t M)
+static bool flat(const linear_rows *r, int64_t B, int64_t M)
 {
     return B <= 1 || r->batch == M * r->ld;
 }
 
-void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
-                        int64_t ldw, const float *bias, const mha_rows *y, int64_t N,
-                        mha_gemm g)
+void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
+                    int64_t ldw, const float *bias, int64_t bias_s, const linear_rows *y,
+                    int64_t N, linear_engine g)
 {
     const bool one = flat(x, B, M) && flat(y, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
@@ -32,13 +32,13 @@ void mha_linear_forward(const mha_rows *x, int64_t B, int64_t M, int64_t K, cons
         gemm(g, false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb, y->ld);
         if (bias)
             for (int64_t i = 0; i < rows; ++i)
-                for (int64_t n = 0; n < N; ++n) yb[i * y->ld + n] += bias[n];
+                for (int64_t n = 0; n < N; ++n) yb[i * y->ld + n] += bias[n * bias_s];
     }
 }
 
-void mha_linear_backward_input(const mha_rows *dy, int64_t B, int64_t M, int64_t N,
-                               const float *W, int64_t ldw, const mha_rows *dx, int64_t K,
-                               bool accumulate, mha_gemm g)
+void linear_backward_input(const linear_rows *dy, int64_t B, int64_t M, int64_t N,
+                               const float *W, int64_t ldw, const linear_rows *dx, int64_t K,
+                               bool accumulate, linear_engine g)
 {
     const bool one = flat(dy, B, M) && flat(dx, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
@@ -48,9 +48,9 @@ void mha_linear_backward_input(const mha_rows *dy, int64_t B, int64_t M, int64_t
                    accumulate ? 1.0f : 0.0f, dx->data + b * dx->batch, dx->ld);
 }
 
-void mha_linear_backward_params(const mha_rows *dy, const mha_rows *x, int64_t B, int64_t M,
-                                int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
-                                mha_gemm g)
+void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t B, int64_t M,
+                            int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
+                            int64_t dbias_s, linear_engine g)
 {
     const bool one = flat(dy, B, M) && flat(x, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
@@ -63,6 +63,6 @@ void mha_linear_backward_params(const mha_rows *dy, const mha_rows *x, int64_t B
          * dependence on the thread count). */
         if (dbias)
             for (int64_t i = 0; i < rows; ++i)
-                for (int64_t n = 0; n < N; ++n) dbias[n] += dyb[i * dy->ld + n];
+                for (int64_t n = 0; n < N; ++n) dbias[n * dbias_s] += dyb[i * dy->ld + n];
     }
 }

@@ -1,0 +1,38 @@
+/* Linear layers (y = x·Wᵀ + b and its gradients) on batches of row
+ * matrices: the one implementation behind the nn layers (attn_linear_*) and
+ * the MHA projections. Internal. */
+#ifndef ATTN_CORE_LINEAR_H
+#define ATTN_CORE_LINEAR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A batch of row matrices: row i of matrix b at data + b*batch + i*ld. */
+typedef struct {
+    float *data;
+    int64_t batch, ld;
+} linear_rows;
+
+/* How to multiply: threads, and the plain GEMM on the reference path (so a
+ * whole reference computation is CPU-independent). */
+typedef struct {
+    int threads;
+    bool reference;
+} linear_engine;
+
+/* y[b] = x[b] · Wᵀ + bias : x (B,M,K), W (N,K) row stride ldw, y (B,M,N);
+ * bias (N) at stride bias_s, or NULL. */
+void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
+                    int64_t ldw, const float *bias, int64_t bias_s, const linear_rows *y,
+                    int64_t N, linear_engine g);
+/* dx[b] (=, or += when accumulate) dy[b] · W : dy (B,M,N), W (N,K), dx (B,M,K). */
+void linear_backward_input(const linear_rows *dy, int64_t B, int64_t M, int64_t N,
+                           const float *W, int64_t ldw, const linear_rows *dx, int64_t K,
+                           bool accumulate, linear_engine g);
+/* dW += Σ_b dy[b]ᵀ · x[b] (N,K) row stride lddw; dbias (N, stride dbias_s)
+ * += Σ_b,i dy[b][i] in row order when dbias is not NULL. */
+void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t B, int64_t M,
+                            int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
+                            int64_t dbias_s, linear_engine g);
+
+#endif
