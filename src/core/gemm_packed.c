@@ -26,9 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     KC = 256,       /* depth of a packed block; fixes the reduction order */
@@ -193,11 +190,8 @@ static void gemm_blocked(const gemm_plan *p, float *work, size_t per_thread)
 
 #pragma omp parallel num_threads(p->threads)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float *ap = work + (size_t)p->K * (size_t)p->nc + (size_t)tid * per_thread;
+        float *ap = attn_thread_scratch(work + (size_t)p->K * (size_t)p->nc,
+                                        per_thread * sizeof(float), false);
         float *acc = ap + (size_t)p->mc_max * KC;
         for (int64_t jc = 0; jc < p->N; jc += p->nc) {
             const int64_t panels = ceil_div(min64(p->nc, p->N - jc), np);

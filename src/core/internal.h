@@ -53,6 +53,11 @@ static inline bool attn_add_ok(int64_t a, int64_t b, int64_t *out)
     return true;
 }
 
+/* Inside an OpenMP parallel region: this thread's slice of per-thread
+ * scratch, base + thread·bytes (the one place that indexes scratch by
+ * thread). zero: clear it first (padding must hold zeros, never garbage). */
+void *attn_thread_scratch(void *base, size_t bytes, bool zero);
+
 /* Threads for a call: requested if > 0, else attn_default_threads(). */
 int attn_resolve_threads(int requested);
 

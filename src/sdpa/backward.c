@@ -31,9 +31,6 @@
  */
 #include "fused_util.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
@@ -377,13 +374,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     const int64_t tasks = p->B * p->Hkv * d.chunks;
 #pragma omp parallel num_threads(threads)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        char *mine = scratch + (size_t)tid * per_thread;
-        memset(mine, 0, per_thread);
-        bwd_scratch w = carve_scratch(p, &d, mine);
+        bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;

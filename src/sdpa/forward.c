@@ -23,9 +23,6 @@
  */
 #include "fused_util.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     FWD_ROWS = 96,  /* query rows per unit (multiple of every MR) */
@@ -306,13 +303,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
 
 #pragma omp parallel num_threads(threads)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        char *mine = ws + (size_t)tid * per_thread;
-        memset(mine, 0, per_thread); /* padding must hold zeros, never garbage */
-        fwd_scratch w = carve_scratch(p, &d, mine);
+        fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(ws, per_thread, true));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             /* Causal rows late in the sequence cost most: hand them out first. */

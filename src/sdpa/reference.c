@@ -4,9 +4,6 @@
 #include "problem.h"
 
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
 
@@ -117,11 +114,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float *prob = ws + (size_t)tid * (size_t)row_floats(p);
+        float *prob = attn_thread_scratch(ws, (size_t)row_floats(p) * sizeof(float), false);
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
         float lse, stats[2];
@@ -171,11 +164,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float *prob = ws + (size_t)tid * (size_t)row_floats(p);
+        float *prob = attn_thread_scratch(ws, (size_t)row_floats(p) * sizeof(float), false);
         float *dprob = prob + row_floats(p) / 2;
         const int64_t b = t / p->Hkv, hk = t % p->Hkv;
         for (int64_t j = 0; j < p->Nk; ++j) {
