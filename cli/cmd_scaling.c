@@ -4,7 +4,7 @@
  * 1/sqrt(d_k)), and report what happens to softmax. */
 #include "cli.h"
 #include "inline.h"
-#include "randn.h"
+
 #include "svg.h"
 
 #include <math.h>
@@ -73,14 +73,14 @@ static bool measure(int64_t dk, int64_t nkeys, int64_t samples, uint64_t seed, s
     if (!ok) fprintf(stderr, "attn scaling: out of memory\n");
 
     /* a stream per d_k: a row does not depend on --max-dk */
-    randn_state r;
-    randn_seed(&r, seed ^ ((uint64_t)dk * 0x9E3779B97F4A7C15ull));
+    attn_rng r;
+    attn_rng_seed(&r, seed ^ ((uint64_t)dk * 0x9E3779B97F4A7C15ull));
     double sum[2] = {0}, sum2[2] = {0};
     const double inv_sqrt = 1.0 / sqrt((double)dk);
     for (int64_t done = 0; ok && done < samples; done += chunk) {
         const int64_t c = samples - done < chunk ? samples - done : chunk;
-        for (int64_t i = 0; i < c * dk; ++i) q[i] = (float)randn_normal(&r);
-        for (int64_t i = 0; i < c * nkeys * dk; ++i) k[i] = (float)randn_normal(&r);
+        for (int64_t i = 0; i < c * dk; ++i) q[i] = (float)attn_rng_normal(&r);
+        for (int64_t i = 0; i < c * nkeys * dk; ++i) k[i] = (float)attn_rng_normal(&r);
         /* the exact scores of the float32 inputs, for the variance */
         for (int64_t s = 0; s < c; ++s)
             for (int64_t j = 0; j < nkeys; ++j) {

@@ -3,7 +3,7 @@
 #include "steps.h"
 
 #include "inline.h"
-#include "randn.h"
+
 
 #include <math.h>
 #include <stdio.h>
@@ -400,10 +400,10 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
         s->random_x = true;
         s->x = alloc_floats(s->n * s->d_model);
         if (!s->x) return oom(cmd);
-        randn_state r;
-        randn_seed(&r, seed * 0x9E3779B97F4A7C15ull + 0x243F6A8885A308D3ull);
+        attn_rng r;
+        attn_rng_seed(&r, seed * 0x9E3779B97F4A7C15ull + 0x243F6A8885A308D3ull);
         for (int64_t i = 0; i < s->n * s->d_model; ++i) /* 2 decimals: easy to read and retype */
-            s->x[i] = (float)(round(randn_normal(&r) * 100.0) / 100.0);
+            s->x[i] = (float)(round(attn_rng_normal(&r) * 100.0) / 100.0);
     }
     if (tokens && s->ntokens != s->n)
         return cli_usage_error(cmd, "--tokens has %d words but X has %lld rows", s->ntokens,

@@ -626,6 +626,24 @@ attn_status attn_model_evaluate(attn_model *m, uint64_t seed, int64_t count, flo
 attn_status attn_train(const attn_train_config *cfg, attn_train_callback callback, void *user,
                        attn_model **model, attn_train_result *result, attn_error *err);
 
+/* -------------------------------------------------------- random numbers */
+
+/* attn's seeded generator: xoshiro256** (Blackman & Vigna) seeded through
+ * splitmix64. The same seed gives the same numbers on every platform and
+ * build (it is not torch's stream). The library initialises parameters with
+ * it; programs on attn.h (the CLI among them) can share it. */
+typedef struct {
+    uint64_t s[4];
+} attn_rng;
+
+void attn_rng_seed(attn_rng *r, uint64_t seed);
+/* Next 64 random bits. */
+uint64_t attn_rng_u64(attn_rng *r);
+/* Uniform double in [0, 1) with 53 random bits. */
+double attn_rng_uniform(attn_rng *r);
+/* Standard normal N(0, 1) (Box–Muller; one draw per call). */
+double attn_rng_normal(attn_rng *r);
+
 /* ----------------------------------------------------------- runtime info */
 
 /* The instruction set the fused kernels use: "avx512", "avx2", "generic", or
