@@ -38,6 +38,11 @@
  *   magnitudes                 input sizes 1e-4 .. 1e3, scale up to 10, logit
  *                              gaps > 88, rows of exactly equal logits
  *   large-n                    N up to 8192 (forward compared on sampled rows)
+ *   one-key                    one visible key per row (finfo.min / bool),
+ *                              large logits: gradients zero by cancellation
+ *   mha                        MHA with every option (bias, bias_kv, zero_attn,
+ *                              kdim/vdim, self/cross, causal) and hostile masks
+ *                              (finfo.min key padding, -1e30/-inf attn masks)
  *   random                     random mixtures of all of the above
  *
  * Quick mode is the default (ATTN_TEST_QUICK=1, or under ctest / make test);
@@ -49,6 +54,7 @@
  * Usage: test_stress [--seed S] [--cases N] [--case SEED] [--group NAME] [-v]
  */
 #include "attn.h"
+#include "mha_ref64.h"
 #include "ref64.h"
 #include "ref64_variants.h"
 #include "sdpa_judge.h"
@@ -106,7 +112,7 @@ typedef struct {
     attn_causal causal;
     double qmag, kmag, vmag, dmag;
     int mask0, mask1;
-    double special_c; /* MK_FLOAT_SPECIAL: 0 = mixed patterns, else every row = this constant */
+    double special_c; /* MK_FLOAT_SPECIAL: 0 = mixed patterns, 1 = one key per row, else every row = this constant */
     bool equal_rows;  /* some query rows zero (all logits exactly equal) */
     double gap;       /* > 0: a third of the query rows multiplied by it */
     bool poison;      /* keys no row sees hold NaN / ±inf in K and V */
@@ -224,7 +230,9 @@ static bool make_mask(tu_tensor *t, int kind, const scase *c, double special_c, 
         int pattern = 0;
         double cst = special_c;
         if (kind == MK_FLOAT_SPECIAL) {
-            pattern = special_c != 0.0 ? 1 : (int)tu_rng_int(r, 0, 5);
+            /* special_c: 0 = mixed patterns, 1.0 = every row one key (rest
+             * finfo.min), else every row this constant */
+            pattern = special_c == 1.0 ? 3 : special_c != 0.0 ? 1 : (int)tu_rng_int(r, 0, 5);
             if (special_c == 0.0) cst = specials[tu_rng_int(r, 0, 3)];
         }
         const int64_t one = tu_rng_int(r, 0, row - 1);
@@ -964,6 +972,485 @@ static void group_random(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* Rows that see exactly one key (a float mask of finfo.min elsewhere, or a
+ * bool mask) with large logits: P = 1, and dq, dk are zero by cancellation
+ * (dS = P(dP - Σ P dP)). torch float32 gives exactly 0 there; issue 8's
+ * criterion judges such gradients against `natural` only (its 3·M is 0: the
+ * naive float32 is exact), which admits the rounding of dP - D_i when D_i is
+ * formed as rowsum(dO∘O) (FlashAttention's way) rather than Σ_j P_ij dP_ij.
+ * A P != 1 (the row statistics and the recomputed logits disagreeing, issue
+ * 8 defect 1 with many keys) exceeds that by far. */
+static void group_one_key(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "one-key");
+    char rp[128];
+    systematic_replay(rp, sizeof rp, "one-key");
+    for (int v = 0; v < 6; ++v) {
+        scase c = base_case(tu_mix(g_seed ^ (0x0E1ull + (uint64_t)v)));
+        c.Hq = 2, c.Hkv = 1, c.Nq = 37, c.Nk = 70, c.D = 64, c.Dv = 64;
+        c.qmag = c.kmag = v < 2 ? 5.0 : v < 4 ? 30.0 : 300.0;
+        c.mask0 = v % 2 ? MK_BOOL_ONE : MK_FLOAT_SPECIAL;
+        c.special_c = 0.0;
+        if (v % 2 == 0) c.mask0 = MK_FLOAT_SPECIAL, c.special_c = 1.0; /* marker: one key, finfo.min elsewhere */
+        c.causal = (attn_causal)(v % 3);
+        run_scase(&g, &c, rp);
+    }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------ MHA */
+
+/* Points an mha64_params into a flat double array laid out like the
+ * module's flat parameter buffer. */
+static void mha_map_params(attn_mha *m, double *flat, mha64_params *p)
+{
+    memset(p, 0, sizeof *p);
+    float *base = attn_mha_params_flat(m, NULL);
+    const int64_t E = attn_mha_get_config(m)->embed_dim;
+    for (int i = 0; i < attn_mha_num_params(m); ++i) {
+        const char *name;
+        attn_tensor v;
+        attn_mha_param_at(m, i, &name, &v, NULL);
+        double *x = flat + ((float *)v.data - base);
+        if (!strcmp(name, "in_proj_weight")) p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
+        else if (!strcmp(name, "q_proj_weight")) p->wq = x;
+        else if (!strcmp(name, "k_proj_weight")) p->wk = x;
+        else if (!strcmp(name, "v_proj_weight")) p->wv = x;
+        else if (!strcmp(name, "in_proj_bias")) p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
+        else if (!strcmp(name, "bias_k")) p->bias_k = x;
+        else if (!strcmp(name, "bias_v")) p->bias_v = x;
+        else if (!strcmp(name, "out_proj.weight")) p->wo = x;
+        else if (!strcmp(name, "out_proj.bias")) p->bo = x;
+    }
+}
+
+
+/* Naive float32 MHA (projections in float with plain or fused multiply-adds,
+ * the attention core by rv_forward32 / rv_forward32fma on the dense float
+ * bias, out projection), forward and backward; the fp32 yardstick of the MHA
+ * group. bias32 is (B,H,L,S') with masks summed in float and causality
+ * applied to the first S keys only (appended keys are never masked). */
+typedef struct {
+    int64_t B, L, S, Sp, E, H, kd, vd;
+    bool self, bias, bias_kv, zero_attn;
+    const double *q, *k, *v, *dout; /* inputs (float values) */
+    const mha64_params *p;          /* parameters (float values) */
+    const double *bias32;
+} mha_naive;
+
+static float mac(bool fm, float a, float b, float c)
+{
+    if (fm) return fmaf(a, b, c);
+    volatile float t = a * b;
+    return t + c;
+}
+
+/* y (T,O) = x (T,I)·Wᵀ + b */
+static void lin32(bool fm, const double *x, int64_t T, int64_t I, const double *W, const double *b,
+                  int64_t O, float *y)
+{
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < O; ++o) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < I; ++i) acc = mac(fm, (float)x[t * I + i], (float)W[o * I + i], acc);
+            y[t * O + o] = b ? acc + (float)b[o] : acc;
+        }
+}
+
+/* out (B,L,E); grads: dq (B,L,E), dk (B,S,kd), dv (B,S,vd) (self: dq total),
+ * g (mapped like the module's flat gradient buffer). */
+/* Sizes for the MHA naturals (gradients zero by cancellation, e.g. a row
+ * with one visible key, must not be judged on noise): the attention-level
+ * naturals of issue 8 pushed through the projections. */
+typedef struct {
+    double dq_attn;  /* scale·max_i|dA_i|_1·max|V|·max|K|: bounds each dq entry of a head */
+    double dk_attn;  /* scale·Σ_i|dA_i|_1·max|V|·max|Q|: bounds each dk entry */
+    double dv_attn;  /* Σ_i max|dA_i|: bounds each dv entry */
+    double wq, wk, wv;    /* max_i Σ_o |W_oi| (column sums) */
+    double xq, xk, xv;    /* max_i Σ_t |X_ti| (input column sums) */
+} mha_nat;
+
+static void mha_naive_run(const mha_naive *n, bool fm, double *out, double *dq, double *dk,
+                          double *dv, mha64_params *g, mha_nat *nat)
+{
+    const int64_t B = n->B, L = n->L, S = n->S, Sp = n->Sp, E = n->E, H = n->H, hd = E / H;
+    const double *kin = n->self ? n->q : n->k, *vin = n->self ? n->q : n->v;
+    const int64_t kd = n->self ? E : n->kd, vd = n->self ? E : n->vd;
+    float *Q = xcalloc(B * L * E, 4), *K = xcalloc(B * S * E, 4), *V = xcalloc(B * S * E, 4);
+    lin32(fm, n->q, B * L, E, n->p->wq, n->p->bq, E, Q);
+    lin32(fm, kin, B * S, kd, n->p->wk, n->p->bk, E, K);
+    lin32(fm, vin, B * S, vd, n->p->wv, n->p->bv, E, V);
+    /* per-head layouts (B,H,N,hd) in double holding floats */
+    double *qh = xcalloc(B * H * L * hd, 8), *kh = xcalloc(B * H * Sp * hd, 8), *vh = xcalloc(B * H * Sp * hd, 8);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            for (int64_t i = 0; i < L; ++i)
+                for (int64_t d = 0; d < hd; ++d) qh[((b * H + h) * L + i) * hd + d] = Q[(b * L + i) * E + h * hd + d];
+            for (int64_t j = 0; j < Sp; ++j)
+                for (int64_t d = 0; d < hd; ++d) {
+                    double kv = 0, vv = 0;
+                    if (j < S) kv = K[(b * S + j) * E + h * hd + d], vv = V[(b * S + j) * E + h * hd + d];
+                    else if (n->bias_kv && j == S) kv = (float)n->p->bias_k[h * hd + d], vv = (float)n->p->bias_v[h * hd + d];
+                    kh[((b * H + h) * Sp + j) * hd + d] = kv;
+                    vh[((b * H + h) * Sp + j) * hd + d] = vv;
+                }
+        }
+    rv_problem rp;
+    memset(&rp, 0, sizeof rp);
+    rp.B = B, rp.Hq = H, rp.Hkv = H, rp.Nq = L, rp.Nk = Sp, rp.D = hd, rp.Dv = hd;
+    rp.scale = 1.0 / sqrt((double)hd);
+    rp.bias = n->bias32;
+    double *ah = xcalloc(B * H * L * hd, 8);
+    (fm ? rv_forward32fma : rv_forward32)(&rp, qh, kh, vh, ah, NULL, NULL, NULL);
+    double *A = xcalloc(B * L * E, 8);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < L; ++i)
+                for (int64_t d = 0; d < hd; ++d) A[(b * L + i) * E + h * hd + d] = ah[((b * H + h) * L + i) * hd + d];
+    float *O = xcalloc(B * L * E, 4);
+    lin32(fm, A, B * L, E, n->p->wo, n->p->bo, E, O);
+    for (int64_t e = 0; e < B * L * E; ++e) out[e] = O[e];
+    /* backward */
+    const double *dO = n->dout;
+    for (int64_t o = 0; o < E; ++o)
+        for (int64_t f = 0; f < E; ++f) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < B * L; ++t) acc = mac(fm, (float)dO[t * E + o], (float)A[t * E + f], acc);
+            g->wo[o * E + f] = acc;
+        }
+    if (g->bo)
+        for (int64_t o = 0; o < E; ++o) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < B * L; ++t) acc += (float)dO[t * E + o];
+            g->bo[o] = acc;
+        }
+    double *dA = xcalloc(B * L * E, 8), *dah = xcalloc(B * H * L * hd, 8);
+    for (int64_t t = 0; t < B * L; ++t)
+        for (int64_t f = 0; f < E; ++f) {
+            float acc = 0.0f;
+            for (int64_t o = 0; o < E; ++o) acc = mac(fm, (float)dO[t * E + o], (float)n->p->wo[o * E + f], acc);
+            dA[t * E + f] = acc;
+        }
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < L; ++i)
+                for (int64_t d = 0; d < hd; ++d) dah[((b * H + h) * L + i) * hd + d] = dA[(b * L + i) * E + h * hd + d];
+    if (nat) {
+        double mq = 0, mk = 0, mv = 0, arow = 0, asum = 0, amax = 0;
+        for (int64_t e = 0; e < B * H * L * hd; ++e) mq = fmax(mq, fabs(qh[e]));
+        for (int64_t e = 0; e < B * H * Sp * hd; ++e) mk = fmax(mk, fabs(kh[e])), mv = fmax(mv, fabs(vh[e]));
+        for (int64_t r = 0; r < B * H * L; ++r) {
+            double a1 = 0, am = 0;
+            for (int64_t d = 0; d < hd; ++d) a1 += fabs(dah[r * hd + d]), am = fmax(am, fabs(dah[r * hd + d]));
+            arow = fmax(arow, a1), asum += a1, amax += am;
+        }
+        nat->dq_attn = rp.scale * arow * mv * mk;
+        nat->dk_attn = rp.scale * asum * mv * mq;
+        nat->dv_attn = amax;
+        const double *Ws[3] = {n->p->wq, n->p->wk, n->p->wv}, *Xs[3] = {n->q, kin, vin};
+        const int64_t Is[3] = {E, kd, vd}, Ts[3] = {B * L, B * S, B * S};
+        double *wout[3] = {&nat->wq, &nat->wk, &nat->wv}, *xout[3] = {&nat->xq, &nat->xk, &nat->xv};
+        for (int w = 0; w < 3; ++w) {
+            *wout[w] = *xout[w] = 0;
+            for (int64_t i = 0; i < Is[w]; ++i) {
+                double cs = 0, xs = 0;
+                for (int64_t o = 0; o < E; ++o) cs += fabs(Ws[w][o * Is[w] + i]);
+                for (int64_t t = 0; t < Ts[w]; ++t) xs += fabs(Xs[w][t * Is[w] + i]);
+                *wout[w] = fmax(*wout[w], cs), *xout[w] = fmax(*xout[w], xs);
+            }
+        }
+    }
+    double *dqh = xcalloc(B * H * L * hd, 8), *dkh = xcalloc(B * H * Sp * hd, 8), *dvh = xcalloc(B * H * Sp * hd, 8);
+    (fm ? rv_backward32fma : rv_backward32)(&rp, qh, kh, vh, dah, dqh, dkh, dvh, NULL);
+    /* back to (B,N,E) */
+    double *dQ = xcalloc(B * L * E, 8), *dK = xcalloc(B * S * E, 8), *dV = xcalloc(B * S * E, 8);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            for (int64_t i = 0; i < L; ++i)
+                for (int64_t d = 0; d < hd; ++d) dQ[(b * L + i) * E + h * hd + d] = dqh[((b * H + h) * L + i) * hd + d];
+            for (int64_t j = 0; j < S; ++j)
+                for (int64_t d = 0; d < hd; ++d) {
+                    dK[(b * S + j) * E + h * hd + d] = dkh[((b * H + h) * Sp + j) * hd + d];
+                    dV[(b * S + j) * E + h * hd + d] = dvh[((b * H + h) * Sp + j) * hd + d];
+                }
+        }
+    if (n->bias_kv)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t d = 0; d < hd; ++d) {
+                float ak = 0.0f, av = 0.0f;
+                for (int64_t b = 0; b < B; ++b)
+                    ak += (float)dkh[((b * H + h) * Sp + S) * hd + d], av += (float)dvh[((b * H + h) * Sp + S) * hd + d];
+                g->bias_k[h * hd + d] = ak, g->bias_v[h * hd + d] = av;
+            }
+    /* projections: dW = dYᵀ·X, db = Σ dY, dX = dY·W */
+    const double *dY[3] = {dQ, dK, dV}, *X[3] = {n->q, kin, vin};
+    const int64_t T[3] = {B * L, B * S, B * S}, I[3] = {E, kd, vd};
+    double *W[3] = {g->wq, g->wk, g->wv}, *bb[3] = {g->bq, g->bk, g->bv};
+    const double *Wp[3] = {n->p->wq, n->p->wk, n->p->wv};
+    double *dX[3] = {dq, dk, dv};
+    if (n->self) memset(dq, 0, (size_t)(B * L * E) * 8);
+    for (int w = 0; w < 3; ++w) {
+        for (int64_t o = 0; o < E; ++o)
+            for (int64_t i = 0; i < I[w]; ++i) {
+                float acc = 0.0f;
+                for (int64_t t = 0; t < T[w]; ++t) acc = mac(fm, (float)dY[w][t * E + o], (float)X[w][t * I[w] + i], acc);
+                W[w][o * I[w] + i] = acc;
+            }
+        if (bb[w])
+            for (int64_t o = 0; o < E; ++o) {
+                float acc = 0.0f;
+                for (int64_t t = 0; t < T[w]; ++t) acc += (float)dY[w][t * E + o];
+                bb[w][o] = acc;
+            }
+        for (int64_t t = 0; t < T[w]; ++t)
+            for (int64_t i = 0; i < I[w]; ++i) {
+                float acc = 0.0f;
+                for (int64_t o = 0; o < E; ++o) acc = mac(fm, (float)dY[w][t * E + o], (float)Wp[w][o * I[w] + i], acc);
+                if (n->self) dq[t * E + i] = (double)((float)dq[t * E + i] + acc);
+                else dX[w][t * I[w] + i] = acc;
+            }
+    }
+    free(Q), free(K), free(V), free(qh), free(kh), free(vh), free(ah), free(A), free(O);
+    free(dA), free(dah), free(dqh), free(dkh), free(dvh), free(dQ), free(dK), free(dV);
+}
+
+/* One MHA result set, float64. */
+typedef struct {
+    double *out, *dq, *dk, *dv, *grads;
+    int64_t n[5];
+} mha_res;
+
+static void mha_res_free(mha_res *r)
+{
+    free(r->out), free(r->dq), free(r->dk), free(r->dv), free(r->grads);
+    memset(r, 0, sizeof *r);
+}
+
+/* MHA with every option, hostile masks (Hugging Face's finfo.min padding,
+ * -1e30 / -inf attention masks, rows left with one key or none) and large
+ * weights, on every path, by the criterion with the fp32 yardstick a naive
+ * float32 MHA (mha_naive_run, plain and fused multiply-adds):
+ *   |attn − ref64| <= 3·max|fp32 − ref64| + 1e-6·natural
+ * natural = max|ref64| of the tensor, or for dquery/dkey/dvalue and the
+ * parameter gradients (if larger) issue 8's attention naturals pushed
+ * through the projections (mha_nat), so gradients that are zero by
+ * cancellation (rows with one visible key) are not judged on noise.
+ * Masks are summed in float32 before the oracle sees them, as torch sums
+ * them (finfo.min + -1e30 is finfo.min in float32, not in float64). */
+static void group_mha(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "mha");
+    sj_path paths[SJ_MAX_PATHS];
+    const int np = sj_paths(paths);
+    const int ncases = g_full ? 48 : 16;
+    for (int n = 0; n < ncases; ++n) {
+        const uint64_t seed = tu_mix(g_seed ^ (0x3AAull + (uint64_t)n));
+        tu_rng r;
+        tu_rng_seed(&r, seed);
+        attn_mha_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.num_heads = tu_rng_int(&r, 1, 4);
+        cfg.embed_dim = cfg.num_heads * tu_rng_int(&r, 1, 12);
+        const bool self = n % 3 == 0;
+        if (!self && n % 2) cfg.kdim = tu_rng_int(&r, 1, 20), cfg.vdim = tu_rng_int(&r, 1, 20);
+        cfg.bias = n % 4 != 1;
+        cfg.add_bias_kv = n % 5 == 2;
+        cfg.add_zero_attn = n % 7 == 3;
+        const int64_t B = 2, L = tu_rng_int(&r, 1, 40), S = self ? L : tu_rng_int(&r, 1, 50);
+        const double wmag = n % 4 == 3 ? 2.0 : 0.5; /* large weights: big logits */
+        const int kpm_kind = n % 3;                 /* 0 none, 1 bool, 2 float with finfo.min */
+        const int am_kind = (n / 3) % 3;            /* 0 none, 1 bool, 2 float -1e30/-inf */
+        const bool causal = n % 4 == 2 && self;
+        attn_mha *m = NULL;
+        if (!tu_check(&g, attn_mha_create(&cfg, &m, NULL) == ATTN_OK, "mha create failed (case %d)", n)) continue;
+        const attn_mha_config *rc = attn_mha_get_config(m);
+        const int64_t E = rc->embed_dim, H = rc->num_heads, kd = rc->kdim, vd = rc->vdim;
+        size_t npar;
+        float *P = attn_mha_params_flat(m, &npar);
+        for (size_t i = 0; i < npar; ++i) P[i] = (float)(wmag * tu_rng_range(&r, -1, 1));
+        double *p64 = xcalloc((int64_t)npar, 8), *g64 = xcalloc((int64_t)npar, 8);
+        for (size_t i = 0; i < npar; ++i) p64[i] = P[i];
+        mha64_params mp, mg;
+        mha_map_params(m, p64, &mp);
+        mha_map_params(m, g64, &mg);
+        tu_tensor tq, tk, tv, tdo, tkpm, tam;
+        memset(&tk, 0, sizeof tk), memset(&tv, 0, sizeof tv), memset(&tkpm, 0, sizeof tkpm), memset(&tam, 0, sizeof tam);
+        const int64_t qs[3] = {B, L, E}, ks[3] = {B, S, kd}, vs[3] = {B, S, vd};
+        tu_tensor_alloc(&tq, ATTN_F32, 3, qs, NULL);
+        tu_tensor_alloc(&tdo, ATTN_F32, 3, qs, NULL);
+        tu_fill_normal(&tq.view, &r, 0, 1.5);
+        tu_fill_normal(&tdo.view, &r, 0, 1);
+        if (!self) {
+            tu_tensor_alloc(&tk, ATTN_F32, 3, ks, NULL);
+            tu_tensor_alloc(&tv, ATTN_F32, 3, vs, NULL);
+            tu_fill_normal(&tk.view, &r, 0, 1.5);
+            tu_fill_normal(&tv.view, &r, 0, 1);
+        }
+        if (kpm_kind) {
+            const int64_t sh[2] = {B, S};
+            tu_tensor_alloc(&tkpm, kpm_kind == 1 ? ATTN_BOOL : ATTN_F32, 2, sh, NULL);
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t j = 0; j < S; ++j) {
+                    /* batch 0 pads its tail; batch 1 keeps only key 0 */
+                    const bool pad = b == 0 ? j >= (S + 1) / 2 : j > 0;
+                    tu_set(&tkpm.view, b * S + j, kpm_kind == 1 ? (double)pad : pad ? FINFO_MIN : 0.0);
+                }
+        }
+        if (am_kind) {
+            const int64_t sh[2] = {L, S};
+            tu_tensor_alloc(&tam, am_kind == 1 ? ATTN_BOOL : ATTN_F32, 2, sh, NULL);
+            for (int64_t e = 0; e < L * S; ++e) {
+                const double u = tu_rng_uniform(&r);
+                if (am_kind == 1) tu_set(&tam.view, e, u < 0.3);
+                else tu_set(&tam.view, e, u < 0.15 ? -INFINITY : u < 0.3 ? -1e30 : tu_rng_normal(&r));
+            }
+            if (am_kind == 1) /* a row blocked entirely */
+                for (int64_t j = 0; j < S; ++j) tu_set(&tam.view, (L / 2) * S + j, 1);
+        }
+        double *q64 = xcalloc(B * L * E, 8), *k64 = NULL, *v64 = NULL, *do64 = xcalloc(B * L * E, 8);
+        double *kpm64 = NULL, *am64 = NULL;
+        tu_to_f64(&tq.view, q64);
+        tu_to_f64(&tdo.view, do64);
+        if (!self) k64 = xcalloc(B * S * kd, 8), v64 = xcalloc(B * S * vd, 8), tu_to_f64(&tk.view, k64), tu_to_f64(&tv.view, v64);
+        if (kpm_kind) kpm64 = xcalloc(B * S, 8), tu_to_f64(&tkpm.view, kpm64);
+        if (am_kind) am64 = xcalloc(L * S, 8), tu_to_f64(&tam.view, am64);
+        const mha64_config c64 = {E, H, kd, vd, rc->bias, rc->add_bias_kv, rc->add_zero_attn};
+        /* The masks combined in float32, as torch (and attn.h) add them; the
+         * float64 oracle then sees the same (B·H,L,S) additive mask. */
+        const int64_t Sp = mha64_src_len(&c64, S);
+        double *comb = xcalloc(B * H * L * S, 8), *bias32 = xcalloc(B * H * L * Sp, 8);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t i = 0; i < L; ++i)
+                    for (int64_t j = 0; j < Sp; ++j) {
+                        float x = 0.0f;
+                        if (j < S) {
+                            if (kpm_kind == 1) x += kpm64[b * S + j] != 0 ? -INFINITY : 0.0f;
+                            if (kpm_kind == 2) x += (float)kpm64[b * S + j];
+                            if (am_kind == 1) x += am64[i * S + j] != 0 ? -INFINITY : 0.0f;
+                            if (am_kind == 2) x += (float)am64[i * S + j];
+                            comb[((b * H + h) * L + i) * S + j] = x;
+                            if (causal && j > i) x = -INFINITY;
+                        }
+                        bias32[((b * H + h) * L + i) * Sp + j] = x;
+                    }
+        const mha64_inputs in64 = {.B = B, .L = L, .S = S, .query = q64, .key = k64, .value = v64,
+                                   .kpm_kind = MHA64_MASK_NONE, .kpm = NULL,
+                                   .am_kind = MHA64_MASK_FLOAT, .am_per_head = true, .am = comb,
+                                   .causal = causal};
+        mha_res ref;
+        memset(&ref, 0, sizeof ref);
+        ref.n[0] = B * L * E, ref.n[1] = B * L * E, ref.n[2] = self ? 0 : B * S * kd, ref.n[3] = self ? 0 : B * S * vd;
+        ref.n[4] = (int64_t)npar;
+        ref.out = xcalloc(ref.n[0], 8), ref.dq = xcalloc(ref.n[1], 8), ref.dk = xcalloc(ref.n[2], 8), ref.dv = xcalloc(ref.n[3], 8);
+        mha64_forward(&c64, &mp, &in64, ref.out, NULL);
+        mha64_backward(&c64, &mp, &in64, do64, &mg, ref.dq, self ? NULL : ref.dk, self ? NULL : ref.dv);
+        ref.grads = g64;
+        /* the two naive float32 realisations */
+        mha_res nv[2];
+        mha_nat mnat;
+        memset(&mnat, 0, sizeof mnat);
+        for (int fmi = 0; fmi < 2; ++fmi) {
+            mha_res *x = &nv[fmi];
+            memcpy(x->n, ref.n, sizeof x->n);
+            x->out = xcalloc(x->n[0], 8), x->dq = xcalloc(x->n[1], 8), x->dk = xcalloc(B * S * kd, 8), x->dv = xcalloc(B * S * vd, 8);
+            x->grads = xcalloc(x->n[4], 8);
+            mha64_params gp;
+            mha_map_params(m, x->grads, &gp);
+            const mha_naive nn = {B, L, S, Sp, E, H, kd, vd, self, rc->bias, rc->add_bias_kv, rc->add_zero_attn,
+                                  q64, k64, v64, do64, &mp, bias32};
+            mha_naive_run(&nn, fmi == 1, x->out, x->dq, x->dk, x->dv, &gp, fmi == 0 ? &mnat : NULL);
+        }
+        /* naturals per tensor: max|ref64|, and for the gradients the
+         * attention naturals through the projections */
+        const double natq = mnat.dq_attn * mnat.wq + (self ? mnat.dk_attn * mnat.wk + mnat.dv_attn * mnat.wv : 0.0);
+        const double natk = mnat.dk_attn * mnat.wk, natv = mnat.dv_attn * mnat.wv;
+        const double natp = fmax(fmax(mnat.dq_attn * mnat.xq, mnat.dk_attn * mnat.xk), mnat.dv_attn * mnat.xv);
+        const double nat_extra[5] = {0.0, natq, natk, natv, natp};
+        mha_res got[SJ_MAX_PATHS];
+        memset(got, 0, sizeof got);
+        char desc[512];
+        snprintf(desc, sizeof desc,
+                 "MHA E=%" PRId64 " H=%" PRId64 " kdim=%" PRId64 " vdim=%" PRId64 " bias=%d bias_kv=%d zero_attn=%d "
+                 "self=%d B=%" PRId64 " L=%" PRId64 " S=%" PRId64 " |W|=%g kpm=%s am=%s causal=%d | replay: "
+                 "./test_stress --seed 0x%" PRIx64 " --group mha (case %d)",
+                 E, H, kd, vd, rc->bias, rc->add_bias_kv, rc->add_zero_attn, self, B, L, S, wmag,
+                 kpm_kind == 0 ? "none" : kpm_kind == 1 ? "bool" : "float finfo.min", am_kind == 0 ? "none" : am_kind == 1 ? "bool" : "float -1e30/-inf",
+                 causal, g_seed, n);
+        bool ran[SJ_MAX_PATHS] = {false};
+        for (int pi = 0; pi < np; ++pi) {
+            tu_tensor to, tdq, tdk, tdv;
+            memset(&tdk, 0, sizeof tdk), memset(&tdv, 0, sizeof tdv);
+            tu_tensor_alloc(&to, ATTN_F32, 3, qs, NULL);
+            tu_tensor_alloc(&tdq, ATTN_F32, 3, qs, NULL);
+            if (!self) tu_tensor_alloc(&tdk, ATTN_F32, 3, ks, NULL), tu_tensor_alloc(&tdv, ATTN_F32, 3, vs, NULL);
+            attn_mha_opts o = attn_mha_opts_default();
+            o.key_padding_mask = kpm_kind ? &tkpm.view : NULL;
+            o.attn_mask = am_kind ? &tam.view : NULL;
+            o.causal = causal;
+            o.num_threads = 2;
+            o.path = paths[pi].path;
+            sj_select(&paths[pi]);
+            attn_error err = {0};
+            attn_mha_zero_grad(m);
+            attn_status st = attn_mha_forward(m, &tq.view, self ? NULL : &tk.view, self ? NULL : &tv.view, &to.view, &o, &err);
+            if (st == ATTN_OK)
+                st = attn_mha_backward(m, &tq.view, self ? NULL : &tk.view, self ? NULL : &tv.view, &tdo.view, &tdq.view,
+                                       self ? NULL : &tdk.view, self ? NULL : &tdv.view, &o, &err);
+            unsetenv("ATTN_ARCH");
+            if (st != ATTN_OK) {
+                tu_group_fail(&g, "%s: status %s: %s | %s", paths[pi].name, attn_status_string(st), err.message, desc);
+            } else {
+                ran[pi] = true;
+                mha_res *x = &got[pi];
+                memcpy(x->n, ref.n, sizeof x->n);
+                x->out = xcalloc(x->n[0], 8), x->dq = xcalloc(x->n[1], 8), x->dk = xcalloc(x->n[2], 8), x->dv = xcalloc(x->n[3], 8);
+                x->grads = xcalloc(x->n[4], 8);
+                tu_to_f64(&to.view, x->out);
+                tu_to_f64(&tdq.view, x->dq);
+                if (!self) tu_to_f64(&tdk.view, x->dk), tu_to_f64(&tdv.view, x->dv);
+                const float *G = attn_mha_grads_flat(m, NULL);
+                for (size_t i = 0; i < npar; ++i) x->grads[i] = G[i];
+            }
+            tu_tensor_free(&to), tu_tensor_free(&tdq), tu_tensor_free(&tdk), tu_tensor_free(&tdv);
+        }
+        static const char *const qn[5] = {"out", "dquery", "dkey", "dvalue", "param grads"};
+        for (int qi = 0; qi < 5; ++qi) {
+            const double *rv = qi == 0 ? ref.out : qi == 1 ? ref.dq : qi == 2 ? ref.dk : qi == 3 ? ref.dv : ref.grads;
+            const int64_t cnt = ref.n[qi];
+            if (!cnt) continue;
+            double big = 0;
+            for (int64_t e = 0; e < cnt; ++e) if (isfinite(rv[e])) big = fmax(big, fabs(rv[e]));
+            double *nat = xcalloc(cnt, 8);
+            for (int64_t e = 0; e < cnt; ++e) nat[e] = fmax(big, nat_extra[qi]);
+            const double *y0 = qi == 0 ? nv[0].out : qi == 1 ? nv[0].dq : qi == 2 ? nv[0].dk : qi == 3 ? nv[0].dv : nv[0].grads;
+            const double *y1 = qi == 0 ? nv[1].out : qi == 1 ? nv[1].dq : qi == 2 ? nv[1].dk : qi == 3 ? nv[1].dv : nv[1].grads;
+            for (int pi = 0; pi < np; ++pi) {
+                if (!ran[pi]) continue;
+                const mha_res *x = &got[pi];
+                const double *gv = qi == 0 ? x->out : qi == 1 ? x->dq : qi == 2 ? x->dk : qi == 3 ? x->dv : x->grads;
+                rv_cmp c;
+                const bool ok = rv_criterion(gv, rv, y0, y1, nat, NULL, NULL, cnt, &c);
+                char buf[512];
+                rv_cmp_describe(&c, qn[qi], buf, sizeof buf);
+                tu_check(&g, ok, "%s: %s | %s", paths[pi].name, buf, desc);
+            }
+            free(nat);
+        }
+        for (int pi = 0; pi < np; ++pi) mha_res_free(&got[pi]);
+        mha_res_free(&nv[0]), mha_res_free(&nv[1]);
+        free(comb), free(bias32);
+        ref.grads = NULL;
+        mha_res_free(&ref);
+        free(p64), free(g64), free(q64), free(k64), free(v64), free(do64), free(kpm64), free(am64);
+        tu_tensor_free(&tq), tu_tensor_free(&tdo), tu_tensor_free(&tk), tu_tensor_free(&tv), tu_tensor_free(&tkpm), tu_tensor_free(&tam);
+        attn_mha_free(m);
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -1007,6 +1494,8 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "alignment")) group_alignment(&s);
     if (tu_group_selected(&opt, "magnitudes")) group_magnitudes(&s);
     if (tu_group_selected(&opt, "large-n")) group_large_n(&s);
+    if (tu_group_selected(&opt, "one-key")) group_one_key(&s);
+    if (tu_group_selected(&opt, "mha")) group_mha(&s);
     if (tu_group_selected(&opt, "random")) group_random(&s, &opt);
     printf("test_stress: %" PRId64 " generated cases, %s mode, run time %.1f s\n", g_cases_run,
            g_full ? "full" : "quick", now_seconds() - t0);
