@@ -1185,7 +1185,7 @@ static void group_hidden_rows(tu_suite *s)
                     continue;
                 }
                 bool ok = true;
-                char what[160] = "";
+                char what[400] = "";
                 for (int64_t h = 0; h < c.Hq; ++h)
                     for (int64_t i = 0; i < c.Nq; ++i) {
                         bool any = false;
