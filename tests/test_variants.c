@@ -23,6 +23,10 @@
  * no-dropout out, forward/backward consistency by finite differences at a
  * fixed seed, p = 0 bitwise identical to no dropout.
  *
+ * MHA dropout (training mode): eval ignores it bitwise, training is
+ * deterministic across reruns/threads/ISAs and seed-dependent, E[out] over
+ * seeds ≈ eval out, backward = derivative of the forward at a fixed seed.
+ *
  * Also: attn_alibi_slopes against the paper's formula (non-power-of-two H),
  * fully hidden rows (out 0, lse -inf, or lse = sink with sinks), bitwise
  * identical results across thread counts for every variant, and bad values
@@ -1312,6 +1316,206 @@ static void group_bad_values(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* MHA dropout (torch's module.train() with dropout): eval mode ignores it
+ * bitwise; training is deterministic (reruns, thread counts 1/2/3, every
+ * path gives one mask — compared on out), depends on the seed; E[out] over
+ * seeds ≈ the eval out; and the backward is the derivative of the forward at
+ * a fixed seed (directional finite differences, query and in_proj_weight). */
+static double mha_loss(attn_mha *m, const tu_tensor *x, const double *dout, const attn_mha_opts *o,
+                       tu_tensor *out, attn_status *st)
+{
+    *st = attn_mha_forward(m, &x->view, NULL, NULL, &out->view, o, NULL);
+    double l = 0;
+    const int64_t n = tu_numel(&out->view);
+    for (int64_t e = 0; e < n; ++e) l += tu_get(&out->view, e) * dout[e];
+    return l;
+}
+
+static void group_mha_dropout(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "mha-dropout");
+    sj_path paths[SJ_MAX_PATHS];
+    const int np = sj_paths(paths);
+    const int64_t B = 2, L = 9, E = 16, H = 2;
+    attn_mha_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.embed_dim = E, cfg.num_heads = H, cfg.bias = true, cfg.dropout = 0.3f;
+    attn_mha_config cfg0 = cfg;
+    cfg0.dropout = 0.0f;
+    attn_mha *m = NULL, *m0 = NULL;
+    if (!tu_check(&g, attn_mha_create(&cfg, &m, NULL) == ATTN_OK && attn_mha_create(&cfg0, &m0, NULL) == ATTN_OK,
+                  "attn_mha_create with dropout 0.3")) {
+        attn_mha_free(m), attn_mha_free(m0);
+        tu_group_end(&g);
+        return;
+    }
+    attn_mha_init(m, g_seed);
+    size_t npar, npar0;
+    float *P = attn_mha_params_flat(m, &npar), *P0 = attn_mha_params_flat(m0, &npar0);
+    memcpy(P0, P, npar * sizeof *P);
+    tu_rng r;
+    tu_rng_seed(&r, g_seed ^ 0x3D0ull);
+    const int64_t xs[3] = {B, L, E};
+    tu_tensor x, o1, o2, dx;
+    tu_tensor_alloc(&x, ATTN_F32, 3, xs, NULL), tu_tensor_alloc(&o1, ATTN_F32, 3, xs, NULL);
+    tu_tensor_alloc(&o2, ATTN_F32, 3, xs, NULL), tu_tensor_alloc(&dx, ATTN_F32, 3, xs, NULL);
+    tu_fill_normal(&x.view, &r, 0, 1);
+    double *dout = xcalloc(B * L * E, 8);
+    for (int64_t e = 0; e < B * L * E; ++e) dout[e] = f32(tu_rng_normal(&r));
+    tu_tensor tdo;
+    sj_tensor_from(&tdo, 3, xs, dout);
+    const int64_t n = B * L * E;
+    float *a = xcalloc(n, 4), *b = xcalloc(n, 4);
+    for (int pi = 0; pi < np; ++pi) {
+        sj_select(&paths[pi]);
+        attn_mha_opts o = attn_mha_opts_default();
+        o.path = paths[pi].path, o.num_threads = 2, o.causal = pi % 2 == 1;
+        /* eval mode: dropout ignored, bitwise */
+        attn_status s1 = attn_mha_forward(m, &x.view, NULL, NULL, &o1.view, &o, NULL);
+        attn_status s2 = attn_mha_forward(m0, &x.view, NULL, NULL, &o2.view, &o, NULL);
+        tu_gather_bytes(&o1.view, a), tu_gather_bytes(&o2.view, b);
+        tu_check(&g, s1 == ATTN_OK && s2 == ATTN_OK && !memcmp(a, b, (size_t)n * 4),
+                 "%s: eval mode (training = false) with dropout 0.3 differs from dropout 0 (status %s/%s)",
+                 paths[pi].name, attn_status_string(s1), attn_status_string(s2));
+        /* training: deterministic over reruns and thread counts, seed-dependent */
+        o.training = true, o.dropout_seed = g_seed ^ 0xABCull;
+        o.num_threads = 1;
+        s1 = attn_mha_forward(m, &x.view, NULL, NULL, &o1.view, &o, NULL);
+        tu_gather_bytes(&o1.view, a);
+        tu_check(&g, s1 == ATTN_OK && memcmp(a, b, (size_t)n * 4) != 0,
+                 "%s: training mode with dropout 0.3: status %s, output %s the eval output", paths[pi].name,
+                 attn_status_string(s1), s1 == ATTN_OK ? "equals" : "vs");
+        for (int t = 1; t <= 3; ++t) {
+            o.num_threads = t;
+            s2 = attn_mha_forward(m, &x.view, NULL, NULL, &o2.view, &o, NULL);
+            tu_gather_bytes(&o2.view, b);
+            tu_check(&g, s2 == ATTN_OK && !memcmp(a, b, (size_t)n * 4),
+                     "%s: training forward with %d threads differs bitwise from 1 thread (same seed)", paths[pi].name, t);
+        }
+        o.dropout_seed ^= 1;
+        s2 = attn_mha_forward(m, &x.view, NULL, NULL, &o2.view, &o, NULL);
+        tu_gather_bytes(&o2.view, b);
+        tu_check(&g, s2 == ATTN_OK && memcmp(a, b, (size_t)n * 4) != 0, "%s: another dropout seed, same output",
+                 paths[pi].name);
+        o.dropout_seed ^= 1;
+        o.num_threads = 2;
+        /* backward = derivative of the forward at a fixed seed */
+        attn_mha_zero_grad(m);
+        attn_error err = {0};
+        attn_status sb = attn_mha_backward(m, &x.view, NULL, NULL, &tdo.view, &dx.view, NULL, NULL, &o, &err);
+        if (!tu_check(&g, sb == ATTN_OK, "%s: training backward: status %s: %s", paths[pi].name,
+                      attn_status_string(sb), err.message)) {
+            unsetenv("ATTN_ARCH");
+            continue;
+        }
+        float *G = attn_mha_grads_flat(m, NULL);
+        double dir = 0, mag = 0;
+        tu_rng ur;
+        tu_rng_seed(&ur, g_seed ^ 0x77ull);
+        double *u = xcalloc(n, 8), *x0 = xcalloc(n, 8);
+        tu_to_f64(&x.view, x0);
+        for (int64_t e = 0; e < n; ++e) {
+            u[e] = tu_rng_range(&ur, -1, 1);
+            dir += tu_get(&dx.view, e) * u[e], mag += fabs(tu_get(&dx.view, e) * u[e]);
+        }
+        const double h = 1e-2;
+        double step = 0, uu = 0;
+        for (int64_t e = 0; e < n; ++e) tu_set(&x.view, e, x0[e] + h * u[e]), step += (tu_get(&x.view, e) - x0[e]) * u[e];
+        attn_status sa, sc;
+        const double lp = mha_loss(m, &x, dout, &o, &o1, &sa);
+        for (int64_t e = 0; e < n; ++e) tu_set(&x.view, e, x0[e] - h * u[e]), step -= (tu_get(&x.view, e) - x0[e]) * u[e];
+        const double lm = mha_loss(m, &x, dout, &o, &o1, &sc);
+        for (int64_t e = 0; e < n; ++e) tu_set(&x.view, e, x0[e]), uu += u[e] * u[e];
+        const double fd = (lp - lm) / (step / uu);
+        tu_check(&g, sa == ATTN_OK && sc == ATTN_OK && fabs(fd - dir) <= 3e-3 * mag + 1e-4,
+                 "%s: training MHA, directional derivative along u in the input: finite differences %.7g vs "
+                 "<dquery, u> %.7g (scale %.3g) at a fixed dropout seed | replay: ./test_variants --seed 0x%" PRIx64
+                 " --group mha-dropout", paths[pi].name, fd, dir, mag, g_seed);
+        /* and along one parameter direction (in_proj_weight, the first parameter) */
+        const char *pname;
+        attn_tensor pv, pg;
+        attn_mha_param_at(m, 0, &pname, &pv, &pg);
+        const int64_t pn = tu_numel(&pv);
+        double *w0 = xcalloc(pn, 8), *wu = xcalloc(pn, 8);
+        tu_to_f64(&pv, w0);
+        double pdir = 0, pmag = 0, pstep = 0, puu = 0;
+        for (int64_t e = 0; e < pn; ++e) {
+            wu[e] = tu_rng_range(&ur, -1, 1);
+            pdir += tu_get(&pg, e) * wu[e], pmag += fabs(tu_get(&pg, e) * wu[e]);
+        }
+        for (int64_t e = 0; e < pn; ++e) tu_set(&pv, e, w0[e] + h * wu[e]), pstep += (tu_get(&pv, e) - w0[e]) * wu[e];
+        const double plp = mha_loss(m, &x, dout, &o, &o1, &sa);
+        for (int64_t e = 0; e < pn; ++e) tu_set(&pv, e, w0[e] - h * wu[e]), pstep -= (tu_get(&pv, e) - w0[e]) * wu[e];
+        const double plm = mha_loss(m, &x, dout, &o, &o1, &sc);
+        for (int64_t e = 0; e < pn; ++e) tu_set(&pv, e, w0[e]), puu += wu[e] * wu[e];
+        const double pfd = (plp - plm) / (pstep / puu);
+        tu_check(&g, sa == ATTN_OK && sc == ATTN_OK && fabs(pfd - pdir) <= 3e-3 * pmag + 1e-4,
+                 "%s: training MHA, directional derivative along %s: finite differences %.7g vs gradient %.7g "
+                 "(scale %.3g) at a fixed dropout seed", paths[pi].name, pname, pfd, pdir, pmag);
+        (void)G;
+        free(u), free(x0), free(w0), free(wu);
+        /* E[out] over seeds ≈ eval out (sample-variance z scores) */
+        const int S = g_quick ? 200 : 1000;
+        double *sum = xcalloc(n, 8), *sq = xcalloc(n, 8), *ev = xcalloc(n, 8);
+        o.training = false;
+        attn_mha_forward(m, &x.view, NULL, NULL, &o2.view, &o, NULL);
+        tu_to_f64(&o2.view, ev);
+        o.training = true;
+        attn_status se = ATTN_OK;
+        for (int k = 0; k < S && se == ATTN_OK; ++k) {
+            o.dropout_seed = g_seed * 7919u + (uint64_t)k;
+            se = attn_mha_forward(m, &x.view, NULL, NULL, &o1.view, &o, NULL);
+            for (int64_t e = 0; e < n; ++e) {
+                const double y = tu_get(&o1.view, e);
+                sum[e] += y, sq[e] += y * y;
+            }
+        }
+        double worst = 0, chi = 0;
+        int64_t cnt = 0;
+        for (int64_t e = 0; e < n; ++e) {
+            const double mean = sum[e] / S, var = fmax(sq[e] / S - mean * mean, 0.0);
+            const double sd = sqrt(var / S) + 1e-7 * (1 + fabs(ev[e]));
+            const double z = (mean - ev[e]) / sd;
+            worst = fmax(worst, fabs(z)), chi += z * z, cnt++;
+        }
+        chi /= (double)cnt;
+        tu_check(&g, se == ATTN_OK && worst <= 6.0 && chi >= 0.3 && chi <= 2.5,
+                 "%s: MHA mean output over %d dropout seeds vs eval output: worst |z| %.2f (<= 6), mean z^2 %.3f "
+                 "(in [0.3, 2.5]) | replay: ./test_variants --seed 0x%" PRIx64 " --group mha-dropout",
+                 paths[pi].name, S, worst, chi, g_seed);
+        free(sum), free(sq), free(ev);
+        unsetenv("ATTN_ARCH");
+    }
+    /* one mask on every path: the training outputs agree to float rounding */
+    {
+        attn_mha_opts o = attn_mha_opts_default();
+        o.training = true, o.dropout_seed = 99, o.num_threads = 2;
+        double *ref = xcalloc(n, 8), big = 0;
+        for (int pi = 0; pi < np; ++pi) {
+            sj_select(&paths[pi]);
+            o.path = paths[pi].path;
+            attn_status st = attn_mha_forward(m, &x.view, NULL, NULL, &o1.view, &o, NULL);
+            unsetenv("ATTN_ARCH");
+            if (pi == 0) {
+                tu_to_f64(&o1.view, ref);
+                for (int64_t e = 0; e < n; ++e) big = fmax(big, fabs(ref[e]));
+                continue;
+            }
+            double worst = 0;
+            for (int64_t e = 0; e < n; ++e) worst = fmax(worst, fabs(tu_get(&o1.view, e) - ref[e]));
+            tu_check(&g, st == ATTN_OK && worst <= 1e-4 * big,
+                     "%s vs %s: training outputs (seed 99) differ by %.3g of %.3g: different dropout masks per ISA?",
+                     paths[pi].name, paths[0].name, worst, big);
+        }
+        free(ref);
+    }
+    free(a), free(b), free(dout);
+    tu_tensor_free(&x), tu_tensor_free(&o1), tu_tensor_free(&o2), tu_tensor_free(&dx), tu_tensor_free(&tdo);
+    attn_mha_free(m), attn_mha_free(m0);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -1355,6 +1559,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "dropout-fd")) group_dropout_fd(&s);
     if (tu_group_selected(&opt, "dropout-p0")) group_dropout_p0(&s);
     if (tu_group_selected(&opt, "threads")) group_threads(&s);
+    if (tu_group_selected(&opt, "mha-dropout")) group_mha_dropout(&s);
     if (tu_group_selected(&opt, "combined")) group_combined(&s, &opt);
     printf("test_variants: %" PRId64 " generated cases, run time %.1f s\n", g_cases_run, now_seconds() - t0);
     return tu_suite_finish(&s);
