@@ -34,7 +34,9 @@
  *
  * Replay: random cases print `ATTN_TEST_CASE=<seed> ./test_variants`;
  * systematic groups `./test_variants --seed <base> --group <group>`.
- * Quick mode by default (< 60 s); ATTN_TEST_CASES=N for more random cases.
+ * Quick mode by default (< 60 s); ATTN_STRESS_FULL=1 (as for test_stress) runs
+ * the full mode (more random combinations and dropout seeds, ~1 min);
+ * ATTN_TEST_CASES=N sets the number of random combinations.
  */
 #include "attn.h"
 #include "ref64.h"
