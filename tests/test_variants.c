@@ -1518,6 +1518,85 @@ static void group_mha_dropout(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* Option tensors as strided views (slopes with stride 2, (B,Hq) slopes as a
+ * transposed (Hq,B) buffer, sinks with stride 3, grad_sinks with stride 2)
+ * give bitwise the results of contiguous ones. */
+static void group_strided_options(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "strided-options");
+    sj_path paths[SJ_MAX_PATHS];
+    const int np = sj_paths(paths);
+    const int64_t B = 2, H = 4, Nq = 21, Nk = 33, D = 8;
+    tu_rng r;
+    tu_rng_seed(&r, g_seed ^ 0x57D1ull);
+    float q[B * H * Nq * D], k[B * H * Nk * D], v[B * H * Nk * D], d[B * H * Nq * D];
+    for (size_t e = 0; e < sizeof q / 4; ++e) q[e] = (float)tu_rng_normal(&r), d[e] = (float)tu_rng_normal(&r);
+    for (size_t e = 0; e < sizeof k / 4; ++e) k[e] = (float)tu_rng_normal(&r), v[e] = (float)tu_rng_normal(&r);
+    float slopes[B * H], sinks[H], slopes_s[2 * B * H], slopes_t[B * H], sinks_s[3 * H];
+    for (int64_t e = 0; e < B * H; ++e) slopes[e] = (float)tu_rng_range(&r, 0, 0.5);
+    for (int64_t h = 0; h < H; ++h) sinks[h] = (float)tu_rng_normal(&r);
+    for (int64_t e = 0; e < 2 * B * H; ++e) slopes_s[e] = NAN;
+    for (int64_t e = 0; e < 3 * H; ++e) sinks_s[e] = NAN;
+    for (int64_t e = 0; e < H; ++e) slopes_s[2 * e] = slopes[e], sinks_s[3 * e] = sinks[e];
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) slopes_t[h * B + b] = slopes[b * H + h];
+    attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D), K = attn_tensor_4d(k, B, H, Nk, D), V = attn_tensor_4d(v, B, H, Nk, D),
+                dO = attn_tensor_4d(d, B, H, Nq, D);
+    for (int per_batch = 0; per_batch < 2; ++per_batch)
+        for (int pi = 0; pi < np; ++pi) {
+            float o[2][B * H * Nq * D], l[2][B * H * Nq], dq[2][B * H * Nq * D], dk[2][B * H * Nk * D],
+                dv[2][B * H * Nk * D], gs[2][2 * H];
+            attn_status st[2];
+            for (int strided = 0; strided < 2; ++strided) {
+                attn_tensor al = per_batch ? attn_tensor_2d(slopes, B, H) : attn_tensor_1d(slopes, H);
+                attn_tensor sk = attn_tensor_1d(sinks, H), gsk = attn_tensor_1d(gs[strided], H);
+                for (int e = 0; e < 2 * H; ++e) gs[strided][e] = -7.0f;
+                if (strided) {
+                    if (per_batch) {
+                        al = attn_tensor_2d(slopes_t, H, B);
+                        al = attn_tensor_transpose(al, 0, 1);
+                    } else {
+                        al = attn_tensor_1d(slopes_s, H);
+                        al.stride[0] = 2;
+                    }
+                    sk = attn_tensor_1d(sinks_s, H);
+                    sk.stride[0] = 3;
+                    gsk.stride[0] = 2;
+                }
+                attn_tensor O = attn_tensor_4d(o[strided], B, H, Nq, D), L = attn_tensor_3d(l[strided], B, H, Nq),
+                            dQ = attn_tensor_4d(dq[strided], B, H, Nq, D), dK = attn_tensor_4d(dk[strided], B, H, Nk, D),
+                            dV = attn_tensor_4d(dv[strided], B, H, Nk, D);
+                attn_sdpa_opts opts = attn_sdpa_opts_default();
+                opts.path = paths[pi].path, opts.num_threads = 2, opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+                opts.alibi_slopes = &al, opts.sinks = &sk, opts.window = (attn_window){true, 9, 2}, opts.softcap = 6.0f;
+                sj_select(&paths[pi]);
+                attn_error err = {0};
+                st[strided] = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err);
+                if (st[strided] == ATTN_OK) {
+                    opts.grad_sinks = &gsk;
+                    st[strided] = attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &opts, &err);
+                }
+                unsetenv("ATTN_ARCH");
+                if (st[strided] != ATTN_OK)
+                    tu_group_fail(&g, "%s %s slopes %s: status %s: %s", paths[pi].name, per_batch ? "(B,Hq)" : "(Hq)",
+                                  strided ? "strided" : "contiguous", attn_status_string(st[strided]), err.message);
+            }
+            if (st[0] != ATTN_OK || st[1] != ATTN_OK) continue;
+            bool same = !memcmp(o[0], o[1], sizeof o[0]) && !memcmp(l[0], l[1], sizeof l[0]) &&
+                        !memcmp(dq[0], dq[1], sizeof dq[0]) && !memcmp(dk[0], dk[1], sizeof dk[0]) &&
+                        !memcmp(dv[0], dv[1], sizeof dv[0]);
+            bool gs_ok = true;
+            for (int64_t h = 0; h < H; ++h) gs_ok &= gs[0][h] == gs[1][2 * h] && gs[1][2 * h + 1] == -7.0f;
+            tu_check(&g, same && gs_ok,
+                     "%s %s: strided alibi_slopes / sinks / grad_sinks views change the results (%s%s) | replay: "
+                     "./test_variants --seed 0x%" PRIx64 " --group strided-options",
+                     paths[pi].name, per_batch ? "(B,Hq) slopes" : "(Hq) slopes", same ? "" : "outputs differ",
+                     gs_ok ? "" : " grad_sinks wrong or written between its elements", g_seed);
+        }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -1561,6 +1640,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "dropout-fd")) group_dropout_fd(&s);
     if (tu_group_selected(&opt, "dropout-p0")) group_dropout_p0(&s);
     if (tu_group_selected(&opt, "threads")) group_threads(&s);
+    if (tu_group_selected(&opt, "strided-options")) group_strided_options(&s);
     if (tu_group_selected(&opt, "mha-dropout")) group_mha_dropout(&s);
     if (tu_group_selected(&opt, "combined")) group_combined(&s, &opt);
     printf("test_variants: %" PRId64 " generated cases, run time %.1f s\n", g_cases_run, now_seconds() - t0);
