@@ -1352,6 +1352,19 @@ static void group_mha_dropout(tu_suite *s)
         tu_group_end(&g);
         return;
     }
+    /* bad dropout values in the config are refused, naming the option */
+    const float badp[] = {-0.1f, 1.0f, 1.5f, NAN};
+    for (int i = 0; i < 4; ++i) {
+        attn_mha_config bc = cfg;
+        bc.dropout = badp[i];
+        attn_mha *bm = NULL;
+        attn_error err = {0};
+        attn_status st = attn_mha_create(&bc, &bm, &err);
+        tu_check(&g, st == ATTN_ERR_ARG && strstr(err.message, "dropout") != NULL,
+                 "attn_mha_create with dropout %g: status %s, message \"%s\" (want ATTN_ERR_ARG naming dropout)",
+                 (double)badp[i], attn_status_string(st), err.message);
+        attn_mha_free(bm);
+    }
     attn_mha_init(m, g_seed);
     size_t npar, npar0;
     float *P = attn_mha_params_flat(m, &npar), *P0 = attn_mha_params_flat(m0, &npar0);
