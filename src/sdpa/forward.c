@@ -18,8 +18,18 @@
  * sweep over the key tiles of the task from the final LSE
  * (w = exp(scale·s + bias - lse)), which costs one more Q·Kᵀ.
  *
- * Every output element is produced by one task in a fixed order, so results
- * do not depend on the thread count or scheduling.
+ * Decoding (a few query rows against many keys) changes two things, both
+ * chosen from the shapes alone:
+ *   - stacked units: the query rows of all heads of a GQA group form one
+ *     unit (row g = row g % Nq of head g / Nq, one row stride when Q's heads
+ *     are laid out one after another), so a microtile holds several heads'
+ *     rows and each K/V tile is read once for the whole group;
+ *   - split-KV: the keys are cut into `split` chunks, each task
+ *     accumulating (O, max, sum) over one chunk; the partials are merged in
+ *     chunk order afterwards (the sink counted in chunk 0 only).
+ *
+ * Every output element is produced by one task (or one merge) in a fixed
+ * order, so results do not depend on the thread count or scheduling.
  */
 #include "fused_util.h"
 
@@ -29,23 +39,50 @@ enum {
     FWD_KEYS = 64,  /* keys per tile (multiple of SDPA_MAX_NPAD) */
     FWD_UNITS = 4,  /* row blocks (of any heads of the group) sharing a packed K/V tile */
     FWD_BAND = 24,  /* rows whose visible columns are bounded together (multiple of every MR) */
+    FWD_DECODE_ROWS = 16,   /* at most this many query rows: a decoding shape */
+    FWD_SPLIT_KEYS = 2048,  /* keys per split-KV chunk (a multiple of FWD_KEYS) */
+    FWD_MAX_SPLIT = 64,
 };
 
 _Static_assert(FWD_ROWS % FWD_BAND == 0, "row bands must tile a row block");
 _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels");
 
 typedef struct {
-    int64_t units;    /* units per task */
+    bool stacked;     /* a unit holds the rows of several heads of a group */
+    int64_t q_rs;     /* Q's row stride within a unit */
+    int64_t units;    /* units per kv head */
+    int64_t per_task; /* units per task */
+    int64_t split;    /* key chunks (1: no split-KV) */
     int64_t bcp, dvp; /* padded tile widths: keys, value features */
 } fwd_dims;
 
 static fwd_dims forward_dims(const sdpa_problem *p)
 {
     fwd_dims d;
-    d.units = FWD_UNITS;
     d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD);
     d.dvp = sdpa_round_up(p->Dv, SDPA_MAX_NPAD);
+    const bool decode = p->Nq <= FWD_DECODE_ROWS && !p->w;
+    /* Stacked rows need one row stride across the group's heads. */
+    d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
+    d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
+    d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
+                        : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
+    d.per_task = FWD_UNITS;
+    d.split = 1;
+    if (decode) {
+        const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
+        d.split = chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
+    }
     return d;
+}
+
+/* Keys of split chunk c: [*k0, *k1), tile-aligned. */
+static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int64_t *k0,
+                       int64_t *k1)
+{
+    const int64_t tiles = (p->Nk + FWD_KEYS - 1) / FWD_KEYS;
+    *k0 = tiles * c / d->split * FWD_KEYS;
+    *k1 = c + 1 == d->split ? p->Nk : tiles * (c + 1) / d->split * FWD_KEYS;
 }
 
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
@@ -91,12 +128,24 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     return w;
 }
 
+/* Split-KV partials: per chunk and row, the accumulator row (dvp floats),
+ * its max and its sum. */
+static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
+{
+    sdpa_size s = {0, true};
+    int64_t rows = 0;
+    if (d->split > 1 && !attn_mul_ok(p->B * p->Hq, p->Nq, &rows)) s.ok = false;
+    sdpa_size_add(&s, d->split > 1 ? d->split * rows : 0, d->dvp + 2, sizeof(float));
+    return s;
+}
+
 bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
 {
     const fwd_dims d = forward_dims(p);
-    sdpa_size per = forward_thread_bytes(p, &d);
+    sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d);
     int64_t total;
-    if (!per.ok || !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
+    if (!per.ok || !part.ok || !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
+        !attn_add_ok(total, (int64_t)part.bytes, &total) ||
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
     *bytes = (size_t)total;
@@ -148,14 +197,35 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
     }
 }
 
-/* Unit u of kv head hk: query head *h, rows [*i0, *i0 + *mi). Units run
+/* Unit u of kv head hk: query head *h, rows [*i0, *i0 + *mi) (past Nq when
+ * stacked: row g is row g % Nq of head *h + g / Nq). Unstacked units run
  * block-major, so a GQA group's heads of one row block are neighbours. */
-static void unit_rows(const sdpa_problem *p, int64_t hk, int64_t u, int64_t *h, int64_t *i0,
-                      int64_t *mi)
+static void unit_rows(const sdpa_problem *p, const fwd_dims *d, int64_t hk, int64_t u,
+                      int64_t *h, int64_t *i0, int64_t *mi)
 {
+    if (d->stacked) {
+        const int64_t rows = p->group * p->Nq;
+        *h = hk * p->group;
+        *i0 = u * FWD_ROWS;
+        *mi = rows - *i0 < FWD_ROWS ? rows - *i0 : FWD_ROWS;
+        return;
+    }
     *h = hk * p->group + u % p->group;
     *i0 = u / p->group * FWD_ROWS;
     *mi = p->Nq - *i0 < FWD_ROWS ? p->Nq - *i0 : FWD_ROWS;
+}
+
+/* Dropout of a unit's tile rows, one call per head they belong to. */
+static void unit_dropout(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                         int64_t i0, int64_t mi, int64_t j0, int64_t c0, int64_t cn, float *s,
+                         int64_t lds)
+{
+    for (int64_t r = 0; r < mi;) {
+        const int64_t g = i0 + r, run = p->Nq - g % p->Nq < mi - r ? p->Nq - g % p->Nq : mi - r;
+        sdpa_dropout_tile(p, kern, b, h + g / p->Nq, g % p->Nq, run, j0, c0, cn, s + r * lds,
+                          lds, NULL);
+        r += run;
+    }
 }
 
 /* The P·V product of one band: the kernels' GEMM, or, when a zero
@@ -173,40 +243,82 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
          SDPA_GEMM_SCALE_ADD);
 }
 
-/* One task: units [u0, u0+nu) of kv head (b, hk). */
+/* out, lse and stats of query row i of head h from its accumulated output
+ * row o (Dv floats), max m and sum l. *ll and *lse receive the log-sum and
+ * LSE. */
+static void finish_row(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, const float *o,
+                       float m, float l, float *ll, float *lse)
+{
+    float *dst = p->o + AT4(p->os, b, h, i, 0);
+    /* A row that saw no key: out 0, lse -inf (l is 0 exactly then), unless
+     * its scores were all NaN: then NaN, as everywhere else. */
+    const bool empty = l == 0.0f;
+    const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
+    for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
+    *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
+    const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
+    /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
+    *lse = mx == INFINITY ? INFINITY : mx + *ll;
+    if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = *lse;
+    if (p->stats) {
+        float *st = p->stats + AT4(p->ss, b, h, i, 0);
+        st[0] = mx;
+        st[p->ss[3]] = *ll;
+    }
+}
+
+/* Split-KV partial of (chunk, b, head, row): dvp + 2 floats (o, max, sum). */
+static float *partial_at(const sdpa_problem *p, const fwd_dims *d, float *part, int64_t chunk,
+                         int64_t b, int64_t h, int64_t i)
+{
+    const int64_t row = (b * p->Hq + h) * p->Nq + i;
+    return part + (chunk * p->B * p->Hq * p->Nq + row) * (d->dvp + 2);
+}
+
+/* One task: units [u0, u0+nu) of kv head (b, hk) over the keys of split
+ * chunk `chunk`; the outputs, or (split-KV) the chunk's partials. */
 static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                         int64_t b, int64_t hk, int64_t u0, int64_t nu, fwd_scratch *w)
+                         int64_t b, int64_t hk, int64_t u0, int64_t nu, int64_t chunk,
+                         float *part, fwd_scratch *w)
 {
     const int64_t dvn = sdpa_round_up(p->Dv, kern->npad), npad = kern->npad;
-    /* A sink starts every row's softmax: max = sink, sum = e^(sink - sink). */
+    int64_t key0, key1;
+    split_keys(p, d, chunk, &key0, &key1);
+    /* A sink starts every row's softmax: max = sink, sum = e^(sink - sink)
+     * (in chunk 0 only, so that split-KV counts it once). */
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi;
-        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
-        const float sink = sdpa_sink(p, h);
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         for (int64_t r = 0; r < FWD_ROWS; ++r) {
+            const float sink = chunk == 0 && r < mi ? sdpa_sink(p, h + (i0 + r) / p->Nq) : -INFINITY;
             w->rowmax[e * FWD_ROWS + r] = sink;
             w->rowsum[e * FWD_ROWS + r] = sink == -INFINITY ? 0.0f : 1.0f;
         }
     }
     memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
 
-    /* Keys outside [kbeg, kend) are visible to none of the units' rows (the
-     * bounds of sdpa_row_keys are monotone in the row). */
-    int64_t kbeg = p->Nk, kend = 0;
+    /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
+    int64_t kbeg = key1, kend = key0;
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi, lo, hi;
-        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
-        sdpa_row_keys(p, i0, &lo, &hi);
-        if (lo < kbeg) kbeg = lo;
-        sdpa_row_keys(p, i0 + mi - 1, &lo, &hi);
-        if (hi > kend) kend = hi;
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+        for (int64_t r = 0; r < mi; ++r) {
+            const int64_t g = i0 + r;
+            /* the bounds are monotone within a head: its first and last rows */
+            if (r > 0 && r < mi - 1 && g % p->Nq != 0 && (g + 1) % p->Nq != 0) continue;
+            sdpa_row_keys(p, g % p->Nq, &lo, &hi);
+            if (lo < kbeg) kbeg = lo; /* a head's first row bounds it, empty or not */
+            if (hi > kend) kend = hi;
+        }
     }
+    if (kbeg < key0) kbeg = key0;
+    if (kend > key1) kend = key1;
     for (int64_t j0 = kbeg - kbeg % FWD_KEYS; j0 < kend; j0 += FWD_KEYS) {
         const int64_t nj = kend - j0 < FWD_KEYS ? kend - j0 : FWD_KEYS;
         bool packed = false;
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
-            unit_rows(p, hk, u0 + e, &h, &i0, &mi);
+            unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
             const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
                                                w->bias, d->bcp);
             if (t.cols == 0) continue; /* hidden: not even packed */
@@ -233,17 +345,16 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 const int64_t c0 = hi > 0 ? lo - lo % npad : 0, c1 = sdpa_round_up(hi, npad);
                 band_c0[r0 / FWD_BAND] = c0;
                 band_c1[r0 / FWD_BAND] = hi > c0 ? hi : c0;
+                const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
                 if (c1 > c0)
-                    kern->gemm(rb, c1 - c0, p->D, p->q + AT4(p->qs, b, h, i0 + r0, 0), p->qs[2],
-                               p->qs[3], w->kt + c0, d->bcp, w->s + r0 * d->bcp + c0, d->bcp,
-                               NULL, SDPA_GEMM_SET);
+                    kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
+                               w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
             }
             const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
             const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
             kern->softmax_online(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowsum, alpha);
             /* Dropout acts on P after the row sums took it whole. */
-            if (p->dropout_p > 0.0f)
-                sdpa_dropout_tile(p, kern, b, h, i0, mi, j0, c0, cn, w->s, d->bcp, NULL);
+            if (p->dropout_p > 0.0f) unit_dropout(p, kern, b, h, i0, mi, j0, c0, cn, w->s, d->bcp);
             /* O = alpha∘O + P·V (k = 0 still applies alpha) */
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
@@ -255,33 +366,48 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
 
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi;
-        unit_rows(p, hk, u0 + e, &h, &i0, &mi);
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         /* alpha is free now: it holds each row's log-sum ll for the weights. */
         float *rowll = w->alpha + e * FWD_ROWS, lse_rows[FWD_ROWS];
         for (int64_t r = 0; r < mi; ++r) {
-            const int64_t x = e * FWD_ROWS + r;
-            const float l = w->rowsum[x], m = w->rowmax[x];
+            const int64_t x = e * FWD_ROWS + r, g = i0 + r, hh = h + g / p->Nq, ii = g % p->Nq;
             const float *o = w->o + x * d->dvp;
-            float *dst = p->o + AT4(p->os, b, h, i0 + r, 0);
-            /* A row that saw no key: out 0, lse -inf (l is 0 exactly then),
-             * unless its scores were all NaN: then NaN, as everywhere else. */
-            const bool empty = l == 0.0f;
-            const float fill = empty && sdpa_row_sees_nan(p, b, h, i0 + r) ? NAN : 0.0f;
-            for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
-            rowll[r] = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
-            const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
-            /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
-            lse_rows[r] = mx == INFINITY ? INFINITY : mx + rowll[r];
-            if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + (i0 + r) * p->ls[2]] = lse_rows[r];
-            if (p->stats) {
-                float *st = p->stats + AT4(p->ss, b, h, i0 + r, 0);
-                st[0] = mx;
-                st[p->ss[3]] = rowll[r];
+            if (d->split > 1) {
+                float *dst = partial_at(p, d, part, chunk, b, hh, ii);
+                memcpy(dst, o, (size_t)d->dvp * sizeof(float));
+                dst[d->dvp] = w->rowmax[x];
+                dst[d->dvp + 1] = w->rowsum[x];
+            } else {
+                finish_row(p, b, hh, ii, o, w->rowmax[x], w->rowsum[x], &rowll[r], &lse_rows[r]);
             }
         }
-        if (p->w)
+        if (p->w) /* never stacked nor split (forward_dims) */
             write_weights(p, kern, d, b, h, i0, mi, w->rowmax + e * FWD_ROWS, rowll, lse_rows, w);
     }
+}
+
+/* Split-KV: row (b, h, i)'s chunks merged in chunk order,
+ *   m = max_c m_c,  l = Σ_c l_c·e^(m_c - m),  o = Σ_c o_c·e^(m_c - m),
+ * then finished like an unsplit row. */
+static void merge_row(const sdpa_problem *p, const fwd_dims *d, const float *part, int64_t b,
+                      int64_t h, int64_t i, float *o)
+{
+    float m = -INFINITY;
+    for (int64_t c = 0; c < d->split; ++c) {
+        const float mc = partial_at(p, d, (float *)part, c, b, h, i)[d->dvp];
+        if (mc > m || isnan(mc)) m = isnan(m) ? m : mc;
+    }
+    float l = 0.0f;
+    for (int64_t x = 0; x < p->Dv; ++x) o[x] = 0.0f;
+    for (int64_t c = 0; c < d->split; ++c) {
+        const float *pc = partial_at(p, d, (float *)part, c, b, h, i);
+        if (pc[d->dvp + 1] == 0.0f) continue; /* the chunk saw nothing */
+        const float f = m == pc[d->dvp] ? 1.0f : expf(pc[d->dvp] - m);
+        l += pc[d->dvp + 1] * f;
+        for (int64_t x = 0; x < p->Dv; ++x) o[x] += pc[x] * f;
+    }
+    float ll, lse;
+    finish_row(p, b, h, i, o, m, l, &ll, &lse);
 }
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
@@ -295,23 +421,31 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     char *ws;
     RETURN_IF_ERROR(sdpa_workspace(p, need, &owned, &ws, err));
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
+    char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
+    float *part = (float *)ws; /* the split-KV partials follow the threads' scratch */
 
-    const int64_t units = (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group; /* per kv head */
-    const int64_t per_kv = (units + d.units - 1) / d.units;
-    const int64_t tasks = p->B * p->Hkv * per_kv;
+    const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
+    const int64_t tasks = p->B * p->Hkv * per_kv * d.split;
     const int threads = p->threads;
 
 #pragma omp parallel num_threads(threads)
     {
-        fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(ws, per_thread, true));
+        fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
+            const int64_t chunk = t % d.split, tu = t / d.split;
             /* Causal rows late in the sequence cost most: hand them out first. */
-            int64_t k = t % per_kv;
+            int64_t k = tu % per_kv;
             if (p->causal != ATTN_CAUSAL_NONE) k = per_kv - 1 - k;
-            const int64_t bh = t / per_kv, u0 = k * d.units;
-            const int64_t nu = units - u0 < d.units ? units - u0 : d.units;
-            forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, &w);
+            const int64_t bh = tu / per_kv, u0 = k * d.per_task;
+            const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
+            forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
+        }
+        if (d.split > 1) {
+            float *o = w.o; /* a free accumulator row */
+#pragma omp for schedule(static)
+            for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
+                merge_row(p, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq, row % p->Nq, o);
         }
     }
     free(owned);

@@ -108,7 +108,8 @@ static inline float sdpa_sink(const sdpa_problem *p, int64_t h)
 
 /*
  * One tile of the fused path: query rows [i0, i0+mi) of head (b, h) against
- * keys [j0, j0+nj). Fills start/end (mi entries, columns relative to j0) and,
+ * keys [j0, j0+nj). Rows past Nq continue into the next heads (row g is row
+ * g % Nq of head h + g / Nq): the stacked rows of a GQA group when decoding. Fills start/end (mi entries, columns relative to j0) and,
  * when use_bias, the bias rows (mi × ld, or one shared row when ldbias = 0).
  */
 typedef struct {

@@ -84,13 +84,18 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
                          int32_t *end, float *bias, int64_t ld)
 {
     sdpa_tile t = {.c0 = nj, .cols = 0, .use_bias = false, .ldbias = ld, .ragged = false};
-    /* The bounds are monotone in the row: equal at both ends, equal for all. */
+    /* Row r is query row (i0 + r) % Nq of head h + (i0 + r) / Nq: a block of
+     * one head's rows, or the stacked rows of a GQA group (decode). */
+    const bool one_head = (i0 + mi - 1) / p->Nq == i0 / p->Nq;
+    /* Within one head the bounds are monotone in the row: equal at both
+     * ends, equal for all. */
     int64_t lo0, hi0, lo1, hi1;
-    sdpa_row_keys(p, i0, &lo0, &hi0);
-    sdpa_row_keys(p, i0 + mi - 1, &lo1, &hi1);
+    sdpa_row_keys(p, i0 % p->Nq, &lo0, &hi0);
+    sdpa_row_keys(p, (i0 + mi - 1) % p->Nq, &lo1, &hi1);
+    const bool same = one_head && lo0 == lo1 && hi0 == hi1;
     for (int64_t r = 0; r < mi; ++r) {
         int64_t lo = lo0, hi = hi0;
-        if (lo0 != lo1 || hi0 != hi1) sdpa_row_keys(p, i0 + r, &lo, &hi);
+        if (!same) sdpa_row_keys(p, (i0 + r) % p->Nq, &lo, &hi);
         lo -= j0, hi -= j0;
         lo = lo < 0 ? 0 : lo > nj ? nj : lo;
         hi = hi < lo ? lo : hi > nj ? nj : hi;
@@ -98,15 +103,19 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
     }
 
     if (p->nmask > 0 || p->alibi) {
-        bool rows_shared = !p->alibi; /* one bias row when every mask broadcasts over rows */
-        for (int m = 0; m < p->nmask; ++m) rows_shared &= p->mask[m].stride[2] == 0 || mi == 1;
+        /* one bias row when every mask broadcasts over the tile's rows */
+        bool rows_shared = !p->alibi;
+        for (int m = 0; m < p->nmask; ++m)
+            rows_shared &= (p->mask[m].stride[2] == 0 || mi == 1) &&
+                           (p->mask[m].stride[1] == 0 || one_head);
         if (rows_shared) {
             int64_t r = 0;
             while (r < mi && end[r] <= start[r]) ++r;
             if (r < mi) {
                 bool irregular = false;
-                const int64_t last = mask_bias_row(p, kern, b, h, i0 + r, j0, nj, bias, false,
-                                                   &irregular);
+                const int64_t g = i0 + r;
+                const int64_t last = mask_bias_row(p, kern, b, h + g / p->Nq, g % p->Nq, j0, nj,
+                                                   bias, false, &irregular);
                 t.ldbias = 0;
                 t.use_bias = irregular;
                 t.ragged = irregular;
@@ -114,16 +123,18 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
                     if (end[r] > last) end[r] = (int32_t)(last > start[r] ? last : start[r]);
             }
         } else {
-            const float slope = p->alibi ? alibi_slope(p, b, h) : 0.0f;
             for (int64_t r = 0; r < mi; ++r) {
                 if (end[r] <= start[r]) continue;
+                const int64_t g = i0 + r, hh = h + g / p->Nq, ii = g % p->Nq;
                 float *br = bias + r * ld;
                 bool irregular = p->alibi != NULL;
-                if (p->alibi)
-                    for (int64_t c = 0; c < end[r]; ++c) br[c] = alibi_bias(p, slope, i0 + r, j0 + c);
+                if (p->alibi) {
+                    const float slope = alibi_slope(p, b, hh);
+                    for (int64_t c = 0; c < end[r]; ++c) br[c] = alibi_bias(p, slope, ii, j0 + c);
+                }
                 if (p->nmask > 0) {
                     bool masked = false;
-                    const int64_t last = mask_bias_row(p, kern, b, h, i0 + r, j0, end[r], br,
+                    const int64_t last = mask_bias_row(p, kern, b, hh, ii, j0, end[r], br,
                                                        p->alibi != NULL, &masked);
                     irregular |= masked;
                     t.ragged |= masked;
