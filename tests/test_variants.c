@@ -27,6 +27,9 @@
  * deterministic across reruns/threads/ISAs and seed-dependent, E[out] over
  * seeds ≈ eval out, backward = derivative of the forward at a fixed seed.
  *
+ * Keys that no row sees (window, causality, masks) hold NaN / ±inf in a
+ * third of the cases: they must never reach any result.
+ *
  * Also: attn_alibi_slopes against the paper's formula (non-power-of-two H),
  * fully hidden rows (out 0, lse -inf, or lse = sink with sinks), bitwise
  * identical results across thread counts for every variant, and bad values
@@ -141,6 +144,7 @@ typedef struct {
     double qmag;
     bool backward;
     bool bnhd;
+    bool poison; /* keys no row sees (window, causal, masks) hold NaN / ±inf in K and V */
 } vcase;
 
 static const char *causal_name(attn_causal c)
@@ -156,10 +160,10 @@ static void describe(const vcase *c, const char *replay, char *buf, size_t n)
     snprintf(buf, n,
              "B=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Nq=%" PRId64 " Nk=%" PRId64 " D=%" PRId64
              " Dv=%" PRId64 " scale=%.6g causal=%s window=%s softcap=%g alibi=%s sinks=%d(mean %g) "
-             "dropout=%g mask=%s |q|=%g bnhd=%d seed=0x%016" PRIx64 " | replay: %s",
+             "dropout=%g mask=%s |q|=%g bnhd=%d poison=%d seed=0x%016" PRIx64 " | replay: %s",
              c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, (double)c->scale, causal_name(c->causal),
              win, (double)c->softcap, al_name[c->alibi], c->sinks, c->sink_mean, (double)c->dropout_p,
-             vm_name[c->mask], c->qmag, c->bnhd, c->seed, replay);
+             vm_name[c->mask], c->qmag, c->bnhd, c->poison, c->seed, replay);
 }
 
 static vcase base(uint64_t seed)
@@ -211,6 +215,7 @@ static vcase random_vcase(uint64_t seed)
     c.mask = (int)tu_rng_int(&r, 0, 3);
     c.qmag = tu_rng_chance(&r, 0.3) ? tu_rng_range(&r, 2.0, 6.0) : 1.0;
     c.bnhd = tu_rng_chance(&r, 0.3);
+    c.poison = tu_rng_chance(&r, 0.3);
     /* budget */
     while ((double)c.B * c.Hq * c.Nq * c.Nk * (double)(c.D + c.Dv) > 4e5) {
         if (c.B > 1) c.B--;
@@ -279,6 +284,33 @@ static bool vdata_make(vdata *d, const vcase *c, char *why, size_t whylen)
             else val = (e % c->Nk) < (e / c->Nk == 0 ? (c->Nk + 1) / 2 : c->Nk - 1);
             tu_set(&d->mask.view, e, val);
         }
+    }
+    if (c->poison) {
+        /* keys hidden from every row of every query head sharing them */
+        double *bias = NULL;
+        if (d->have_mask) {
+            bias = xcalloc(c->B * c->Hq * c->Nq * c->Nk, 8);
+            ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, &d->mask.view);
+        }
+        rv_problem rp;
+        memset(&rp, 0, sizeof rp);
+        rp.B = c->B, rp.Hq = c->Hq, rp.Hkv = c->Hkv, rp.Nq = c->Nq, rp.Nk = c->Nk;
+        rp.causal = c->causal, rp.window = c->window, rp.bias = bias;
+        const int64_t group = c->Hq / c->Hkv;
+        static const double poison[] = {NAN, INFINITY, -INFINITY};
+        for (int64_t b = 0; b < c->B; ++b)
+            for (int64_t hk = 0; hk < c->Hkv; ++hk)
+                for (int64_t j = 0; j < c->Nk; ++j) {
+                    bool seen = false;
+                    for (int64_t h = hk * group; h < (hk + 1) * group && !seen; ++h)
+                        for (int64_t i = 0; i < c->Nq && !seen; ++i) seen = rv_visible(&rp, b, h, i, j);
+                    if (seen) continue;
+                    const double pv = poison[tu_rng_int(&r, 0, 2)];
+                    const int64_t kr = (b * c->Hkv + hk) * c->Nk + j;
+                    for (int64_t e = 0; e < c->D; ++e) d->k[kr * c->D + e] = pv;
+                    for (int64_t e = 0; e < c->Dv; ++e) d->v[kr * c->Dv + e] = pv;
+                }
+        free(bias);
     }
     if (c->dropout_p > 0.0f) {
         d->keep = xcalloc(c->B * c->Hq * c->Nq * c->Nk, 1);
@@ -484,6 +516,7 @@ static void group_window(tu_suite *s)
             c.causal = (attn_causal)(n % 3);
             c.Hq = 4, c.Hkv = si % 2 ? 2 : 1;
             c.mask = n % 4;
+            c.poison = n % 2 == 0;
             run_vcase(&g, &c, rp);
         }
     tu_group_end(&g);
