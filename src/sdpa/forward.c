@@ -350,16 +350,22 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                     kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
             }
-            const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
-            const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
-            kern->softmax_online(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowsum, alpha);
-            /* Dropout acts on P after the row sums took it whole. */
-            if (p->dropout_p > 0.0f) unit_dropout(p, kern, b, h, i0, mi, j0, c0, cn, w->s, d->bcp);
-            /* O = alpha∘O + P·V (k = 0 still applies alpha) */
+            /* Per band: the online softmax over the band's columns, dropout
+             * (on P after the row sums took it whole), O = alpha∘O + P·V
+             * (k = 0 still applies alpha). */
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
-                band_pv(kern, p, &t, w, rb, dvn, band_c0[r0 / FWD_BAND], band_c1[r0 / FWD_BAND],
-                        w->s + r0 * d->bcp, d->bcp, o + r0 * d->dvp, d->dvp, alpha + r0, nj);
+                const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
+                const int64_t cn = sdpa_round_up(c1, npad);
+                const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start + r0, w->end + r0,
+                                                        w->bias + r0 * t.ldbias);
+                kern->softmax_online(rb, c0, cn, &lg, w->s + r0 * d->bcp, d->bcp, rowmax + r0,
+                                     rowsum + r0, alpha + r0);
+                if (p->dropout_p > 0.0f)
+                    unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, cn, w->s + r0 * d->bcp,
+                                 d->bcp);
+                band_pv(kern, p, &t, w, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
+                        o + r0 * d->dvp, d->dvp, alpha + r0, nj);
             }
         }
     }

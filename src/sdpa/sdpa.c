@@ -150,6 +150,10 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
               (long long)p->Hq);
     const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
     RETURN_IF_ERROR(check_shape(v, "value", 4, vwant, false, err));
+    /* Tiles and row bounds index keys in 32 bits. */
+    RETURN_IF(p->Nq > INT32_MAX || p->Nk > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
+              "query/key: sequences of %lld and %lld exceed 2^31 - 1", (long long)p->Nq,
+              (long long)p->Nk);
     p->group = p->Hq / p->Hkv;
     p->q = q->data;
     p->k = k->data;
