@@ -104,9 +104,77 @@ int main(int argc, char **argv)
         K2.shape[2] = V2.shape[2] = (int64_t)1 << 61;
         K2.stride[2] = V2.stride[2] = 0;
         attn_status s = attn_sdpa(&Q, &K2, &V2, &O, &L, NULL, &opts, &err);
-        tu_check(&g, s == ATTN_ERR_OVERFLOW || s == ATTN_ERR_ALLOC,
+        tu_check(&g, s == ATTN_ERR_OVERFLOW || s == ATTN_ERR_ALLOC || s == ATTN_ERR_UNSUPPORTED,
                  "%s: 2^61 broadcast keys must be refused, got %s", path_names[pi],
                  attn_status_string(s));
+        /* Feature size 2^57 on broadcast (stride-0) queries and keys: the
+         * workspace size products overflow (issue 12, defect 5). */
+        attn_tensor Q3 = Q, K3 = K;
+        Q3.shape[3] = K3.shape[3] = (int64_t)1 << 57;
+        Q3.stride[3] = K3.stride[3] = 0;
+        s = attn_sdpa(&Q3, &K3, &V, &O, &L, NULL, &opts, &err);
+        tu_check(&g, s == ATTN_ERR_OVERFLOW || s == ATTN_ERR_UNSUPPORTED,
+                 "%s: D = 2^57 broadcast must be refused, got %s", path_names[pi],
+                 attn_status_string(s));
+    }
+    /* A finite scale whose scores overflow (issue 12, defect 6): the same
+     * answer on both paths, an overflowing logit is +-inf like any other. */
+    {
+        static float o2[2][B * H * NQ * D], l2[2][B * H * NQ];
+        fill(q, B * H * NQ * D, &rng);
+        for (int i = 0; i < B * H * NQ * D; ++i) q[i] *= 0.5f;
+        fill(k, B * H * NK * D, &rng);
+        fill(v, B * H * NK * D, &rng);
+        for (int pi = 0; pi < 2; ++pi) {
+            opts = attn_sdpa_opts_default();
+            opts.path = paths[pi];
+            opts.scale = 3e38f;
+            attn_tensor Ox = attn_tensor_4d(o2[pi], B, H, NQ, D), Lx = attn_tensor_3d(l2[pi], B, H, NQ);
+            tu_check(&g, attn_sdpa(&Q, &K, &V, &Ox, &Lx, NULL, &opts, &err) == ATTN_OK,
+                     "%s: scale 3e38 must run", path_names[pi]);
+        }
+        /* Logits are 3e38·(q·k): rows with some q·k > ~1.1 overflow to +inf
+         * (out NaN, LSE +inf, as torch's softmax and logsumexp), the others
+         * stay finite; both paths must say the same. */
+        bool same = true;
+        int overflowed = 0;
+        for (int i = 0; i < B * H * NQ; ++i) {
+            overflowed += l2[0][i] == INFINITY;
+            same &= (isinf(l2[0][i]) && l2[0][i] == l2[1][i]) ||
+                    (isfinite(l2[0][i]) && fabsf(l2[0][i] - l2[1][i]) <= 1e-5f * fabsf(l2[0][i]));
+            for (int c = 0; c < D; ++c) {
+                const float a = o2[0][i * D + c], b = o2[1][i * D + c];
+                same &= isinf(l2[0][i]) ? isnan(a) && isnan(b) : fabsf(a - b) <= 1e-4f;
+            }
+        }
+        tu_check(&g, same, "scale 3e38: the reference and fused paths must agree");
+        tu_check(&g, overflowed > 0 && overflowed < B * H * NQ,
+                 "scale 3e38: the case must overflow some rows and not others (%d of %d)",
+                 overflowed, B * H * NQ);
+    }
+    /* Outputs sharing memory with inputs are refused (issue 12, defect 7). */
+    {
+        static float dq[B * H * NQ * D], dk[B * H * NK * D], dv[B * H * NK * D];
+        attn_tensor dQ = attn_tensor_4d(dq, B, H, NQ, D), dK = attn_tensor_4d(dk, B, H, NK, D),
+                    dV = attn_tensor_4d(dv, B, H, NK, D);
+        opts = attn_sdpa_opts_default();
+        tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_OK, "forward");
+        tu_check(&g, attn_sdpa_backward(&Q, &K, &V, &O, &L, &O, &Q, &dK, &dV, &opts, &err) ==
+                             ATTN_ERR_ARG && strstr(err.message, "grad_query") &&
+                         strstr(err.message, "query"),
+                 "grad_query sharing memory with query must be refused (got '%s')", err.message);
+        tu_check(&g, attn_sdpa_backward(&Q, &K, &V, &O, &L, &O, &dQ, &K, &dV, &opts, &err) ==
+                         ATTN_ERR_ARG,
+                 "grad_key sharing memory with key must be refused");
+        tu_check(&g, attn_sdpa(&Q, &K, &V, &Q, NULL, NULL, &opts, &err) == ATTN_ERR_ARG &&
+                         strstr(err.message, "out"),
+                 "out sharing memory with query must be refused");
+        attn_tensor Lq = attn_tensor_3d(v, B, H, NQ); /* the LSE written over V */
+        tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &Lq, NULL, &opts, &err) == ATTN_ERR_ARG,
+                 "lse sharing memory with value must be refused");
+        tu_check(&g, attn_sdpa_backward(&Q, &K, &V, &O, &L, &O, &dQ, &dK, &dV, &opts, &err) ==
+                         ATTN_OK,
+                 "disjoint outputs must run");
     }
     /* An output whose rows alias each other. */
     opts = attn_sdpa_opts_default();

@@ -11,6 +11,13 @@
 #define ATTN_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define ATTN_PRINTF(f, a)
+/* An output must not share memory with an input (the computation reads the
+ * input while writing the output). Compares the byte ranges the two views
+ * span, so interleaved views of one buffer count as sharing. Both already
+ * checked with attn_check_tensor; NULL skips. */
+attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
+                                const attn_tensor *in, const char *in_name, attn_error *err);
+
 #endif
 
 /* Records status and a formatted message in err (if any) and returns status. */
@@ -66,5 +73,12 @@ int attn_resolve_threads(int requested);
  * Also checks that the element count fits in int64. */
 attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, attn_dtype dtype,
                               bool is_output, attn_error *err);
+
+/* An output must not share memory with an input (the computation reads the
+ * input while writing the output). Compares the byte ranges the two views
+ * span, so interleaved views of one buffer count as sharing. Both already
+ * checked with attn_check_tensor; NULL skips. */
+attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
+                                const attn_tensor *in, const char *in_name, attn_error *err);
 
 #endif

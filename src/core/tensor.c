@@ -102,3 +102,29 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, 
     RETURN_IF(n > 0 && !t->data, err, ATTN_ERR_NULL, "%s: data is NULL", name);
     return ATTN_OK;
 }
+
+/* Bytes [*lo, *hi) a view can touch; false when it has no elements. */
+static bool byte_extent(const attn_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t min = 0, max = 0;
+    for (int i = 0; i < t->ndim; ++i) {
+        if (t->shape[i] == 0) return false;
+        const int64_t reach = t->stride[i] * (t->shape[i] - 1); /* checked by attn_check_tensor */
+        if (reach < 0) min += reach;
+        else max += reach;
+    }
+    const int64_t elem = t->dtype == ATTN_BOOL ? 1 : (int64_t)sizeof(float);
+    *lo = (uintptr_t)t->data + (uintptr_t)(min * elem);
+    *hi = (uintptr_t)t->data + (uintptr_t)((max + 1) * elem);
+    return true;
+}
+
+attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
+                                const attn_tensor *in, const char *in_name, attn_error *err)
+{
+    uintptr_t a0, a1, b0, b1;
+    if (!out || !in || !byte_extent(out, &a0, &a1) || !byte_extent(in, &b0, &b1)) return ATTN_OK;
+    RETURN_IF(a0 < b1 && b0 < a1, err, ATTN_ERR_ARG,
+              "%s: shares memory with %s (outputs must not overlap inputs)", out_name, in_name);
+    return ATTN_OK;
+}

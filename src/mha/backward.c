@@ -32,9 +32,23 @@ static void finish_grad(const mha_call *c, const grad_out *g, int64_t M, int64_t
     if (g->view && g->scatter) mha_rows_scatter(g->rows.data, g->view, c->batched, c->B, M, C);
 }
 
-static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, attn_tensor *dquery,
-                            attn_tensor *dkey, attn_tensor *dvalue, attn_error *err)
+/* No gradient output may share memory with an input (all checked views). */
+static attn_status check_disjoint(const attn_tensor *const outs[3], const attn_tensor *const ins[4],
+                                  attn_error *err)
 {
+    static const char *const out_names[3] = {"dquery", "dkey", "dvalue"};
+    static const char *const in_names[4] = {"query", "key", "value", "dout"};
+    for (int o = 0; o < 3; ++o)
+        for (int i = 0; i < 4; ++i)
+            RETURN_IF_ERROR(attn_check_disjoint(outs[o], out_names[o], ins[i], in_names[i], err));
+    return ATTN_OK;
+}
+
+static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
+                            attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
+                            attn_error *err)
+{
+    const attn_tensor *dout = ins[3];
     const int64_t B = c->B, L = c->L, S = c->S, Sp = c->Sp, E = c->E, H = c->H;
     RETURN_IF_ERROR(mha_check_rows_view(dout, "dout", c, L, E, false, err));
     if (c->self) {
@@ -49,6 +63,8 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *dout, a
     RETURN_IF_ERROR(bind_grad(c, dquery, "dquery", L, E, &gq, err));
     RETURN_IF_ERROR(bind_grad(c, dkey, "dkey", S, c->kdim, &gk, err));
     RETURN_IF_ERROR(bind_grad(c, dvalue, "dvalue", S, c->vdim, &gv, err));
+    const attn_tensor *outs[3] = {dquery, dkey, dvalue};
+    RETURN_IF_ERROR(check_disjoint(outs, ins, err));
     mha_rows dy;
     RETURN_IF_ERROR(mha_rows_input(c, dout, L, E, "dout", &dy, err));
     if (B == 0 || L == 0) { /* no output: no gradient reaches anything */
@@ -143,7 +159,8 @@ attn_status attn_mha_backward(attn_mha *m, const attn_tensor *query, const attn_
 {
     mha_call c;
     RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
-    attn_status s = backward(m, &c, dout, dquery, dkey, dvalue, err);
+    const attn_tensor *ins[4] = {query, key, value, dout};
+    attn_status s = backward(m, &c, ins, dquery, dkey, dvalue, err);
     mha_call_free(&c);
     if (s == ATTN_OK) attn_ok(err);
     return s;

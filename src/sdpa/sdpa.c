@@ -150,10 +150,13 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
               (long long)p->Hq);
     const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
     RETURN_IF_ERROR(check_shape(v, "value", 4, vwant, false, err));
-    /* Tiles and row bounds index keys in 32 bits. */
+    /* Tiles and row bounds index keys in 32 bits; workspace rows hold D. */
     RETURN_IF(p->Nq > INT32_MAX || p->Nk > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
               "query/key: sequences of %lld and %lld exceed 2^31 - 1", (long long)p->Nq,
               (long long)p->Nk);
+    RETURN_IF(p->D > INT32_MAX || p->Dv > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
+              "query/value: feature sizes of %lld and %lld exceed 2^31 - 1", (long long)p->D,
+              (long long)p->Dv);
     p->group = p->Hq / p->Hkv;
     p->q = q->data;
     p->k = k->data;
@@ -210,6 +213,36 @@ static attn_status bind(const attn_tensor *t, const char *name, int ndim, int64_
     return ATTN_OK;
 }
 
+static const char *const forward_output_names[4] = {"out", "lse", "weights", "softmax_stats"};
+static const char *const backward_output_names[4] = {"grad_query", "grad_key", "grad_value",
+                                                     "grad_sinks"};
+
+/* No output may share memory with an input (q, k, v, the masks and
+ * per-head vectors; the backward's out, lse, stats and grad_out). */
+static attn_status check_outputs_disjoint(const attn_tensor *const *outs,
+                                          const char *const *names, int nout,
+                                          const attn_tensor *q, const attn_tensor *k,
+                                          const attn_tensor *v, const attn_tensor *out,
+                                          const attn_tensor *lse, const attn_tensor *dout,
+                                          const attn_sdpa_opts *opts, attn_error *err)
+{
+    const bool backward = dout != NULL;
+    const attn_tensor *ins[10] = {q, k, v, out, lse, dout, NULL, NULL, NULL, NULL};
+    static const char *const in_names[10] = {"query", "key", "value", "out", "lse", "grad_out",
+                                             "mask[0]", "mask[1]", "alibi_slopes", "sinks"};
+    if (opts) {
+        ins[6] = opts->mask[0], ins[7] = opts->mask[1];
+        ins[8] = opts->alibi_slopes, ins[9] = opts->sinks;
+    }
+    const attn_tensor *stats_in = backward && opts ? opts->softmax_stats : NULL;
+    for (int o = 0; o < nout; ++o) {
+        for (int i = 0; i < 10; ++i)
+            RETURN_IF_ERROR(attn_check_disjoint(outs[o], names[o], ins[i], in_names[i], err));
+        RETURN_IF_ERROR(attn_check_disjoint(outs[o], names[o], stats_in, "softmax_stats", err));
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                       attn_tensor *out, attn_tensor *lse, attn_tensor *weights,
                       const attn_sdpa_opts *opts, attn_error *err)
@@ -233,6 +266,9 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     }
     RETURN_IF(opts && opts->grad_sinks, err, ATTN_ERR_ARG,
               "grad_sinks: an output of the backward only");
+    const attn_tensor *outs[4] = {out, lse, weights, opts ? opts->softmax_stats : NULL};
+    RETURN_IF_ERROR(check_outputs_disjoint(outs, forward_output_names, 4, q, k, v, NULL, NULL,
+                                           NULL, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
     attn_status s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     if (s == ATTN_OK) attn_ok(err);
@@ -283,6 +319,9 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
         copy_strides(p.dvs, dv);
         p.dv = dv->data;
     }
+    const attn_tensor *outs[4] = {dq, dk, dv, opts ? opts->grad_sinks : NULL};
+    RETURN_IF_ERROR(check_outputs_disjoint(outs, backward_output_names, 4, q, k, v, out, lse,
+                                           dout, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
     attn_status s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
     if (s == ATTN_OK) attn_ok(err);
