@@ -38,6 +38,8 @@
  *   magnitudes                 input sizes 1e-4 .. 1e3, scale up to 10, logit
  *                              gaps > 88, rows of exactly equal logits
  *   large-n                    N up to 8192 (forward compared on sampled rows)
+ *   decode                     Nq in {1,2,4} against Nk up to 8192 (2048-key
+ *                              chunk edges), GQA groups 1/4/8
  *   one-key                    one visible key per row (finfo.min / bool),
  *                              large logits: gradients zero by cancellation
  *   mha                        MHA with every option (bias, bias_kv, zero_attn,
@@ -972,6 +974,37 @@ static void group_random(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* Decoding shapes: few query rows against long key sequences, GQA groups
+ * (fused paths may stack a group's heads and split the keys into chunks
+ * merged afterwards): chunk boundaries at 2048, odd lengths, masks, both
+ * causal alignments. */
+static void group_decode(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "decode");
+    char rp[128];
+    systematic_replay(rp, sizeof rp, "decode");
+    const int64_t nks[] = {100, 2047, 2048, 2049, 4100, 8192};
+    const int64_t nqs[] = {1, 2, 4};
+    const int64_t ratios[] = {1, 4, 8};
+    int n = 0;
+    for (int ki = 0; ki < 6; ++ki)
+        for (int qi = 0; qi < 3; ++qi) {
+            if (!g_full && (ki + qi) % 2) continue;
+            scase c = base_case(tu_mix(g_seed ^ (0xDEC0ull + (uint64_t)n++)));
+            c.Nk = nks[ki], c.Nq = nqs[qi];
+            c.Hkv = 2, c.Hq = 2 * ratios[(ki + qi) % 3];
+            c.D = ki % 2 || !g_full ? 64 : 128, c.Dv = c.D;
+            if (!g_full && c.Nk > 4096) c.Hq = c.Hkv * 4;
+            c.causal = (attn_causal)(n % 3 == 0 ? ATTN_CAUSAL_NONE : n % 3 == 1 ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_TOP_LEFT);
+            c.mask0 = n % 4 == 0 ? MK_KEYPAD : n % 4 == 1 ? MK_FLOAT : n % 4 == 2 ? MK_FLOAT_SPECIAL : MK_NONE;
+            c.qmag = c.kmag = n % 5 == 0 ? 8.0 : 1.0;
+            c.poison = n % 3 == 0;
+            run_scase(&g, &c, rp);
+        }
+    tu_group_end(&g);
+}
+
 /* Rows that see exactly one key (a float mask of finfo.min elsewhere, or a
  * bool mask) with large logits: P = 1, and dq, dk are zero by cancellation
  * (dS = P(dP - Σ P dP)). torch float32 gives exactly 0 there; issue 8's
@@ -1494,6 +1527,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "alignment")) group_alignment(&s);
     if (tu_group_selected(&opt, "magnitudes")) group_magnitudes(&s);
     if (tu_group_selected(&opt, "large-n")) group_large_n(&s);
+    if (tu_group_selected(&opt, "decode")) group_decode(&s);
     if (tu_group_selected(&opt, "one-key")) group_one_key(&s);
     if (tu_group_selected(&opt, "mha")) group_mha(&s);
     if (tu_group_selected(&opt, "random")) group_random(&s, &opt);
