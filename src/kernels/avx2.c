@@ -178,6 +178,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .dsoftmax = avx2_dsoftmax,
     .dropout = avx2_dropout,
     .mask_row = avx2_mask_row,
+    .alibi_row = avx2_alibi_row,
     .pack_transposed = avx2_pack_transposed,
     .vexp = avx2_vexp,
     .vtanh = avx2_vtanh,

@@ -179,6 +179,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .dsoftmax = avx512_dsoftmax,
     .dropout = avx512_dropout,
     .mask_row = avx512_mask_row,
+    .alibi_row = avx512_alibi_row,
     .pack_transposed = avx512_pack_transposed,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,

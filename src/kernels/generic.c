@@ -192,6 +192,11 @@ static void dropout_generic(const sdpa_dropout_args *d, int64_t m, int64_t i0, i
     }
 }
 
+static void alibi_row_generic(float *bias, float slope, int32_t dist0, int64_t n)
+{
+    for (int64_t c = 0; c < n; ++c) bias[c] = -slope * fabsf((float)dist0 - (float)c);
+}
+
 static int64_t mask_row_generic(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                                 int64_t n, bool accumulate, bool *irregular)
 {
@@ -232,6 +237,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .dsoftmax = dsoftmax_generic,
     .dropout = dropout_generic,
     .mask_row = mask_row_generic,
+    .alibi_row = alibi_row_generic,
     .pack_transposed = pack_transposed_generic,
     .vexp = vexp_generic,
     .vtanh = vtanh_generic,

@@ -109,6 +109,10 @@ typedef struct {
 typedef void (*sdpa_dropout_fn)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int64_t j0,
                                 int64_t c0, int64_t n, float *s, int64_t lds, float *z);
 
+/* ALiBi bias of one row: bias[c] = -slope·|dist0 - c| for c < n (|dist0 - c|
+ * < 2^24, so the distance is exact in float). */
+typedef void (*sdpa_alibi_row_fn)(float *bias, float slope, int32_t dist0, int64_t n);
+
 /*
  * One mask row turned into an additive bias: for c < n,
  *   bool:  bias[c] (+)= src[c*cs] ? 0 : -inf      (true = may attend)
@@ -161,6 +165,7 @@ typedef struct {
     sdpa_dsoftmax_fn dsoftmax;
     sdpa_dropout_fn dropout;
     sdpa_mask_row_fn mask_row;
+    sdpa_alibi_row_fn alibi_row;
     sdpa_pack_t_fn pack_transposed;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */

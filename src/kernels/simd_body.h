@@ -320,6 +320,18 @@ static void SIMD(dropout)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int
     }
 }
 
+static void SIMD(alibi_row)(float *bias, float slope, int32_t dist0, int64_t n)
+{
+    float lane[VW];
+    for (int l = 0; l < VW; ++l) lane[l] = (float)l;
+    const vf nslope = V_SET1(-slope), step = V_SET1((float)VW);
+    vf dist = V_SUB(V_SET1((float)dist0), V_LOAD(lane)); /* dist0 - c, exact */
+    int64_t c = 0;
+    for (; c + VW <= n; c += VW, dist = V_SUB(dist, step))
+        V_STORE(bias + c, V_MUL(nslope, V_ABS(dist)));
+    for (; c < n; ++c) bias[c] = -slope * fabsf((float)dist0 - (float)c);
+}
+
 static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                               int64_t n, bool accumulate, bool *irregular)
 {

@@ -128,14 +128,9 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
                 const int64_t g = i0 + r, hh = h + g / p->Nq, ii = g % p->Nq;
                 float *br = bias + r * ld;
                 bool irregular = p->alibi != NULL;
-                if (p->alibi) { /* -slope·|d - c|, d = i + Nk - Nq - j0: in int32, vectorisable */
-                    const float slope = alibi_slope(p, b, hh);
-                    const int32_t dist0 = (int32_t)(ii + p->Nk - p->Nq - j0), n = end[r];
-                    for (int32_t c = 0; c < n; ++c) {
-                        const int32_t dist = dist0 - c;
-                        br[c] = -slope * (float)(dist < 0 ? -dist : dist);
-                    }
-                }
+                if (p->alibi) /* -slope·|i + Nk - Nq - j| */
+                    kern->alibi_row(br, alibi_slope(p, b, hh), (int32_t)(ii + p->Nk - p->Nq - j0),
+                                    end[r]);
                 if (p->nmask > 0) {
                     bool masked = false;
                     const int64_t last = mask_bias_row(p, kern, b, hh, ii, j0, end[r], br,
