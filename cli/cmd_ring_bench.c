@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static int run_bench(int argc, char **argv);
 
@@ -38,6 +39,8 @@ static const char bench_details[] =
     "resident memory (VmHWM) at the end. 'step' is the slowest rank's total.\n"
     "transfer: a ring exchange of one piece-sized message, timed alone.\n"
     "per-piece compute: median compute / pieces computed with, per rank.\n"
+    "cpu: CPU seconds of all ranks (getrusage), which a busy machine does not\n"
+    "inflate the way it inflates wall time; the load average is printed too.\n"
     "--mode backward runs one untimed forward for out and lse first.";
 
 const cli_command cmd_ring_bench = {
@@ -101,7 +104,28 @@ static double transfer_time(MPI_Comm comm, int64_t floats)
     return median(t, 20);
 }
 
-enum { F_TOTAL, F_COMPUTE, F_COMM, F_PACK, F_PIECE, F_PEAK, F_N };
+/* CPU seconds this process used so far (all its threads), user + system. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+enum { F_TOTAL, F_COMPUTE, F_COMM, F_PACK, F_PIECE, F_CPU, F_PEAK, F_N };
+
+/* The 1-minute load average: benchmarks on a shared machine say how busy it was. */
+static double load_average(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
 
 static int run_bench(int argc, char **argv)
 {
@@ -197,7 +221,7 @@ static int run_bench(int argc, char **argv)
         for (int r = 0; s == ATTN_OK && r < runs; ++r) {
             memset(&tm, 0, sizeof tm);
             MPI_Barrier(comm);
-            const double t0 = MPI_Wtime();
+            const double t0 = MPI_Wtime(), c0 = cpu_seconds();
             if (single)
                 s = backward ? attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &so, &err)
                              : attn_sdpa(&Q, &K, &V, &O, &L, NULL, &so, &err);
@@ -206,6 +230,7 @@ static int run_bench(int argc, char **argv)
                                                        &ro, &err)
                              : attn_ring_sdpa(comm, &Q, &K, &V, &O, &L, &ro, &err);
             const double wall = MPI_Wtime() - t0;
+            f[F_CPU][r] = cpu_seconds() - c0;
             f[F_TOTAL][r] = single ? wall : tm.total_s;
             f[F_COMPUTE][r] = single ? wall : tm.compute_s;
             f[F_COMM][r] = tm.comm_s;
@@ -223,8 +248,9 @@ static int run_bench(int argc, char **argv)
         double *all = me == 0 ? malloc(sizeof(double) * F_N * (size_t)P) : NULL;
         MPI_Gather(mine, F_N, MPI_DOUBLE, all, F_N, MPI_DOUBLE, 0, comm);
         if (me == 0) {
-            double step = 0, comm_max = 0, peak_max = 0, piece_med = 0;
+            double step = 0, comm_max = 0, peak_max = 0, piece_med = 0, cpu_sum = 0;
             for (int r = 0; r < P; ++r) {
+                cpu_sum += all[r * F_N + F_CPU];
                 step = fmax(step, all[r * F_N + F_TOTAL]);
                 comm_max = fmax(comm_max, all[r * F_N + F_COMM]);
                 peak_max = fmax(peak_max, all[r * F_N + F_PEAK]);
@@ -237,30 +263,34 @@ static int run_bench(int argc, char **argv)
                        "\"kv_heads\":%ld,\"head_dim\":%ld,\"causal\":%s,\"single\":%s,\"threads\":%ld,"
                        "\"step_s\":%.6f,\"gflops\":%.2f,\"comm_max_s\":%.6f,\"comm_fraction\":%.5f,"
                        "\"piece_compute_s\":%.6f,\"piece_bytes\":%lld,\"transfer_s\":%.6f,"
-                       "\"transfer_gbps\":%.3f,\"peak_rss_max_bytes\":%.0f,\"ranks_detail\":[",
+                       "\"transfer_gbps\":%.3f,\"peak_rss_max_bytes\":%.0f,\"cpu_sum_s\":%.6f,"
+                       "\"load_avg\":%.2f,\"ranks_detail\":[",
                        mname, P, N, B, H, Hkv, D, causal ? "true" : "false",
                        single ? "true" : "false", threads, step, flops / step * 1e-9, comm_max,
                        comm_max / step, piece_med, (long long)(piece_floats * 4), t_xfer,
                        t_xfer > 0 ? 8.0 * 4.0 * (double)piece_floats / t_xfer * 1e-9 : 0.0,
-                       peak_max);
+                       peak_max, cpu_sum, load_average());
                 for (int r = 0; r < P; ++r)
                     printf("%s{\"total_s\":%.6f,\"compute_s\":%.6f,\"comm_s\":%.6f,\"pack_s\":%.6f,"
-                           "\"peak_rss_bytes\":%.0f}",
+                           "\"cpu_s\":%.6f,\"peak_rss_bytes\":%.0f}",
                            r ? "," : "", all[r * F_N + F_TOTAL], all[r * F_N + F_COMPUTE],
-                           all[r * F_N + F_COMM], all[r * F_N + F_PACK], all[r * F_N + F_PEAK]);
+                           all[r * F_N + F_COMM], all[r * F_N + F_PACK], all[r * F_N + F_CPU],
+                           all[r * F_N + F_PEAK]);
                 printf("]}\n");
             } else {
                 printf("%s%s  ranks %d  N %ld  B %ld  H %ld/%ld  D %ld  %s  threads/rank %ld  "
                        "(median of %ld)\n",
                        mname, single ? " (single attn_sdpa)" : "", P, N, B, H, Hkv, D,
                        causal ? (single ? "causal" : "causal (zigzag)") : "full", threads, runs);
-                printf("  rank   total s  compute s   comm s   pack s   peak MiB\n");
+                printf("  rank   total s  compute s   comm s   pack s    cpu s   peak MiB\n");
                 for (int r = 0; r < P; ++r)
-                    printf("  %4d  %8.3f  %9.3f  %7.4f  %7.4f  %9.1f\n", r, all[r * F_N + F_TOTAL],
-                           all[r * F_N + F_COMPUTE], all[r * F_N + F_COMM], all[r * F_N + F_PACK],
+                    printf("  %4d  %8.3f  %9.3f  %7.4f  %7.4f  %7.3f  %9.1f\n", r,
+                           all[r * F_N + F_TOTAL], all[r * F_N + F_COMPUTE], all[r * F_N + F_COMM],
+                           all[r * F_N + F_PACK], all[r * F_N + F_CPU],
                            all[r * F_N + F_PEAK] / 1048576.0);
-                printf("  step %.3f s  %.1f GFLOP/s  comm wait %.2f%% of the step\n", step,
-                       flops / step * 1e-9, 100.0 * comm_max / step);
+                printf("  step %.3f s  %.1f GFLOP/s  comm wait %.2f%% of the step  cpu %.3f s "
+                       "(all ranks)  load average %.2f\n",
+                       step, flops / step * 1e-9, 100.0 * comm_max / step, cpu_sum, load_average());
                 if (!single)
                     printf("  per-piece compute %.4f s  transfer of a %.2f MiB piece %.5f s "
                            "(%.2f Gb/s)\n",
