@@ -12,7 +12,7 @@
 /* Whether the ring merges exact softmax stats (attn_sdpa_opts.softmax_stats)
  * instead of rounded LSEs: needs a libattn whose forward writes them. */
 #ifndef ATTN_RING_STATS
-#define ATTN_RING_STATS 0
+#define ATTN_RING_STATS 1
 #endif
 
 static attn_status check_out(const attn_tensor *t, const char *name, int ndim, const int64_t *want,

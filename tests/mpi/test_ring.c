@@ -60,6 +60,7 @@ typedef struct {
     int64_t B, Hq, Hkv, Nq, Nk, D, Dv;
     bool causal, mask, strided;
     int64_t block_keys, block_queries;
+    bool stats; /* forward writes softmax stats, the backward reads them (no lse) */
 } ring_case;
 
 /* Global position of local row i of a shard. */
@@ -131,8 +132,8 @@ static void floor_mag(double *m, int64_t n)
 
 /* One full run (forward + backward) on this rank's shards. */
 typedef struct {
-    float *o, *l, *dq, *dk, *dv;
-    attn_tensor O, L, dQ, dK, dV;
+    float *o, *l, *dq, *dk, *dv, *st;
+    attn_tensor O, L, dQ, dK, dV, S;
 } ring_out;
 
 static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor *k,
@@ -145,6 +146,8 @@ static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor
     r->o = calloc((size_t)no + 1, 4), r->l = calloc((size_t)nl + 1, 4);
     r->dq = calloc((size_t)ndq + 1, 4), r->dk = calloc((size_t)ndk + 1, 4);
     r->dv = calloc((size_t)ndv + 1, 4);
+    r->st = calloc(2 * (size_t)nl + 1, 4);
+    r->S = attn_tensor_4d(r->st, c->B, c->Hq, nq, 2);
     r->O = attn_tensor_4d(r->o, c->B, c->Hq, nq, c->Dv);
     r->L = attn_tensor_3d(r->l, c->B, c->Hq, nq);
     r->dK = attn_tensor_4d(r->dk, c->B, c->Hkv, nk, c->D);
@@ -160,14 +163,15 @@ static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor
     o.num_threads = 1;
     o.block_keys = c->block_keys;
     o.block_queries = c->block_queries;
+    if (c->stats) o.softmax_stats = &r->S;
     if (attn_ring_sdpa(MPI_COMM_WORLD, q, k, v, &r->O, &r->L, &o, err) != ATTN_OK) return false;
-    return attn_ring_sdpa_backward(MPI_COMM_WORLD, q, k, v, &r->O, &r->L, dout, &r->dQ, &r->dK,
-                                   &r->dV, &o, err) == ATTN_OK;
+    return attn_ring_sdpa_backward(MPI_COMM_WORLD, q, k, v, &r->O, c->stats ? NULL : &r->L, dout,
+                                   &r->dQ, &r->dK, &r->dV, &o, err) == ATTN_OK;
 }
 
 static void ring_out_free(ring_out *r)
 {
-    free(r->o), free(r->l), free(r->dq), free(r->dk), free(r->dv);
+    free(r->o), free(r->l), free(r->dq), free(r->dk), free(r->dv), free(r->st);
 }
 
 static bool same_bits(const ring_out *a, const ring_out *b, const ring_case *c, int64_t nq,
@@ -278,6 +282,19 @@ static void run_case(const ring_case *c, uint64_t seed)
         compare(c, "dq", &r1.dQ, o.dq, o.mag_dq, Nq, D, &sq, TOL_UNITS, false, o.kappa, "ring");
         compare(c, "dk", &r1.dK, o.dk, o.mag_dk, Nk, D, &sk, TOL_UNITS, false, o.kappa, "ring");
         compare(c, "dv", &r1.dV, o.dv, o.mag_dv, Nk, Dv, &sk, TOL_UNITS, false, o.kappa, "ring");
+        if (c->stats) {
+            /* (m, ll): m + ll is the oracle's lse, and the lse output is it rounded once */
+            bool st_ok = true;
+            for (int64_t x = 0; x < B * Hq * nq && st_ok; ++x) {
+                const int64_t b = x / (Hq * nq), h = (x / nq) % Hq, i = x % nq;
+                const double want = o.lse[(b * Hq + h) * Nq + global_row(&sq, i)];
+                const double m = r1.st[2 * x], ll = r1.st[2 * x + 1];
+                if (isinf(want)) st_ok = m == -INFINITY && ll == 0.0 && r1.l[x] == -INFINITY;
+                else st_ok = fabs(m + ll - want) <= TOL_UNITS * EPS32 * (o.kappa + log1p((double)Nk)) &&
+                             r1.l[x] == (float)(m + ll);
+            }
+            check(st_ok, "%s: softmax stats must match the oracle's lse and give the lse output", c->name);
+        }
         ok = run_ring(c, &Ql, &Kl, &Vl, &dOl, &Ml, nq, nk, &r2, &e);
         check(ok && same_bits(&r1, &r2, c, nq, nk), "%s: a second run must give the same bits (%s)",
               c->name, e.message);
@@ -372,14 +389,16 @@ int main(int argc, char **argv)
     const uint64_t seed = 0x5199e7ull;
     const int64_t tiny = 2 * g_P - 1 > 1 ? 2 * g_P - 1 : 2;
     const ring_case cases[] = {
-        {"non-causal, uneven N", 1, 2, 2, 37, 37, 8, 8, false, false, false, 0, 0},
-        {"causal GQA D!=Dv, small pieces", 2, 4, 2, 45, 45, 16, 12, true, false, false, 4, 5},
-        {"causal key padding, masked batch", 2, 2, 2, 64, 64, 8, 8, true, true, false, 6, 7},
-        {"non-causal cross lengths, GQA, padding", 2, 6, 3, 29, 51, 8, 4, false, true, false, 5, 4},
-        {"causal N < 2P (empty chunks)", 1, 2, 1, tiny, tiny, 4, 4, true, false, false, 0, 0},
-        {"causal N = 3", 1, 1, 1, 3, 3, 4, 4, true, false, false, 0, 0},
-        {"causal default blocks, strided views", 1, 3, 3, 100, 100, 8, 8, true, false, true, 0, 0},
-        {"causal one-key pieces", 1, 2, 2, 23, 23, 4, 4, true, true, false, 1, 3},
+        {"non-causal, uneven N", 1, 2, 2, 37, 37, 8, 8, false, false, false, 0, 0, false},
+        {"causal GQA D!=Dv, small pieces", 2, 4, 2, 45, 45, 16, 12, true, false, false, 4, 5, false},
+        {"causal key padding, masked batch", 2, 2, 2, 64, 64, 8, 8, true, true, false, 6, 7, false},
+        {"non-causal cross lengths, GQA, padding", 2, 6, 3, 29, 51, 8, 4, false, true, false, 5, 4, false},
+        {"causal N < 2P (empty chunks)", 1, 2, 1, tiny, tiny, 4, 4, true, false, false, 0, 0, false},
+        {"causal N = 3", 1, 1, 1, 3, 3, 4, 4, true, false, false, 0, 0, false},
+        {"causal default blocks, strided views", 1, 3, 3, 100, 100, 8, 8, true, false, true, 0, 0, false},
+        {"causal one-key pieces", 1, 2, 2, 23, 23, 4, 4, true, true, false, 1, 3, false},
+        {"causal softmax stats, GQA, padding", 2, 4, 1, 33, 33, 8, 8, true, true, false, 4, 6, true},
+        {"non-causal softmax stats", 1, 2, 2, 19, 19, 4, 4, false, false, true, 3, 0, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         tu_crash_context("test_ring case %s", cases[i].name);
