@@ -3,7 +3,8 @@
  * MPI). Sequence parallelism for sequences larger than one machine: every
  * rank holds a slice of the sequence; key/value blocks travel around the
  * ring while each rank computes with the block in hand (attn_sdpa on each
- * block), and the partial results merge exactly through attn_lse_merge.
+ * block), and the partial results merge exactly through attn_lse_merge (in
+ * the softmax-stats form: no rounded LSE enters the merge).
  * Uses libattn only through attn.h; libattn never depends on this.
  *
  * Layouts (attn_ring_layout). The global sequence of length N is split:
@@ -14,6 +15,12 @@
  *               the same causal work. Queries and keys share the layout.
  * attn_ring_shard / attn_ring_unshard move a full tensor to and from a
  * rank's slice.
+ *
+ * Blocks move in pieces of block_keys keys, one rank per tick, through
+ * nonblocking MPI_Isend/MPI_Irecv posted one piece ahead (three message
+ * buffers per stream), so memory holds a few pieces rather than whole
+ * blocks, and MPI is polled between the attn_sdpa calls so transfers
+ * progress while the rank computes.
  *
  * Calls are collective over comm: every rank calls with its own shard and
  * gets the same status. A rank whose arguments are bad makes every rank
