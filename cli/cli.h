@@ -104,5 +104,7 @@ extern const cli_command cmd_example;
 extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
 extern const cli_command cmd_train, cmd_heads;
 extern const cli_command cmd_bench;
+/* Only in builds with MPI (ATTN_HAVE_MPI): cmd_ring.c, cmd_ring_bench.c. */
+extern const cli_command cmd_ring, cmd_ring_bench;
 
 #endif

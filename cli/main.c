@@ -9,6 +9,9 @@ static const cli_command *const commands[] = {
     &cmd_sdpa, &cmd_sdpa_backward, &cmd_mha, &cmd_mha_backward, &cmd_example,
     &cmd_explain, &cmd_heatmap, &cmd_scaling,
     &cmd_train, &cmd_heads, &cmd_bench,
+#ifdef ATTN_HAVE_MPI
+    &cmd_ring,
+#endif
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -228,6 +228,35 @@ attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_sdpa_opts *opts, size_t *bytes,
                                      attn_error *err);
 
+/* ------------------------------------------------------------- LSE merge */
+
+/*
+ * Exact merge of two partial attentions of the same queries over DISJOINT
+ * key sets (split-KV, ring attention, prefix sharing): the result is what
+ * one attn_sdpa call over the union of the keys gives, up to rounding.
+ *   out1, out2, out (B, H, N, Dv)
+ *   lse1, lse2, lse (B, H, N)      LSE form, or
+ *                   (B, H, N, 2)   softmax-stats form (m, ll), lse = m + ll
+ *                                  (attn_sdpa_opts.softmax_stats).
+ * The three statistics tensors have the same form (told apart by ndim).
+ * LSE form, per row:
+ *   lse = log(e^lse1 + e^lse2) = max(lse1, lse2) + log1p(e^-|lse1 - lse2|)
+ *   out = e^(lse1 - lse)·out1 + e^(lse2 - lse)·out2
+ * Stats form: m = max(m1, m2), ll = log(e^(m1-m+ll1) + e^(m2-m+ll2)),
+ *   out = e^(m1-m+ll1-ll)·out1 + e^(m2-m+ll2-ll)·out2; m + ll is never
+ *   rounded, so the merged stats stay exact where a rounded lse is not.
+ * The weights and sums are computed in double and rounded once.
+ * A side whose row saw no key (lse -inf, stats (-inf, 0)) has weight 0 and
+ * the other side is copied bit for bit; both empty gives out 0, lse -inf
+ * (stats (-inf, 0)). A NaN statistic makes the row's out and lse NaN.
+ * Merging is commutative and associative up to rounding.
+ * out may be the same view as out1 or out2, lse the same as lse1 or lse2
+ * (in place); other overlaps are not allowed. lse may be NULL.
+ */
+attn_status attn_lse_merge(const attn_tensor *out1, const attn_tensor *lse1,
+                           const attn_tensor *out2, const attn_tensor *lse2, attn_tensor *out,
+                           attn_tensor *lse, attn_error *err);
+
 /* --------------------------------------------------------------------- MHA */
 
 /* torch.nn.MultiheadAttention(embed_dim, num_heads, bias, add_bias_kv,

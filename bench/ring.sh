@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Ring attention benchmarks (issue 14): speed of 2 ranks x 1 thread against
+# one process x 1 thread, communication wait, peak memory per rank, and the
+# P = 1..4 runs the scaling model (scripts/ring_model.py, docs/SCALING.md)
+# is checked against. Appends one JSON object per measurement to $OUT, then
+# prints the summary and the model's tables.
+#
+#   bench/ring.sh                 everything (long: N = 65536 runs for memory)
+#   PARTS="speed check" bench/ring.sh   a subset: speed, memory, check
+#
+# Variables: ATTN (the attn binary), OUT (results file), N (speed runs,
+# 16384), NMEM (memory runs, 65536), NCHK (model check, 8192), RUNS (3).
+# The machine's other load matters: every result carries the load average
+# and the CPU seconds of all ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ATTN=${ATTN:-build/attn}
+OUT=${OUT:-bench/ring-results.jsonl}
+N=${N:-16384}
+NMEM=${NMEM:-65536}
+NCHK=${NCHK:-8192}
+RUNS=${RUNS:-3}
+PARTS=${PARTS:-speed memory check}
+# OpenMPI: allowed as root (CI, containers), more ranks than cores for the
+# P = 3, 4 check; idle OpenMP workers sleep.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+run() {
+  echo "+ $*" >&2
+  "$@" --json >>"$OUT"
+}
+for part in $PARTS; do
+  case $part in
+  speed)
+    for mode in forward backward; do
+      run mpirun -np 1 "$ATTN" ring bench --seq "$N" --causal --single --mode $mode --runs "$RUNS"
+      run mpirun -np 2 "$ATTN" ring bench --seq "$N" --causal --mode $mode --runs "$RUNS"
+    done ;;
+  memory)
+    # one process per mode, so each peak is that mode's alone
+    for mode in forward backward; do
+      run mpirun -np 1 "$ATTN" ring bench --seq "$NMEM" --causal --single --mode $mode --runs 1
+      run mpirun -np 2 "$ATTN" ring bench --seq "$NMEM" --causal --mode $mode --runs 1
+    done ;;
+  check)
+    for p in 1 2 3 4; do
+      run mpirun --oversubscribe -np $p "$ATTN" ring bench --seq "$NCHK" --causal --runs 1
+    done ;;
+  *) echo "bench/ring.sh: unknown part '$part' (speed, memory, check)" >&2; exit 2 ;;
+  esac
+done
+python3 scripts/ring_model.py "$OUT"
