@@ -104,5 +104,6 @@ extern const cli_command cmd_example;
 extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
 extern const cli_command cmd_train, cmd_heads;
 extern const cli_command cmd_bench;
+extern const cli_command cmd_decode;
 
 #endif
