@@ -50,7 +50,9 @@ static bool parse_lengths(const cli_command *cmd, const char *opt, const char *t
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 ||
             (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
-            cli_usage_error(cmd, "%s: expected non-negative integers, got '%.40s'", opt, p);
+            const int len = (int)strcspn(p, ", \t\r\n");
+            cli_usage_error(cmd, "%s: expected non-negative integers, got '%.*s'", opt,
+                            len < 40 ? len : 40, p);
             return false;
         }
         if (*n == max) {
