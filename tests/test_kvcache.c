@@ -279,6 +279,7 @@ static bool check_oracle(tu_group *g, const kcase *c, const shadow *sh, const do
         double *ro = buf, *fo = ro + no, *nat = fo + no, *rl = nat + no, *fl = rl + nl,
                *nlat = fl + nl, *got = nlat + nl;
         double *goto_ = malloc(sizeof(double) * (size_t)no);
+        double *mo = malloc(sizeof(double) * (size_t)(no + nl)), *ml = mo + no;
         uint8_t *skip_o = calloc((size_t)no, 1), *skip_l = calloc((size_t)nl, 1);
         for (int64_t h = 0; h < c->Hq; ++h)
             for (int64_t i = 0; i < Nq; ++i) {
@@ -289,21 +290,22 @@ static bool check_oracle(tu_group *g, const kcase *c, const shadow *sh, const do
         const double *qb = q64 + b * c->Hq * Nq * c->D;
         rv_forward64(&p, qb, k, v, ro, rl, NULL, NULL);
         rv_forward32(&p, qb, k, v, fo, fl, NULL, NULL);
+        rv_forward32fma(&p, qb, k, v, mo, ml, NULL, NULL);
         rv_natural(&p, qb, k, v, NULL, nat, nlat, NULL, NULL, NULL, NULL, NULL);
         for (int64_t e = 0; e < no; ++e) goto_[e] = r->out[b * no + e];
         for (int64_t e = 0; e < nl; ++e) got[e] = r->lse[b * nl + e];
         rv_cmp cmp;
         char buf2[512];
-        if (!rv_criterion(goto_, ro, fo, nat, NULL, skip_o, no, &cmp)) {
+        if (!rv_criterion(goto_, ro, fo, mo, nat, NULL, skip_o, no, &cmp)) {
             rv_cmp_describe(&cmp, "out", buf2, sizeof buf2);
             tu_group_fail(g, "%s entry %" PRId64 " (length %" PRId64 "): %s (%s)", what, b, L, buf2, rp);
             ok = false;
-        } else if (!rv_criterion(got, rl, fl, nlat, NULL, skip_l, nl, &cmp)) {
+        } else if (!rv_criterion(got, rl, fl, ml, nlat, NULL, skip_l, nl, &cmp)) {
             rv_cmp_describe(&cmp, "lse", buf2, sizeof buf2);
             tu_group_fail(g, "%s entry %" PRId64 " (length %" PRId64 "): %s (%s)", what, b, L, buf2, rp);
             ok = false;
         }
-        free(buf), free(goto_), free(skip_o), free(skip_l), free(k), free(v);
+        free(buf), free(goto_), free(mo), free(skip_o), free(skip_l), free(k), free(v);
     }
     return ok;
 }

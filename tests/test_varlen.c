@@ -301,10 +301,11 @@ static double *gather_seq(const attn_tensor *t, int64_t off, int64_t len)
 
 /* One quantity of sequence s against the oracle (issue 8's criterion). */
 static bool judge(tu_group *g, const char *name, const double *got, const double *ref,
-                  const double *f32, const double *nat, int64_t n, int64_t s, const char *rp)
+                  const double *f32, const double *f32b, const double *nat, int64_t n,
+                  int64_t s, const char *rp)
 {
     rv_cmp cmp;
-    if (n == 0 || rv_criterion(got, ref, f32, nat, NULL, NULL, n, &cmp)) return true;
+    if (n == 0 || rv_criterion(got, ref, f32, f32b, nat, NULL, NULL, n, &cmp)) return true;
     char buf[512];
     rv_cmp_describe(&cmp, name, buf, sizeof buf);
     tu_group_fail(g, "sequence %" PRId64 ": %s (%s)", s, buf, rp);
@@ -334,28 +335,32 @@ static bool check_oracle(tu_group *g, const vcase *c, const vdata *d, const vout
         const int64_t no = c->Hq * nq * c->Dv, nl = c->Hq * nq, nkd = c->Hkv * nk * c->D,
                       nkv = c->Hkv * nk * c->Dv, nqd = c->Hq * nq * c->D;
         double *buf = calloc((size_t)(6 * (no + nl) + 3 * (nqd + nkd + nkv) + 16), sizeof(double));
+        double *fma = calloc((size_t)(no + nl + nqd + nkd + nkv + 8), sizeof(double));
+        double *mo = fma, *ml = mo + no, *mq = ml + nl, *mk = mq + nqd, *mv = mk + nkd;
         double *ro = buf, *fo = ro + no, *no_ = fo + no, *rl = no_ + no, *fl = rl + nl,
                *nl_ = fl + nl, *go = nl_ + nl, *gl = go + no;
         double *rq = gl + nl, *fq = rq + nqd, *nq_ = fq + nqd, *rk = nq_ + nqd, *fk = rk + nkd,
                *nk_ = fk + nkd, *rv = nk_ + nkd, *fv = rv + nkv, *nv_ = fv + nkv;
         rv_forward64(&p, q, k, v, ro, rl, NULL, NULL);
         rv_forward32(&p, q, k, v, fo, fl, NULL, NULL);
+        rv_forward32fma(&p, q, k, v, mo, ml, NULL, NULL);
         rv_natural(&p, q, k, v, dout, no_, nl_, NULL, nq_, nk_, nv_, NULL);
         double *got_o = gather_seq(&o->out.view, q0, nq), *got_l = gather_seq(&o->lse.view, q0, nq);
-        ok &= judge(g, "out", got_o, ro, fo, no_, no, s, rp);
-        ok &= judge(g, "lse", got_l, rl, fl, nl_, nl, s, rp);
+        ok &= judge(g, "out", got_o, ro, fo, mo, no_, no, s, rp);
+        ok &= judge(g, "lse", got_l, rl, fl, ml, nl_, nl, s, rp);
         (void)go;
         if (ok && c->backward) {
             rv_backward64(&p, q, k, v, dout, rq, rk, rv, NULL);
             rv_backward32(&p, q, k, v, dout, fq, fk, fv, NULL);
+            rv_backward32fma(&p, q, k, v, dout, mq, mk, mv, NULL);
             double *gq = gather_seq(&o->dq.view, q0, nq), *gk = gather_seq(&o->dk.view, k0, nk),
                    *gv = gather_seq(&o->dv.view, k0, nk);
-            ok &= judge(g, "dq", gq, rq, fq, nq_, nqd, s, rp);
-            ok &= judge(g, "dk", gk, rk, fk, nk_, nkd, s, rp);
-            ok &= judge(g, "dv", gv, rv, fv, nv_, nkv, s, rp);
+            ok &= judge(g, "dq", gq, rq, fq, mq, nq_, nqd, s, rp);
+            ok &= judge(g, "dk", gk, rk, fk, mk, nk_, nkd, s, rp);
+            ok &= judge(g, "dv", gv, rv, fv, mv, nv_, nkv, s, rp);
             free(gq), free(gk), free(gv);
         }
-        free(got_o), free(got_l), free(buf), free(q), free(k), free(v), free(dout);
+        free(got_o), free(got_l), free(buf), free(fma), free(q), free(k), free(v), free(dout);
     }
     return ok;
 }
