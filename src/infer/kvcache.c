@@ -485,6 +485,30 @@ static attn_status attend_part(attend_call *a, int64_t b, int64_t j0, int64_t n,
     return attn_sdpa(&q, &k, &v, &out, NULL, NULL, &o, err);
 }
 
+/* Folds one row's partial attention (output o over its keys, softmax
+ * statistics m and ll) into the running (M, S, O): O and S are the sums of
+ * exp(m_r - M + ll_r)·o_r and exp(m_r - M + ll_r) over the parts so far,
+ * rescaled whenever M grows. A part the row saw nothing of (m = -inf) adds
+ * nothing; a NaN makes the row NaN (S = NaN). */
+static void merge_part(double *M, double *S, double *O, double m, double ll, const float *o,
+                       int64_t Dv)
+{
+    if (m == -INFINITY) return;
+    if (isnan(m) || isnan(ll) || isnan(*S)) {
+        *S = NAN;
+        return;
+    }
+    if (m > *M) {
+        const double f = exp(*M - m);
+        *S *= f;
+        for (int64_t d = 0; d < Dv; ++d) O[d] *= f;
+        *M = m;
+    }
+    const double w = exp(m - *M + ll);
+    *S += w;
+    for (int64_t d = 0; d < Dv; ++d) O[d] += w * (double)o[d];
+}
+
 /* Entry b as parts merged in order (see the header comment). */
 static attn_status attend_merged(attend_call *a, int64_t b, attn_error *err)
 {
@@ -511,25 +535,9 @@ static attn_status attend_merged(attend_call *a, int64_t b, attn_error *err)
         for (int64_t p0 = 0; p0 < n;) {
             const int64_t pn = masked && n - p0 > MASK_KEYS ? MASK_KEYS : n - p0;
             RETURN_IF_ERROR(attend_part(a, b, j0 + p0, pn, err));
-            for (int64_t r = 0; r < rows; ++r) {
-                const double m = a->part_st[2 * r], ll = a->part_st[2 * r + 1];
-                if (m == -INFINITY) continue; /* the row saw none of these keys */
-                double *o = a->acc_o + r * Dv;
-                if (isnan(m) || isnan(ll) || a->acc_s[r] != a->acc_s[r]) {
-                    a->acc_s[r] = NAN;
-                    continue;
-                }
-                if (m > a->acc_m[r]) {
-                    const double f = exp(a->acc_m[r] - m);
-                    a->acc_s[r] *= f;
-                    for (int64_t d = 0; d < Dv; ++d) o[d] *= f;
-                    a->acc_m[r] = m;
-                }
-                const double w = exp(m - a->acc_m[r] + ll);
-                a->acc_s[r] += w;
-                const float *po = a->part_o + r * Dv;
-                for (int64_t d = 0; d < Dv; ++d) o[d] += w * (double)po[d];
-            }
+            for (int64_t r = 0; r < rows; ++r)
+                merge_part(&a->acc_m[r], &a->acc_s[r], a->acc_o + r * Dv, a->part_st[2 * r],
+                           a->part_st[2 * r + 1], a->part_o + r * Dv, Dv);
             p0 += pn;
         }
         blk = end;
