@@ -21,12 +21,20 @@
  * (left -1, right L - j1) in the run's own coordinates; with a window or
  * ALiBi the run gets a float mask holding the ALiBi bias at global distances
  * and -inf where hidden, which is exactly the bias attn_sdpa would add.
+ *
+ * Threads. Contiguous entries of equal length are one attn_sdpa call over
+ * the batch. Otherwise entries are scheduled as attn_sdpa_varlen schedules
+ * sequences (attend_entries): big ones alone on all threads, the rest side
+ * by side on one thread each; no result depends on the schedule.
  */
 #include "../core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 struct attn_kvcache {
     attn_kvcache_config cfg;
@@ -410,18 +418,24 @@ typedef struct {
     const attn_tensor *q, *out, *lse, *stats, *slopes;
     attn_sdpa_opts opts; /* the caller's, sanitised */
     int64_t Hq, Nq, Dv;
-    /* merge scratch (paged entries with several runs) */
+} attend_call;
+
+/* One worker's merge scratch (paged entries with several runs) and the
+ * threads its calls use. */
+typedef struct {
     float *part_o, *part_st, *mask;
     double *acc_o, *acc_m, *acc_s;
-} attend_call;
+    int threads;
+} attend_scratch;
 
 /* attn_sdpa on keys [j0, j0 + n) of entry b with the caller's options (used
  * when those keys are all the entry has, i.e. one view). */
-static attn_status attend_whole(attend_call *a, int64_t b, attn_error *err)
+static attn_status attend_whole(const attend_call *a, int64_t b, int threads, attn_error *err)
 {
     attn_tensor k, v, q = entry(a->q, b), out = entry(a->out, b), lse, stats, slopes;
     key_views(a->c, b, 0, a->c->len[b], &k, &v);
     attn_sdpa_opts o = a->opts;
+    o.num_threads = threads;
     if (a->lse) lse = entry(a->lse, b);
     if (a->stats) {
         stats = entry(a->stats, b);
@@ -444,15 +458,16 @@ static float slope_of(const attend_call *a, int64_t b, int64_t h)
 
 /* One part: keys [j0, j0 + n) of entry b (consecutive pool blocks) into
  * part_o (1,Hq,Nq,Dv) and part_st (1,Hq,Nq,2), aligned as in the whole. */
-static attn_status attend_part(attend_call *a, int64_t b, int64_t j0, int64_t n,
-                               attn_error *err)
+static attn_status attend_part(const attend_call *a, attend_scratch *w, int64_t b, int64_t j0,
+                               int64_t n, attn_error *err)
 {
     const int64_t L = a->c->len[b], Nq = a->Nq, Hq = a->Hq;
     attn_tensor k, v, q = entry(a->q, b);
     key_views(a->c, b, j0, n, &k, &v);
-    attn_tensor out = attn_tensor_4d(a->part_o, 1, Hq, Nq, a->Dv);
-    attn_tensor st = attn_tensor_4d(a->part_st, 1, Hq, Nq, 2);
+    attn_tensor out = attn_tensor_4d(w->part_o, 1, Hq, Nq, a->Dv);
+    attn_tensor st = attn_tensor_4d(w->part_st, 1, Hq, Nq, 2);
     attn_sdpa_opts o = a->opts;
+    o.num_threads = w->threads;
     o.softmax_stats = &st;
     o.sinks = NULL; /* the merge adds the sink once */
     o.causal = ATTN_CAUSAL_NONE;
@@ -462,20 +477,20 @@ static attn_status attend_part(attend_call *a, int64_t b, int64_t j0, int64_t n,
     if (a->slopes || a->opts.window.enabled) {
         /* the bias attn_sdpa would add at the global distance d = i + L - Nq - j */
         const int64_t mh = a->slopes ? Hq : 1;
-        const attn_window w = a->opts.window;
+        const attn_window win = a->opts.window;
         for (int64_t h = 0; h < mh; ++h) {
             const float slope = a->slopes ? slope_of(a, b, h) : 0.0f;
             for (int64_t i = 0; i < Nq; ++i)
                 for (int64_t c = 0; c < n; ++c) {
                     const int64_t d = i + L - Nq - (j0 + c);
                     bool seen = a->opts.causal == ATTN_CAUSAL_NONE || d >= 0;
-                    if (w.enabled && w.left >= 0 && d > w.left) seen = false;
-                    if (w.enabled && w.right >= 0 && -d > w.right) seen = false;
+                    if (win.enabled && win.left >= 0 && d > win.left) seen = false;
+                    if (win.enabled && win.right >= 0 && -d > win.right) seen = false;
                     float x = a->slopes ? -slope * (float)(d < 0 ? -d : d) : 0.0f;
-                    a->mask[(h * Nq + i) * n + c] = seen ? x : -INFINITY;
+                    w->mask[(h * Nq + i) * n + c] = seen ? x : -INFINITY;
                 }
         }
-        mask = attn_tensor_3d(a->mask, mh, Nq, n);
+        mask = attn_tensor_3d(w->mask, mh, Nq, n);
         o.mask[0] = &mask;
     } else if (a->opts.causal == ATTN_CAUSAL_BOTTOM_RIGHT) {
         o.window.enabled = true;
@@ -510,7 +525,8 @@ static void merge_part(double *M, double *S, double *O, double m, double ll, con
 }
 
 /* Entry b as parts merged in order (see the header comment). */
-static attn_status attend_merged(attend_call *a, int64_t b, attn_error *err)
+static attn_status attend_merged(const attend_call *a, attend_scratch *w, int64_t b,
+                                 attn_error *err)
 {
     const attn_kvcache *c = a->c;
     const int64_t Hq = a->Hq, Nq = a->Nq, Dv = a->Dv, rows = Hq * Nq, L = c->len[b];
@@ -519,10 +535,10 @@ static attn_status attend_merged(attend_call *a, int64_t b, attn_error *err)
         const float sink = a->opts.sinks
                                ? ((const float *)a->opts.sinks->data)[(r / Nq) * a->opts.sinks->stride[0]]
                                : -INFINITY;
-        a->acc_m[r] = sink;
-        a->acc_s[r] = sink == -INFINITY ? 0.0 : 1.0;
+        w->acc_m[r] = sink;
+        w->acc_s[r] = sink == -INFINITY ? 0.0 : 1.0;
     }
-    memset(a->acc_o, 0, (size_t)(rows * Dv) * sizeof(double));
+    memset(w->acc_o, 0, (size_t)(rows * Dv) * sizeof(double));
     const bool masked = a->slopes || a->opts.window.enabled;
     const int32_t *tab = c->table + b * c->max_blocks;
     for (int64_t blk = 0; blk * bs < L;) {
@@ -534,28 +550,28 @@ static attn_status attend_merged(attend_call *a, int64_t b, attn_error *err)
         /* a masked part may still exceed MASK_KEYS when one block does: cut it */
         for (int64_t p0 = 0; p0 < n;) {
             const int64_t pn = masked && n - p0 > MASK_KEYS ? MASK_KEYS : n - p0;
-            RETURN_IF_ERROR(attend_part(a, b, j0 + p0, pn, err));
+            RETURN_IF_ERROR(attend_part(a, w, b, j0 + p0, pn, err));
             for (int64_t r = 0; r < rows; ++r)
-                merge_part(&a->acc_m[r], &a->acc_s[r], a->acc_o + r * Dv, a->part_st[2 * r],
-                           a->part_st[2 * r + 1], a->part_o + r * Dv, Dv);
+                merge_part(&w->acc_m[r], &w->acc_s[r], w->acc_o + r * Dv, w->part_st[2 * r],
+                           w->part_st[2 * r + 1], w->part_o + r * Dv, Dv);
             p0 += pn;
         }
         blk = end;
     }
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = r / Nq, i = r % Nq;
-        const double s = a->acc_s[r];
+        const double s = w->acc_s[r];
         const bool nan = s != s, empty = s == 0.0;
         float *dst = (float *)a->out->data + b * a->out->stride[0] + h * a->out->stride[1] +
                      i * a->out->stride[2];
         for (int64_t d = 0; d < Dv; ++d)
-            dst[d * a->out->stride[3]] = nan ? NAN : empty ? 0.0f : (float)(a->acc_o[r * Dv + d] / s);
-        const float m = nan ? NAN : empty ? -INFINITY : (float)a->acc_m[r];
+            dst[d * a->out->stride[3]] = nan ? NAN : empty ? 0.0f : (float)(w->acc_o[r * Dv + d] / s);
+        const float m = nan ? NAN : empty ? -INFINITY : (float)w->acc_m[r];
         const float ll = nan ? NAN : empty ? 0.0f : (float)log(s);
         if (a->lse)
             ((float *)a->lse->data)[b * a->lse->stride[0] + h * a->lse->stride[1] +
                                     i * a->lse->stride[2]] =
-                nan ? NAN : empty ? -INFINITY : (float)(a->acc_m[r] + log(s));
+                nan ? NAN : empty ? -INFINITY : (float)(w->acc_m[r] + log(s));
         if (a->stats) {
             float *st = (float *)a->stats->data + b * a->stats->stride[0] +
                         h * a->stats->stride[1] + i * a->stats->stride[2];
@@ -586,6 +602,83 @@ static bool one_run(const attn_kvcache *c, int64_t b)
     for (int64_t i = 1; i * c->cfg.block_size < c->len[b]; ++i)
         if (tab[i] != tab[i - 1] + 1) return false;
     return true;
+}
+
+/* One entry on `threads` threads with worker scratch w. */
+static attn_status attend_entry(const attend_call *a, attend_scratch *w, int64_t b, int threads,
+                                attn_error *err)
+{
+    w->threads = threads;
+    return one_run(a->c, b) ? attend_whole(a, b, threads, err) : attend_merged(a, w, b, err);
+}
+
+typedef struct {
+    int64_t cost, b;
+} entry_cost;
+
+static int by_cost_desc(const void *x, const void *y)
+{
+    const entry_cost *p = x, *q = y;
+    if (p->cost != q->cost) return p->cost > q->cost ? -1 : 1;
+    return p->b < q->b ? -1 : p->b > q->b;
+}
+
+/*
+ * Every entry, as attn_sdpa_varlen schedules its sequences: entries worth
+ * more than a fair share of what is left run alone on all threads, the rest
+ * side by side, one thread each, largest first. attn_sdpa's bits do not
+ * depend on its thread count and each entry writes its own rows, so the
+ * schedule never changes a result. On failure, the error of the
+ * lowest-numbered failing entry.
+ */
+static attn_status attend_entries(const attend_call *a, attend_scratch *ws, int threads,
+                                  attn_error *err)
+{
+    const int64_t B = a->c->cfg.batch;
+    entry_cost *order = malloc((size_t)B * sizeof *order);
+    RETURN_IF(!order, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate the schedule");
+    double remaining = 0.0;
+    for (int64_t b = 0; b < B; ++b) {
+        order[b].cost = (a->c->len[b] + 1) * a->Nq;
+        order[b].b = b;
+        remaining += (double)order[b].cost;
+    }
+    qsort(order, (size_t)B, sizeof *order, by_cost_desc);
+    attn_status status = ATTN_OK;
+    int64_t first = 0;
+    while (first < B && (threads == 1 || (double)order[first].cost * threads > remaining)) {
+        status = attend_entry(a, &ws[0], order[first].b, threads, err);
+        if (status != ATTN_OK) break;
+        remaining -= (double)order[first].cost;
+        first++;
+    }
+    if (status == ATTN_OK && first < B) {
+        int64_t failed_b = INT64_MAX;
+        attn_error failed_err = {ATTN_OK, ""};
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (int64_t i = first; i < B; ++i) {
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
+            attn_error e = {ATTN_OK, ""};
+            const attn_status st = attend_entry(a, &ws[tid], order[i].b, 1, &e);
+            if (st != ATTN_OK) {
+#pragma omp critical(attn_kvcache_error)
+                if (order[i].b < failed_b) {
+                    failed_b = order[i].b;
+                    failed_err = e;
+                    failed_err.status = st;
+                }
+            }
+        }
+        if (failed_b != INT64_MAX) {
+            status = failed_err.status;
+            if (err) *err = failed_err;
+        }
+    }
+    free(order);
+    return status;
 }
 
 attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
@@ -649,26 +742,30 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
     }
     bool need_merge = false;
     for (int64_t b = 0; b < g->batch; ++b) need_merge |= !one_run(cache, b);
-    if (need_merge) {
-        const int64_t rows = a.Hq * a.Nq;
-        const int64_t mkeys = g->block_size > MASK_KEYS ? g->block_size : MASK_KEYS;
-        const bool masked = a.slopes || a.opts.window.enabled;
-        a.part_o = malloc((size_t)(rows * a.Dv) * sizeof(float));
-        a.part_st = malloc((size_t)(rows * 2) * sizeof(float));
-        a.acc_o = malloc((size_t)(rows * a.Dv) * sizeof(double));
-        a.acc_m = malloc((size_t)rows * sizeof(double));
-        a.acc_s = malloc((size_t)rows * sizeof(double));
-        a.mask = masked ? malloc((size_t)(rows * mkeys) * sizeof(float)) : NULL;
-        if (!a.part_o || !a.part_st || !a.acc_o || !a.acc_m || !a.acc_s || (masked && !a.mask)) {
-            free(a.part_o), free(a.part_st), free(a.acc_o), free(a.acc_m), free(a.acc_s),
-                free(a.mask);
-            return attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate merge scratch");
-        }
-    }
+    const int threads = attn_resolve_threads(a.opts.num_threads);
+    attend_scratch *ws = calloc((size_t)threads, sizeof *ws);
+    RETURN_IF(!ws, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate merge scratch");
     attn_status s = ATTN_OK;
-    for (int64_t b = 0; b < g->batch && s == ATTN_OK; ++b)
-        s = one_run(cache, b) ? attend_whole(&a, b, err) : attend_merged(&a, b, err);
-    free(a.part_o), free(a.part_st), free(a.acc_o), free(a.acc_m), free(a.acc_s), free(a.mask);
+    for (int t = 0; t < threads && need_merge && s == ATTN_OK; ++t) {
+        const int64_t rows = a.Hq * a.Nq;
+        const bool masked = a.slopes || a.opts.window.enabled;
+        attend_scratch *w = &ws[t];
+        w->part_o = malloc((size_t)(rows * a.Dv) * sizeof(float));
+        w->part_st = malloc((size_t)(rows * 2) * sizeof(float));
+        w->acc_o = malloc((size_t)(rows * a.Dv) * sizeof(double));
+        w->acc_m = malloc((size_t)rows * sizeof(double));
+        w->acc_s = malloc((size_t)rows * sizeof(double));
+        w->mask = masked ? malloc((size_t)(rows * MASK_KEYS) * sizeof(float)) : NULL;
+        if (!w->part_o || !w->part_st || !w->acc_o || !w->acc_m || !w->acc_s || (masked && !w->mask))
+            s = attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate merge scratch");
+    }
+    if (s == ATTN_OK) s = attend_entries(&a, ws, threads, err);
+    for (int t = 0; t < threads; ++t) {
+        attend_scratch *w = &ws[t];
+        free(w->part_o), free(w->part_st), free(w->acc_o), free(w->acc_m), free(w->acc_s),
+            free(w->mask);
+    }
+    free(ws);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }
