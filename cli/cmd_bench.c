@@ -577,6 +577,14 @@ static int run_bench(int argc, char **argv)
         return CLI_USAGE;
     if (c.block_size && c.mode != MODE_DECODE)
         return cli_usage_error(cmd, "--block-size: only with --mode decode");
+    if (c.mode == MODE_DECODE || c.mode == MODE_VARLEN) {
+        static const char *const variants[] = {"--window", "--alibi", "--softcap", "--sinks",
+                                               "--dropout"};
+        for (size_t i = 0; i < sizeof variants / sizeof variants[0]; ++i)
+            if (cli_get(&a, variants[i]))
+                return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
+                                       mode_name[c.mode]);
+    }
     if (c.mode == MODE_DECODE) { /* Llama-style defaults: H 32, Hkv 8, D 128, Nk 32768, Nq 1 */
         if (!cli_get(&a, "--heads")) c.heads = 32;
         if (!cli_get(&a, "--kv-heads")) c.kv_heads = cli_get(&a, "--heads") ? 0 : 8;
