@@ -106,5 +106,6 @@ extern const cli_command cmd_train, cmd_heads;
 extern const cli_command cmd_bench;
 /* Only in builds with MPI (ATTN_HAVE_MPI): cmd_ring.c, cmd_ring_bench.c. */
 extern const cli_command cmd_ring, cmd_ring_bench;
+extern const cli_command cmd_decode;
 
 #endif

@@ -14,13 +14,16 @@
 extern const cli_command cmd_bench; /* also in cli.h's table of commands */
 
 static const cli_option bench_options[] = {
-    {"--mode", "MODE", "forward (default), backward or mha"},
+    {"--mode", "MODE", "forward (default), backward, mha, decode or varlen"},
+    {"--seq-lens", "L[,L...]", "varlen: the packed sequences' lengths (Nq = Nk = L each)"},
     {"--batch", "B", "batch size (default 1)"},
     {"--heads", "H", "query heads (default 8)"},
     {"--kv-heads", "H", "key/value heads (default: --heads)"},
     {"--seq", "N[,N...]", "query sequence length(s) (default 1024)"},
     {"--kv-seq", "N", "key/value sequence length (default: --seq)"},
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
+    {"--dim", "D", "the same as --head-dim"},
+    {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", NULL, "causal mask (top-left; FLOPs counted as half)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
@@ -44,16 +47,27 @@ static const char bench_details[] =
     "FLOPs 8·B·L·E² (projections) + 4·B·L·S·E (attention; causal half).\n"
     "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
     "run one configuration per process to attribute it. With --window the\n"
-    "fraction of (query, key) pairs visible is printed; FLOPs stay dense.";
+    "fraction of (query, key) pairs visible is printed; FLOPs stay dense.\n"
+    "--mode decode times attn_kvcache_attend: --seq new query tokens (default 1)\n"
+    "per batch entry against a KV cache of --kv-seq tokens (default 32768;\n"
+    "defaults H 32, Hkv 8, D 128), bottom-right causal. It prints the GB/s of\n"
+    "K/V read (B·Hkv·Nk·(D+Dv)·4 bytes per call) and, from the same run, the\n"
+    "memory bandwidth of a streaming read loop over a separate buffer of at\n"
+    "least 256 MiB on the same threads, the two timed alternately, medians.\n"
+    "--mode varlen times attn_sdpa_varlen over packed sequences of --seq-lens\n"
+    "(default 64,128,256,512,1024,2048) and, alternately, attn_sdpa on one\n"
+    "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
+    "prints both GFLOP/s and their ratio (forward; --causal: bottom-right).";
 
-typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA } bench_mode;
-static const char *const mode_name[] = {"forward", "backward", "mha"};
+typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA, MODE_DECODE, MODE_VARLEN } bench_mode;
+static const char *const mode_name[] = {"forward", "backward", "mha", "decode", "varlen"};
 
 typedef struct {
     bench_mode mode;
     long batch, heads, kv_heads, seq, kv_seq, head_dim, value_dim;
     bool causal;
     long threads, runs, warmup;
+    long block_size; /* decode: 0 = contiguous cache */
     attn_path path;
     bool json;
     attn_window window;
@@ -291,6 +305,217 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- decode */
+
+/* One pass of a streaming read over n floats (16 independent lanes so the
+ * compiler vectorises it); returns the sum so the loads cannot be dropped. */
+static float stream_read(const float *x, int64_t n, int threads)
+{
+    float total = 0.0f;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+#endif
+    for (int64_t blk = 0; blk < n / 4096; ++blk) {
+        float acc[16] = {0};
+        const float *p = x + blk * 4096;
+        for (int64_t i = 0; i < 4096; i += 16)
+            for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
+        float s = 0.0f;
+        for (int l = 0; l < 16; ++l) s += acc[l];
+        total += s;
+    }
+    (void)threads;
+    return total;
+}
+
+static double median_of(double *t, long n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* attn_kvcache_attend on a filled cache vs a streaming read of the same
+ * machine, timed alternately; prints GB/s of each and their ratio. */
+static int bench_decode(const bench_config *c)
+{
+    const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
+    const int64_t D = c->head_dim, Dv = c->value_dim;
+    const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
+    attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
+                               .value_dim = Dv, .block_size = c->block_size};
+    attn_kvcache *cache = NULL;
+    attn_error err = {0};
+    int rc = CLI_FAIL;
+    float *kbuf = NULL, *vbuf = NULL, *q = NULL, *o = NULL, *lse = NULL, *stream = NULL;
+    double *t_dec = NULL, *t_mem = NULL;
+    if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK) return cli_report("bench", &err);
+    /* fill the cache in chunks of 1024 tokens */
+    const int64_t chunk = Nk < 1024 ? Nk : 1024;
+    kbuf = alloc_filled(B * Hkv * chunk * D, 11);
+    vbuf = alloc_filled(B * Hkv * chunk * Dv, 12);
+    q = alloc_filled(B * H * Nq * D, 13);
+    o = alloc_filled(B * H * Nq * Dv, 14);
+    lse = alloc_filled(B * H * Nq, 15);
+    const double kv_bytes = 4.0 * (double)B * (double)Hkv * (double)Nk * (double)(D + Dv);
+    int64_t sn = (int64_t)(kv_bytes / 4.0);
+    if (sn < ((int64_t)256 << 20) / 4) sn = ((int64_t)256 << 20) / 4;
+    sn -= sn % 4096;
+    stream = alloc_filled(sn, 16);
+    t_dec = malloc(sizeof(double) * (size_t)c->runs);
+    t_mem = malloc(sizeof(double) * (size_t)c->runs);
+    if (!kbuf || !vbuf || !q || !o || !lse || !stream || !t_dec || !t_mem) {
+        fprintf(stderr, "attn bench: out of memory\n");
+        goto done;
+    }
+    for (int64_t done_n = 0; done_n < Nk; done_n += chunk) {
+        const int64_t n = Nk - done_n < chunk ? Nk - done_n : chunk;
+        attn_tensor k = attn_tensor_4d(kbuf, B, Hkv, n, D), v = attn_tensor_4d(vbuf, B, Hkv, n, Dv);
+        k.stride[1] = chunk * D;
+        k.stride[0] = Hkv * chunk * D;
+        v.stride[1] = chunk * Dv;
+        v.stride[0] = Hkv * chunk * Dv;
+        if (attn_kvcache_append(cache, &k, &v, NULL, &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+    }
+    attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D), O = attn_tensor_4d(o, B, H, Nq, Dv);
+    attn_tensor L = attn_tensor_3d(lse, B, H, Nq);
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    opts.num_threads = threads;
+    opts.path = c->path;
+    volatile float sink = 0.0f;
+    for (long r = 0; r < c->warmup + c->runs; ++r) {
+        double t0 = now_seconds();
+        if (attn_kvcache_attend(cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        const double td = now_seconds() - t0;
+        t0 = now_seconds();
+        sink += stream_read(stream, sn, threads);
+        const double tm = now_seconds() - t0;
+        if (r >= c->warmup) {
+            t_dec[r - c->warmup] = td;
+            t_mem[r - c->warmup] = tm;
+        }
+    }
+    (void)sink;
+    const double med = median_of(t_dec, c->runs), med_mem = median_of(t_mem, c->runs);
+    const double gbs = kv_bytes / med / 1e9, mem_gbs = 4.0 * (double)sn / med_mem / 1e9;
+    const double tokens = (double)B * (double)Nq / med;
+    const char *layout = c->block_size ? "paged" : "contiguous";
+    if (c->json) {
+        printf("{\"mode\":\"decode\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
+               "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"layout\":\"%s\","
+               "\"block_size\":%ld,\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,"
+               "\"kv_gbs\":%.3f,\"stream_gbs\":%.3f,\"fraction\":%.4f,\"tokens_per_s\":%.1f,"
+               "\"peak_rss_bytes\":%zu}\n",
+               c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
+               layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3, gbs, mem_gbs,
+               gbs / mem_gbs, tokens, peak_rss_bytes());
+    } else {
+        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %-7s threads=%d  "
+               "median %8.3f ms  K/V %7.2f GB/s  stream read %7.2f GB/s  (%.0f%%)  %.1f tokens/s\n",
+               c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
+               layout, attn_isa(), threads, med * 1e3, gbs, mem_gbs, 100.0 * gbs / mem_gbs, tokens);
+    }
+    fflush(stdout);
+    rc = CLI_OK;
+done:
+    attn_kvcache_free(cache);
+    free(kbuf), free(vbuf), free(q), free(o), free(lse), free(stream), free(t_dec), free(t_mem);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- varlen */
+
+/* attn_sdpa_varlen over packed sequences vs attn_sdpa on one sequence with
+ * the same number of (query, key) pairs, timed alternately. */
+static int bench_varlen(const bench_config *c, const long *lens, int nl)
+{
+    const int64_t H = c->heads, Hkv = c->kv_heads, D = c->head_dim, Dv = c->value_dim;
+    if (H % Hkv) return cli_usage_error(&cmd_bench, "--kv-heads: %ld does not divide --heads %ld",
+                                        c->kv_heads, c->heads);
+    int64_t total = 0, off[257];
+    double pairs = 0.0;
+    off[0] = 0;
+    for (int i = 0; i < nl; ++i) {
+        total += lens[i];
+        off[i + 1] = total;
+        pairs += (double)lens[i] * (double)lens[i];
+    }
+    const int64_t N = (int64_t)llround(sqrt(pairs));
+    const int64_t rows = total > N ? total : N;
+    float *q = alloc_filled(rows * H * D, 1), *k = alloc_filled(rows * Hkv * D, 2);
+    float *v = alloc_filled(rows * Hkv * Dv, 3), *o = alloc_filled(rows * H * Dv, 4);
+    double *tv = malloc(sizeof(double) * (size_t)c->runs), *ts = malloc(sizeof(double) * (size_t)c->runs);
+    int rc = CLI_FAIL;
+    if (!q || !k || !v || !o || !tv || !ts) {
+        fprintf(stderr, "attn bench: out of memory\n");
+        goto done;
+    }
+    attn_tensor Q = attn_tensor_3d(q, total, H, D), K = attn_tensor_3d(k, total, Hkv, D);
+    attn_tensor V = attn_tensor_3d(v, total, Hkv, Dv), O = attn_tensor_3d(o, total, H, Dv);
+    /* the single sequence: the same buffers as (1, H, N, D) views of (N, H, D) */
+    attn_tensor Q1 = attn_tensor_transpose(attn_tensor_4d(q, 1, N, H, D), 1, 2);
+    attn_tensor K1 = attn_tensor_transpose(attn_tensor_4d(k, 1, N, Hkv, D), 1, 2);
+    attn_tensor V1 = attn_tensor_transpose(attn_tensor_4d(v, 1, N, Hkv, Dv), 1, 2);
+    attn_tensor O1 = attn_tensor_transpose(attn_tensor_4d(o, 1, N, H, Dv), 1, 2);
+    attn_varlen_seqs seqs = {nl, ATTN_OFFSETS_I64, off, off};
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.causal = c->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+    opts.num_threads = (int)c->threads;
+    opts.path = c->path;
+    attn_error err = {0};
+    for (long r = 0; r < c->warmup + c->runs; ++r) {
+        double t0 = now_seconds();
+        if (attn_sdpa_varlen(&Q, &K, &V, &seqs, &O, NULL, &opts, &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        const double a = now_seconds() - t0;
+        t0 = now_seconds();
+        if (attn_sdpa(&Q1, &K1, &V1, &O1, NULL, NULL, &opts, &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        const double b = now_seconds() - t0;
+        if (r >= c->warmup) {
+            tv[r - c->warmup] = a;
+            ts[r - c->warmup] = b;
+        }
+    }
+    const double mv = median_of(tv, c->runs), ms = median_of(ts, c->runs);
+    /* dense-equivalent FLOPs, causal half, on both sides */
+    const double half = c->causal ? 0.5 : 1.0;
+    const double fv = 2.0 * H * pairs * (double)(D + Dv) * half / mv / 1e9;
+    const double fs = 2.0 * H * (double)N * (double)N * (double)(D + Dv) * half / ms / 1e9;
+    const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
+    if (c->json) {
+        printf("{\"mode\":\"varlen\",\"sequences\":%d,\"total\":%lld,\"single_n\":%lld,"
+               "\"heads\":%ld,\"kv_heads\":%ld,\"head_dim\":%ld,\"causal\":%s,\"isa\":\"%s\","
+               "\"threads\":%d,\"runs\":%ld,\"varlen_ms\":%.4f,\"single_ms\":%.4f,"
+               "\"varlen_gflops\":%.3f,\"single_gflops\":%.3f,\"ratio\":%.4f}\n",
+               nl, (long long)total, (long long)N, c->heads, c->kv_heads, c->head_dim,
+               c->causal ? "true" : "false", attn_isa(), threads, c->runs, mv * 1e3, ms * 1e3,
+               fv, fs, fv / fs);
+    } else {
+        printf("varlen   %d sequences, %lld tokens, H=%ld Hkv=%ld D=%ld%s  %-7s threads=%d  "
+               "varlen %8.3f ms %7.2f GFLOP/s | one sequence N=%lld %8.3f ms %7.2f GFLOP/s | "
+               "ratio %.2f\n",
+               nl, (long long)total, c->heads, c->kv_heads, c->head_dim,
+               c->causal ? " causal" : "", attn_isa(), threads, mv * 1e3, fv, (long long)N,
+               ms * 1e3, fs, fv / fs);
+    }
+    fflush(stdout);
+    rc = CLI_OK;
+done:
+    free(q), free(k), free(v), free(o), free(tv), free(ts);
+    return rc;
+}
+
 /* "512,1024" -> values; false on a bad list. */
 static bool parse_list(const cli_command *cmd, const char *opt, const char *text, long *vals,
                        int *count, int max)
@@ -328,7 +553,9 @@ static int run_bench(int argc, char **argv)
         if (!strcmp(mode, "forward")) c.mode = MODE_FORWARD;
         else if (!strcmp(mode, "backward")) c.mode = MODE_BACKWARD;
         else if (!strcmp(mode, "mha")) c.mode = MODE_MHA;
-        else return cli_usage_error(cmd, "--mode: expected forward, backward or mha, got '%s'", mode);
+        else if (!strcmp(mode, "decode")) c.mode = MODE_DECODE;
+        else if (!strcmp(mode, "varlen")) c.mode = MODE_VARLEN;
+        else return cli_usage_error(cmd, "--mode: expected forward, backward, mha, decode or varlen, got '%s'", mode);
     }
     const char *path = cli_get(&a, "--path");
     if (path) {
@@ -345,9 +572,46 @@ static int run_bench(int argc, char **argv)
         !cli_get_int(&a, "--value-dim", 1, big, &c.value_dim) ||
         !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &c.threads) ||
         !cli_get_int(&a, "--runs", 1, 100000, &c.runs) ||
-        !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup))
+        !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup) ||
+        !cli_get_int(&a, "--block-size", 1, big, &c.block_size))
         return CLI_USAGE;
+    if (c.block_size && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--block-size: only with --mode decode");
+    if (c.mode == MODE_DECODE || c.mode == MODE_VARLEN) {
+        static const char *const variants[] = {"--window", "--alibi", "--softcap", "--sinks",
+                                               "--dropout"};
+        for (size_t i = 0; i < sizeof variants / sizeof variants[0]; ++i)
+            if (cli_get(&a, variants[i]))
+                return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
+                                       mode_name[c.mode]);
+    }
+    if (c.mode == MODE_DECODE) { /* Llama-style defaults: H 32, Hkv 8, D 128, Nk 32768, Nq 1 */
+        if (!cli_get(&a, "--heads")) c.heads = 32;
+        if (!cli_get(&a, "--kv-heads")) c.kv_heads = cli_get(&a, "--heads") ? 0 : 8;
+        if (!cli_get(&a, "--kv-seq")) c.kv_seq = 32768;
+    }
     if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (c.mode == MODE_VARLEN) {
+        long lens[256];
+        int nl = 6;
+        const long deflens[6] = {64, 128, 256, 512, 1024, 2048};
+        memcpy(lens, deflens, sizeof deflens);
+        const char *lt = cli_get(&a, "--seq-lens");
+        if (lt && !parse_list(cmd, "--seq-lens", lt, lens, &nl, 256)) return CLI_USAGE;
+        if (cli_get(&a, "--seq") || cli_get(&a, "--kv-seq"))
+            return cli_usage_error(cmd, "--mode varlen: lengths come from --seq-lens, not --seq/--kv-seq");
+        long dim = 64;
+        if (cli_get(&a, "--head-dim") || cli_get(&a, "--dim")) {
+            int nd = 0;
+            const char *dt = cli_get(&a, "--dim") ? cli_get(&a, "--dim") : cli_get(&a, "--head-dim");
+            if (!parse_list(cmd, "--head-dim", dt, &dim, &nd, 1)) return CLI_USAGE;
+        }
+        c.head_dim = dim;
+        if (!c.value_dim) c.value_dim = dim;
+        c.causal = cli_flag(&a, "--causal");
+        c.json = cli_flag(&a, "--json");
+        return bench_varlen(&c, lens, nl);
+    }
     if (c.heads % c.kv_heads != 0)
         return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", c.kv_heads, c.heads);
     c.causal = cli_flag(&a, "--causal");
@@ -373,7 +637,15 @@ static int run_bench(int argc, char **argv)
     int nseq = 1, ndim = 1;
     seqs[0] = 1024;
     dims[0] = 64;
+    if (c.mode == MODE_DECODE) {
+        seqs[0] = 1;
+        dims[0] = 128;
+    }
     const char *seq_text = cli_get(&a, "--seq"), *dim_text = cli_get(&a, "--head-dim");
+    if (cli_get(&a, "--dim")) {
+        if (dim_text) return cli_usage_error(cmd, "--dim and --head-dim: give one of them");
+        dim_text = cli_get(&a, "--dim");
+    }
     if (seq_text && !parse_list(cmd, "--seq", seq_text, seqs, &nseq, 32)) return CLI_USAGE;
     if (dim_text && !parse_list(cmd, "--head-dim", dim_text, dims, &ndim, 32)) return CLI_USAGE;
     if (c.mode == MODE_MHA && (c.kv_heads != c.heads || c.value_dim || c.kv_seq))
@@ -392,7 +664,7 @@ static int run_bench(int argc, char **argv)
                                             "floats per tensor do not fit in memory",
                                        one.batch, one.heads, one.seq > one.kv_seq ? one.seq : one.kv_seq,
                                        one.head_dim > one.value_dim ? one.head_dim : one.value_dim);
-            rc = bench_one(&one);
+            rc = one.mode == MODE_DECODE ? bench_decode(&one) : bench_one(&one);
         }
     return rc;
 }
@@ -400,7 +672,7 @@ static int run_bench(int argc, char **argv)
 const cli_command cmd_bench = {
     .name = "bench",
     .summary = "time attention on random data: median ms, GFLOP/s, peak memory, ISA",
-    .usage = "[--mode forward|backward|mha] [--seq N[,N...]] [--head-dim D] [options]",
+    .usage = "[--mode forward|backward|mha|decode] [--seq N[,N...]] [--head-dim D] [options]",
     .details = bench_details,
     .options = bench_options,
     .run = run_bench,

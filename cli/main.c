@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const cli_command *const commands[] = {
-    &cmd_sdpa, &cmd_sdpa_backward, &cmd_mha, &cmd_mha_backward, &cmd_example,
+    &cmd_sdpa, &cmd_sdpa_backward, &cmd_decode, &cmd_mha, &cmd_mha_backward, &cmd_example,
     &cmd_explain, &cmd_heatmap, &cmd_scaling,
     &cmd_train, &cmd_heads, &cmd_bench,
 #ifdef ATTN_HAVE_MPI

@@ -1,0 +1,259 @@
+/* attn decode: attention of new query tokens against a key/value cache held
+ * in .npy files, through the library's KV cache (attn_kvcache_*). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const cli_command cmd_decode; /* also in cli.h's table of commands */
+
+static const cli_option decode_options[] = {
+    {"--query", "Q.npy", "new queries (B,Hq,Nq,D) or (Hq,Nq,D) (required)"},
+    {"--key-cache", "K.npy", "cached keys (B,Hkv,N,D) or (Hkv,N,D) (required)"},
+    {"--value-cache", "V.npy", "cached values (B,Hkv,N,Dv) or (Hkv,N,Dv) (required)"},
+    {"--kv-len", "L[,L...]", "valid cached tokens per batch entry (one value: every entry; default N)"},
+    {"--kv-lens", "FILE", "the same from a text file of integers (spaces, commas or newlines)"},
+    {"--causal", NULL, "bottom-right causal: query i sees keys j <= i + L - Nq"},
+    {"--scale", "S", "score scale (default 1/sqrt(D))"},
+    {"--block-size", "N", "store the cache paged in blocks of N tokens (default contiguous)"},
+    {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
+    {"--out", "O.npy", "output (B,Hq,Nq,Dv) (required)"},
+    {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,Hq,Nq)"},
+    {0},
+};
+
+static const char decode_details[] =
+    "Entry b attends the first L_b tokens of its cache (FlashAttention's\n"
+    "cache_seqlens); the rest of the file's N tokens are ignored. Hq %% Hkv == 0\n"
+    "(GQA). The new tokens are the last Nq positions: --causal aligns them\n"
+    "bottom-right. An entry with L_b = 0 gives output 0 and LSE -inf.";
+
+static const char *const option_names[][2] = {
+    {"query", "--query"},     {"key", "--key-cache"}, {"value", "--value-cache"},
+    {"scale", "--scale"},     {"num_threads", "--threads"}, {"block_size", "--block-size"},
+    {NULL, NULL},
+};
+
+/* Parses integers separated by commas/whitespace into lens[0..*n). */
+static bool parse_lengths(const cli_command *cmd, const char *opt, const char *text,
+                          int64_t *lens, int64_t max, int64_t *n)
+{
+    *n = 0;
+    const char *p = text;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 ||
+            (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+            const int len = (int)strcspn(p, ", \t\r\n");
+            cli_usage_error(cmd, "%s: expected non-negative integers, got '%.*s'", opt,
+                            len < 40 ? len : 40, p);
+            return false;
+        }
+        if (*n == max) {
+            cli_usage_error(cmd, "%s: more than %lld lengths (the batch size)", opt, (long long)max);
+            return false;
+        }
+        lens[(*n)++] = v;
+        p = end;
+    }
+    if (*n == 0) {
+        cli_usage_error(cmd, "%s: no lengths given", opt);
+        return false;
+    }
+    return true;
+}
+
+static char *read_text(const cli_command *cmd, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_usage_error(cmd, "--kv-lens %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        if (cap > ((size_t)1 << 26)) {
+            free(buf);
+            buf = NULL;
+            cli_usage_error(cmd, "--kv-lens %s: file too large", path);
+            break;
+        }
+        char *more = realloc(buf, 2 * cap + 1);
+        if (!more) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = more;
+        cap *= 2;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+/* (H,N,D) -> (1,H,N,D); (B,H,N,D) as is. */
+static bool as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
+                  attn_tensor *out)
+{
+    const attn_tensor *t = &a->t;
+    if (t->dtype != ATTN_F32) {
+        cli_usage_error(cmd, "%s: expected a float array", opt);
+        return false;
+    }
+    if (t->ndim != rank) {
+        cli_usage_error(cmd, "%s: has %d dimensions but --query has %d", opt, t->ndim, rank);
+        return false;
+    }
+    *out = *t;
+    out->ndim = 4;
+    const int pad = 4 - rank;
+    for (int i = 3; i >= 0; --i) {
+        out->shape[i] = i >= pad ? t->shape[i - pad] : 1;
+        out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
+    }
+    return true;
+}
+
+static int run_decode(int argc, char **argv)
+{
+    const cli_command *cmd = &cmd_decode;
+    cli_args a;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
+    if (rc || help) return rc;
+    if (a.npositional > 0) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
+    const char *qp, *kp, *vp, *out_path;
+    if (!(qp = cli_require(&a, "--query")) || !(kp = cli_require(&a, "--key-cache")) ||
+        !(vp = cli_require(&a, "--value-cache")) || !(out_path = cli_require(&a, "--out")))
+        return CLI_USAGE;
+    if (cli_get(&a, "--kv-len") && cli_get(&a, "--kv-lens"))
+        return cli_usage_error(cmd, "--kv-len and --kv-lens: give one of them");
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    long threads = 0, block = 0;
+    if (!cli_get_float(&a, "--scale", &opts.scale) ||
+        !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &threads) ||
+        !cli_get_int(&a, "--block-size", 1, 1L << 30, &block))
+        return CLI_USAGE;
+    if (cli_get(&a, "--scale") && opts.scale == 0.0f)
+        return cli_usage_error(cmd, "--scale: must be nonzero (omit it for 1/sqrt(D))");
+    opts.num_threads = (int)threads;
+    if (cli_flag(&a, "--causal")) opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+
+    attn_array q = {0}, k = {0}, v = {0};
+    attn_kvcache *cache = NULL;
+    float *o = NULL, *lse = NULL;
+    int64_t *lens = NULL;
+    char *text = NULL;
+    rc = CLI_USAGE;
+    if (!cli_load_npy(qp, &q) || !cli_load_npy(kp, &k) || !cli_load_npy(vp, &v)) goto done;
+    const int rank = q.t.ndim;
+    if (rank != 3 && rank != 4) {
+        cli_usage_error(cmd, "--query %s: expected (B,Hq,Nq,D) or (Hq,Nq,D), got %d dimensions", qp,
+                        rank);
+        goto done;
+    }
+    attn_tensor q4, k4, v4;
+    if (!as_4d(cmd, "--query", &q, rank, &q4) || !as_4d(cmd, "--key-cache", &k, rank, &k4) ||
+        !as_4d(cmd, "--value-cache", &v, rank, &v4))
+        goto done;
+    const int64_t B = q4.shape[0], Hq = q4.shape[1], Nq = q4.shape[2], N = k4.shape[2];
+    const int64_t Dv = v4.shape[3];
+    if (k4.shape[0] != B) {
+        cli_usage_error(cmd, "--key-cache %s: batch size %lld, --query has %lld", kp,
+                        (long long)k4.shape[0], (long long)B);
+        goto done;
+    }
+    if (v4.shape[0] != B || v4.shape[1] != k4.shape[1] || v4.shape[2] != N) {
+        cli_usage_error(cmd, "--value-cache %s: expected (%lld,%lld,%lld,Dv) like --key-cache", vp,
+                        (long long)B, (long long)k4.shape[1], (long long)N);
+        goto done;
+    }
+    lens = malloc(sizeof *lens * (size_t)(B > 0 ? B : 1));
+    if (!lens) goto oom;
+    const char *opt = cli_get(&a, "--kv-len") ? "--kv-len" : "--kv-lens";
+    int64_t n = 0;
+    if (cli_get(&a, "--kv-len")) {
+        if (!parse_lengths(cmd, opt, cli_get(&a, "--kv-len"), lens, B, &n)) goto done;
+    } else if (cli_get(&a, "--kv-lens")) {
+        if (!(text = read_text(cmd, cli_get(&a, "--kv-lens")))) goto done;
+        if (!parse_lengths(cmd, opt, text, lens, B, &n)) goto done;
+    } else {
+        lens[0] = N;
+        n = 1;
+    }
+    if (n == 1)
+        for (int64_t b = 1; b < B; ++b) lens[b] = lens[0];
+    else if (n != B) {
+        cli_usage_error(cmd, "%s: %lld lengths for a batch of %lld", opt, (long long)n, (long long)B);
+        goto done;
+    }
+    for (int64_t b = 0; b < B; ++b)
+        if (lens[b] > N) {
+            cli_usage_error(cmd, "%s: entry %lld has length %lld, but --key-cache holds %lld tokens",
+                            opt, (long long)b, (long long)lens[b], (long long)N);
+            goto done;
+        }
+
+    attn_kvcache_config cfg = {.batch = B, .kv_heads = k4.shape[1], .capacity = N > 0 ? N : 1,
+                               .head_dim = k4.shape[3], .value_dim = Dv, .block_size = block};
+    attn_error err = {0};
+    if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK ||
+        attn_kvcache_append(cache, &k4, &v4, lens, &err) != ATTN_OK) {
+        rc = cli_report_as(&a, &err, option_names);
+        goto done;
+    }
+    o = cli_alloc_floats(cmd->name, 4, B, Hq, Nq, Dv);
+    lse = cli_alloc_floats(cmd->name, 3, B, Hq, Nq);
+    if (!o || !lse) {
+        rc = CLI_FAIL;
+        goto done;
+    }
+    attn_tensor o4 = attn_tensor_4d(o, B, Hq, Nq, Dv), l3 = attn_tensor_3d(lse, B, Hq, Nq);
+    if (attn_kvcache_attend(cache, &q4, &o4, &l3, &opts, &err) != ATTN_OK) {
+        rc = cli_report_as(&a, &err, option_names);
+        goto done;
+    }
+    /* outputs mirror the query's rank */
+    attn_tensor to = o4, tl = l3;
+    if (rank == 3) {
+        to = attn_tensor_3d(o, Hq, Nq, Dv);
+        tl = attn_tensor_2d(lse, Hq, Nq);
+    }
+    const char *paths[2] = {out_path, cli_get(&a, "--lse")};
+    const attn_tensor ts[2] = {to, tl};
+    rc = cli_save_all(paths, ts, 2) ? CLI_OK : CLI_USAGE;
+    goto done;
+oom:
+    fprintf(stderr, "attn decode: out of memory\n");
+    rc = CLI_FAIL;
+done:
+    attn_kvcache_free(cache);
+    free(o);
+    free(lse);
+    free(lens);
+    free(text);
+    attn_array_free(&q);
+    attn_array_free(&k);
+    attn_array_free(&v);
+    return rc;
+}
+
+const cli_command cmd_decode = {
+    .name = "decode",
+    .summary = "attention of new queries against a KV cache (.npy), per-entry lengths",
+    .usage = "--query Q.npy --key-cache K.npy --value-cache V.npy --out O.npy [--kv-len L,...] [options]",
+    .details = decode_details,
+    .options = decode_options,
+    .run = run_decode,
+};

@@ -1,0 +1,218 @@
+/*
+ * test_decode_cli — `attn decode` and `attn bench --mode decode|varlen`.
+ *
+ *   decode   the command's output and LSE equal attn_kvcache_attend on the
+ *            same files bit for bit (contiguous and --block-size, per-entry
+ *            --kv-len, a --kv-lens file, 3-D inputs, --causal);
+ *   errors   lengths beyond the cache, the wrong number of lengths, a bad
+ *            lengths file, mismatched cache shapes, missing options: exit
+ *            status 2, one line naming the option, no output file;
+ *   bench    both bench modes run on small shapes and print their figures.
+ */
+#include "attn.h"
+#include "clirun.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *path(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+static void save(const char *name, float *data, int ndim, const int64_t *shape)
+{
+    attn_tensor t = attn_tensor_make(data, ATTN_F32, ndim, shape);
+    attn_npy_write(path(name), &t, NULL);
+}
+
+/* The library's answer for the files: cache filled with counts = lens. */
+static bool expected(const float *q, const float *k, const float *v, const int64_t *lens,
+                     int64_t block, bool causal, float *o, float *l)
+{
+    attn_kvcache_config cfg = {.batch = 2, .kv_heads = 2, .capacity = 10, .head_dim = 8,
+                               .value_dim = 5, .block_size = block};
+    attn_kvcache *c;
+    if (attn_kvcache_create(&cfg, &c, NULL) != ATTN_OK) return false;
+    attn_tensor K = attn_tensor_4d((float *)k, 2, 2, 10, 8), V = attn_tensor_4d((float *)v, 2, 2, 10, 5);
+    attn_tensor Q = attn_tensor_4d((float *)q, 2, 4, 3, 8), O = attn_tensor_4d(o, 2, 4, 3, 5);
+    attn_tensor L = attn_tensor_3d(l, 2, 4, 3);
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    if (causal) opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    bool ok = attn_kvcache_append(c, &K, &V, lens, NULL) == ATTN_OK &&
+              attn_kvcache_attend(c, &Q, &O, &L, &opts, NULL) == ATTN_OK;
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static bool file_equals(const char *name, const float *want, int64_t n)
+{
+    attn_array a;
+    if (attn_npy_read(path(name), &a, NULL) != ATTN_OK) return false;
+    bool ok = attn_tensor_numel(&a.t) == n && !memcmp(a.t.data, want, sizeof(float) * (size_t)n);
+    attn_array_free(&a);
+    return ok;
+}
+
+static void group_decode(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "decode");
+    tu_rng r;
+    tu_rng_seed(&r, 10);
+    float q[2 * 4 * 3 * 8], k[2 * 2 * 10 * 8], v[2 * 2 * 10 * 5], o[2 * 4 * 3 * 5], l[2 * 4 * 3];
+    for (size_t i = 0; i < sizeof q / 4; ++i) q[i] = (float)tu_rng_normal(&r);
+    for (size_t i = 0; i < sizeof k / 4; ++i) k[i] = (float)tu_rng_normal(&r);
+    for (size_t i = 0; i < sizeof v / 4; ++i) v[i] = (float)tu_rng_normal(&r);
+    save("q.npy", q, 4, (int64_t[]){2, 4, 3, 8});
+    save("k.npy", k, 4, (int64_t[]){2, 2, 10, 8});
+    save("v.npy", v, 4, (int64_t[]){2, 2, 10, 5});
+    const int64_t lens[2] = {7, 10};
+    clirun_result res;
+    for (int block = 0; block <= 3; block += 3) {
+        char bs[32] = "";
+        if (block) snprintf(bs, sizeof bs, "\x1f--block-size\x1f%d", block);
+        clirunf(&res, "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s"
+                      "\x1f--kv-len\x1f" "7,10\x1f--causal\x1f--out\x1f%s\x1f--lse\x1f%s%s",
+                path("q.npy"), path("k.npy"), path("v.npy"), path("o.npy"), path("l.npy"), bs);
+        const bool ran = res.status == 0;
+        tu_check(&g, ran, "decode (block %d): exit %d: %s", block, res.status, res.err);
+        clirun_free(&res);
+        if (!ran) continue;
+        tu_check(&g, expected(q, k, v, lens, block, true, o, l), "library call");
+        tu_check(&g, file_equals("o.npy", o, 2 * 4 * 3 * 5) && file_equals("l.npy", l, 24),
+                 "decode (block %d): out/lse differ from attn_kvcache_attend", block);
+    }
+    /* a lengths file, no --causal */
+    FILE *f = fopen(path("lens.txt"), "w");
+    fputs("3\n10\n", f);
+    fclose(f);
+    clirunf(&res, "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s"
+                  "\x1f--kv-lens\x1f%s\x1f--out\x1f%s",
+            path("q.npy"), path("k.npy"), path("v.npy"), path("lens.txt"), path("o2.npy"));
+    tu_check(&g, res.status == 0, "decode --kv-lens: exit %d: %s", res.status, res.err);
+    clirun_free(&res);
+    const int64_t lens2[2] = {3, 10};
+    tu_check(&g, expected(q, k, v, lens2, 0, false, o, l) && file_equals("o2.npy", o, 120),
+             "decode --kv-lens: output differs");
+    /* 3-D inputs: entry 0 alone, default length = all 10 tokens */
+    save("q3.npy", q, 3, (int64_t[]){4, 3, 8});
+    save("k3.npy", k, 3, (int64_t[]){2, 10, 8});
+    save("v3.npy", v, 3, (int64_t[]){2, 10, 5});
+    clirunf(&res, "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s"
+                  "\x1f--out\x1f%s",
+            path("q3.npy"), path("k3.npy"), path("v3.npy"), path("o3.npy"));
+    tu_check(&g, res.status == 0, "decode 3-D: exit %d: %s", res.status, res.err);
+    clirun_free(&res);
+    attn_array a;
+    if (tu_check(&g, attn_npy_read(path("o3.npy"), &a, NULL) == ATTN_OK, "read o3.npy")) {
+        tu_check(&g, a.t.ndim == 3 && a.t.shape[0] == 4 && a.t.shape[2] == 5,
+                 "3-D query gives a 3-D output");
+        attn_array_free(&a);
+    }
+    tu_group_end(&g);
+}
+
+static void expect_usage(tu_group *g, const char *what, const char *needle, const char *args)
+{
+    clirun_result res;
+    char fmt[1024];
+    snprintf(fmt, sizeof fmt, "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s%s",
+             path("q.npy"), path("k.npy"), path("v.npy"), args);
+    clirunf(&res, "%s", fmt);
+    tu_check(g, res.status == 2 && strstr(res.err, needle) && clirun_count_lines(res.err) == 1 &&
+                    access(path("bad.npy"), F_OK) != 0,
+             "%s: exit %d (want 2), stderr '%s' (want one line with '%s')", what, res.status,
+             res.err, needle);
+    clirun_free(&res);
+}
+
+static void group_errors(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "errors");
+    char buf[512];
+    snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "7,11\x1f--out\x1f%s", path("bad.npy"));
+    expect_usage(&g, "length beyond the cache", "--kv-len: entry 1 has length 11", buf);
+    snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "1,2,3\x1f--out\x1f%s", path("bad.npy"));
+    expect_usage(&g, "three lengths", "--kv-len: more than 2 lengths", buf);
+    snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "x\x1f--out\x1f%s", path("bad.npy"));
+    expect_usage(&g, "not a number", "--kv-len: expected non-negative integers", buf);
+    FILE *f = fopen(path("badlens.txt"), "w");
+    fputs("4 five\n", f);
+    fclose(f);
+    snprintf(buf, sizeof buf, "\x1f--kv-lens\x1f%s\x1f--out\x1f%s", path("badlens.txt"), path("bad.npy"));
+    expect_usage(&g, "bad lengths file", "--kv-lens: expected non-negative integers", buf);
+    snprintf(buf, sizeof buf, "\x1f--kv-lens\x1f%s\x1f--out\x1f%s", path("missing.txt"), path("bad.npy"));
+    expect_usage(&g, "missing lengths file", "--kv-lens", buf);
+    expect_usage(&g, "no --out", "--out", "");
+    snprintf(buf, sizeof buf, "\x1f--block-size\x1f" "0\x1f--out\x1f%s", path("bad.npy"));
+    expect_usage(&g, "block size 0", "--block-size", buf);
+    /* a key cache whose feature size differs from the query's */
+    clirun_result res;
+    float k[2 * 2 * 10 * 4] = {0};
+    save("k4.npy", k, 4, (int64_t[]){2, 2, 10, 4});
+    clirunf(&res, "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s\x1f--out\x1f%s",
+            path("q.npy"), path("k4.npy"), path("v.npy"), path("bad.npy"));
+    tu_check(&g, res.status == 2 && strstr(res.err, "--key-cache") && access(path("bad.npy"), F_OK) != 0,
+             "feature mismatch: exit %d, stderr '%s'", res.status, res.err);
+    clirun_free(&res);
+    tu_group_end(&g);
+}
+
+static void group_bench(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "bench");
+    clirun_result res;
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "4\x1f"
+                  "--kv-heads\x1f" "2\x1f--dim\x1f" "32\x1f--runs\x1f" "1\x1f--warmup\x1f" "0");
+    tu_check(&g, res.status == 0 && strstr(res.out, "K/V") && strstr(res.out, "stream read"),
+             "bench --mode decode: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "2\x1f"
+                  "--dim\x1f" "16\x1f--block-size\x1f" "16\x1f--runs\x1f" "1\x1f--json");
+    tu_check(&g, res.status == 0 && strstr(res.out, "\"kv_gbs\"") && strstr(res.out, "\"paged\""),
+             "bench --mode decode --json: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "varlen\x1f--seq-lens\x1f" "16,40,3\x1f--heads\x1f" "2\x1f"
+                  "--runs\x1f" "1\x1f--causal");
+    tu_check(&g, res.status == 0 && strstr(res.out, "ratio"),
+             "bench --mode varlen: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "forward\x1f--block-size\x1f" "4");
+    tu_check(&g, res.status == 2 && strstr(res.err, "--block-size"), "--block-size outside decode");
+    clirun_free(&res);
+    tu_group_end(&g);
+}
+
+int main(int argc, char **argv)
+{
+    tu_prefer_passive_openmp(argv);
+    tu_options opt;
+    if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
+    snprintf(dir, sizeof dir, "/tmp/attn_decode_cli_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    tu_suite s = {0};
+    if (tu_group_selected(&opt, "decode")) group_decode(&s);
+    if (tu_group_selected(&opt, "errors")) group_errors(&s);
+    if (tu_group_selected(&opt, "bench")) group_bench(&s);
+    const char *names[] = {"q.npy", "k.npy", "v.npy", "o.npy", "l.npy", "o2.npy", "q3.npy",
+                           "k3.npy", "v3.npy", "o3.npy", "lens.txt", "badlens.txt", "k4.npy"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) unlink(path(names[i]));
+    rmdir(dir);
+    return tu_suite_finish(&s);
+}
