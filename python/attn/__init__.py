@@ -4,6 +4,7 @@ PyTorch autograd Function and nn.Module."""
 from ._errors import AttnError, UnsupportedError
 from ._lib import lib as _lib, path as library_path
 from ._threads import get_num_threads, set_num_threads
+from .mha import MultiheadAttention
 from .sdpa import scaled_dot_product_attention, scaled_dot_product_attention_backward
 
 __version__ = "0.2.0"
@@ -15,6 +16,6 @@ def isa():
     return _lib.attn_isa().decode()
 
 
-__all__ = ["AttnError", "UnsupportedError", "get_num_threads", "isa", "library_path",
+__all__ = ["AttnError", "MultiheadAttention", "UnsupportedError", "get_num_threads", "isa", "library_path",
            "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
            "set_num_threads"]
