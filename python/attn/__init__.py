@@ -2,7 +2,7 @@
 over libattn's fused CPU kernels. NumPy API here; `import attn.torch` for the
 PyTorch autograd Function and nn.Module."""
 from ._errors import AttnError, UnsupportedError
-from ._lib import lib as _lib, path as library_path
+from ._lib import path as library_path
 from ._threads import get_num_threads, set_num_threads
 from .mha import MultiheadAttention
 from .sdpa import scaled_dot_product_attention, scaled_dot_product_attention_backward
@@ -13,7 +13,8 @@ __version__ = "0.2.0"
 def isa():
     """The instruction set the fused kernels use ("avx512", "avx2", "generic"
     or "reference")."""
-    return _lib.attn_isa().decode()
+    from ._lib import lib
+    return lib.attn_isa().decode()
 
 
 __all__ = ["AttnError", "MultiheadAttention", "UnsupportedError", "get_num_threads", "isa", "library_path",
