@@ -40,6 +40,8 @@ def _to4d(a, batch):
     """(..., H, N, D) broadcast to the batch shape `batch`, then (B, H, N, D)."""
     if a.ndim == 2:
         return a[None, None]
+    if a.shape[:-3] == batch:  # the common case, without numpy's broadcasting machinery
+        return a[None] if a.ndim == 3 else a if a.ndim == 4 else _merge_leading(a, 4)
     a = np.broadcast_to(a, batch + a.shape[-3:])
     return a[None] if a.ndim == 3 else _merge_leading(a, 4)
 
