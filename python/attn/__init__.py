@@ -5,7 +5,8 @@ from ._errors import AttnError, UnsupportedError
 from ._lib import path as library_path
 from ._threads import get_num_threads, set_num_threads
 from .mha import MultiheadAttention
-from .sdpa import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from .sdpa import (alibi_slopes, scaled_dot_product_attention,
+                   scaled_dot_product_attention_backward)
 
 __version__ = "0.2.0"
 
@@ -17,6 +18,6 @@ def isa():
     return lib.attn_isa().decode()
 
 
-__all__ = ["AttnError", "MultiheadAttention", "UnsupportedError", "get_num_threads", "isa", "library_path",
+__all__ = ["AttnError", "MultiheadAttention", "alibi_slopes", "UnsupportedError", "get_num_threads", "isa", "library_path",
            "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
            "set_num_threads"]

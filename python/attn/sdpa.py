@@ -134,3 +134,13 @@ def _unbroadcast(g, batch, shape):
     g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
     axes = tuple(i for i, (n, want) in enumerate(zip(g.shape, shape)) if n != want)
     return np.ascontiguousarray(g.sum(axis=axes, keepdims=True)) if axes else g
+
+
+def alibi_slopes(heads):
+    """The standard ALiBi slopes for `heads` heads (Press et al.; BLOOM's and
+    FlashAttention's), float32 (heads,): pass as alibi_slopes=."""
+    out = np.empty(int(heads), dtype=np.float32)
+    err = new_error()
+    check(lib.attn_alibi_slopes(int(heads), out.ctypes.data_as(C.POINTER(C.c_float)),
+                                C.byref(err)), err)
+    return out

@@ -107,3 +107,17 @@ def test_concurrent_calls_from_threads_agree():
         t.join()
     for e, g in zip(expected, got):
         np.testing.assert_array_equal(e, g)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(dropout_p=1.5), "dropout_p: must be in [0, 1)"),
+    (dict(softcap=-1.0), "softcap: must be finite and > 0"),
+    (dict(sinks=np.zeros(3, np.float32)), "sinks: 3 heads, the query has 2"),
+    (dict(window=(-5, 0)), "window: left must be >= 0"),
+    (dict(alibi_slopes=np.zeros(5, np.float32)), "alibi_slopes: 5 heads, the query has 2"),
+])
+def test_variant_option_errors_carry_the_library_message(kw, message):
+    q = np.ones((1, 2, 3, 4), np.float32)
+    with pytest.raises(attn.AttnError) as e:
+        attn.scaled_dot_product_attention(q, q, q, **kw)
+    assert str(e.value).startswith(message)
