@@ -9,6 +9,7 @@ are interleaved (torch, attn, torch, attn, ...) after a warm-up, and the
 median is reported, so drifts in machine load hit both sides alike.
 """
 import argparse
+import ctypes
 import statistics
 import time
 
@@ -17,6 +18,7 @@ import torch
 
 import attn
 import attn.torch
+from attn import _lib, _structs, _tensor
 
 
 def fwd_bwd_seconds(module, x, grad):
@@ -44,8 +46,10 @@ def compare(L, E, heads, reps):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def tiny_call_overhead(calls=2000):
-    """Median wall time of tiny (L = 8) calls, in microseconds."""
+def tiny_call_overhead(threads, calls=2000):
+    """Median wall time of tiny (L = 8) calls on `threads` threads, in µs."""
+    torch.set_num_threads(threads)
+    attn.set_num_threads(threads)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 8, 16)).astype(np.float32)
     tq = torch.from_numpy(q)
@@ -53,7 +57,12 @@ def tiny_call_overhead(calls=2000):
     mha = attn.torch.MultiheadAttention(16, 2, batch_first=True)
     mha.load_state_dict(mha_ref.state_dict())
     x = torch.randn(1, 8, 16)
+    out = np.empty_like(q)
+    qv, ov = (ctypes.pointer(_tensor.view(a, "x")) for a in (q, out))
+    opts = _structs.attn_sdpa_opts(num_threads=threads)
     cases = {
+        "attn_sdpa itself (bare ctypes call)":
+            lambda: _lib.lib.attn_sdpa(qv, qv, qv, ov, None, None, ctypes.byref(opts), None),
         "attn.scaled_dot_product_attention (NumPy)":
             lambda: attn.scaled_dot_product_attention(q, q, q),
         "attn.torch.scaled_dot_product_attention (no grad)":
@@ -100,11 +109,12 @@ def main():
         t = compare(L, args.embed_dim, args.heads, reps)
         print(f"| {L} | {t['torch'] * 1e3:.1f} ms | {t['attn'] * 1e3:.1f} ms | "
               f"{t['torch'] / t['attn']:.2f}x |", flush=True)
-    print("\n# tiny calls (L = 8), median per call")
-    print("| call | µs |")
-    print("|---|---:|")
-    for name, us in tiny_call_overhead().items():
-        print(f"| {name} | {us:.1f} |")
+    one, many = tiny_call_overhead(1), tiny_call_overhead(args.threads)
+    print("\n# tiny calls (L = 8, E = 16), median per call")
+    print(f"| call | 1 thread | {args.threads} threads |")
+    print("|---|---:|---:|")
+    for name in one:
+        print(f"| {name} | {one[name]:.1f} µs | {many[name]:.1f} µs |")
 
 
 if __name__ == "__main__":
