@@ -49,9 +49,10 @@ def _to4d(a, batch):
 class SdpaCall:
     """The views and options of one forward or backward call.
 
-    Attributes: q, k, v (4-D float32 arrays), batch (the broadcast leading
-    shape), head_shape (k's heads as the library sees them), opts and the
-    keep-alive list of every view the opts point to."""
+    Attributes: q, k, v (the library's 4-D float32 views), shapes (the
+    caller's shapes, for gradients), batch (the broadcast leading shape),
+    lead (batch + query heads: the leading shape of every output), L, S,
+    opts, and keep (the views the opts point to, alive as long as the call)."""
 
     def __init__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                  scale=None, enable_gqa=False, causal_alignment="top_left", window=None,
