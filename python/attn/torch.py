@@ -168,7 +168,8 @@ class MultiheadAttention(nn.MultiheadAttention):
     Differences: the returned weights are not differentiable (and, in
     training with dropout, are those before dropout); a query row that sees
     no key gives out_proj.bias instead of NaN; is_causal=True adds the
-    causal mask (torch 2.x's meaning of the hint)."""
+    causal mask (torch 2.x's meaning of the hint). One instance is not meant
+    to run in two threads at once: its C copy of the parameters is shared."""
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
