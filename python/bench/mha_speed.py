@@ -22,10 +22,13 @@ from attn import _lib, _structs, _tensor
 
 
 def fwd_bwd_seconds(module, x, grad):
-    t0 = time.perf_counter()
+    """(wall, CPU) seconds of one forward+backward. CPU time (all threads of
+    the process) is the steadier figure on a loaded machine, above all with
+    one thread; wall time is what a user waits."""
+    w0, c0 = time.perf_counter(), time.process_time()
     out, _ = module(x, x, x, need_weights=False)
     out.backward(grad)
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def compare(L, E, heads, reps):
@@ -35,14 +38,15 @@ def compare(L, E, heads, reps):
     ours.load_state_dict(ref.state_dict())
     x = torch.randn(1, L, E, requires_grad=True)
     grad = torch.randn(1, L, E)
-    times = {"torch": [], "attn": []}
+    times = {"torch": [], "attn": [], "torch cpu": [], "attn cpu": []}
     for rep in range(reps + 1):  # the first round is a warm-up
         for name, m in (("torch", ref), ("attn", ours)):
             m.zero_grad()
             x.grad = None
-            t = fwd_bwd_seconds(m, x, grad)
+            wall, cpu = fwd_bwd_seconds(m, x, grad)
             if rep:
-                times[name].append(t)
+                times[name].append(wall)
+                times[name + " cpu"].append(cpu)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -102,19 +106,23 @@ def main():
     print(f"# torch {torch.__version__}, attn {attn.__version__} ({attn.isa()}), "
           f"{args.threads} threads each, E={args.embed_dim}, H={args.heads}, batch 1, "
           f"forward+backward, median of {args.reps} interleaved runs")
-    print("| L | nn.MultiheadAttention | attn.torch.MultiheadAttention | speed-up |")
-    print("|---:|---:|---:|---:|")
+    print(f"# load average before: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print("| L | nn.MultiheadAttention | attn.torch.MultiheadAttention | speed-up | "
+          "speed-up in CPU time |")
+    print("|---:|---:|---:|---:|---:|")
     for L in (int(s) for s in args.lengths.split(",")):
         reps = args.reps if L < 4096 else max(3, args.reps // 2)
         t = compare(L, args.embed_dim, args.heads, reps)
         print(f"| {L} | {t['torch'] * 1e3:.1f} ms | {t['attn'] * 1e3:.1f} ms | "
-              f"{t['torch'] / t['attn']:.2f}x |", flush=True)
+              f"{t['torch'] / t['attn']:.2f}x | {t['torch cpu'] / t['attn cpu']:.2f}x |",
+              flush=True)
     one, many = tiny_call_overhead(1), tiny_call_overhead(args.threads)
     print("\n# tiny calls (L = 8, E = 16), median per call")
     print(f"| call | 1 thread | {args.threads} threads |")
     print("|---|---:|---:|")
     for name in one:
         print(f"| {name} | {one[name]:.1f} µs | {many[name]:.1f} µs |")
+    print(f"# load average after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
 
 if __name__ == "__main__":
