@@ -101,8 +101,11 @@ class SdpaCall:
             raise ValueError(f"causal_alignment: must be 'top_left' or 'bottom_right', "
                              f"got {causal_alignment!r}")
         o.causal = _ALIGNMENTS[causal_alignment] if is_causal else S.CAUSAL_NONE
-        if attn_mask is not None:
-            o.mask[0] = self._pointer(self._mask4d(attn_mask), "attn_mask")
+        masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask,)
+        if len(masks) > S.SDPA_MAX_MASKS:
+            raise ValueError(f"attn_mask: at most {S.SDPA_MAX_MASKS} masks, got {len(masks)}")
+        for i, m in enumerate(x for x in masks if x is not None):
+            o.mask[i] = self._pointer(self._mask4d(m), "attn_mask")
         o.num_threads = _threads.resolve(num_threads)
         if path not in _PATHS:
             raise ValueError(f"path: must be one of {', '.join(_PATHS)}, got {path!r}")

@@ -26,6 +26,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  dropout_offset=0, num_threads=None, path="auto"):
     """Attention output (..., Hq, L, Ev), float32.
 
+    attn_mask may also be a tuple of two masks (say a key-padding mask and a
+    causal or bias mask), combined without materialising their sum.
+
     Beyond torch's arguments (keyword-only):
       causal_alignment  "top_left" (torch: query i sees keys j <= i) or
                         "bottom_right" (FlashAttention: j <= i + S - L)

@@ -60,32 +60,32 @@ class _SdpaFunction(torch.autograd.Function):
     is not). Masks, slopes and options are not differentiated."""
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, sinks, options):
+    def forward(ctx, query, key, value, mask0, mask1, sinks, options):
         use_stats = _features.supported("softmax_stats")
-        res = _sdpa(_numpy(query), _numpy(key), _numpy(value), _numpy(attn_mask),
+        res = _sdpa(_numpy(query), _numpy(key), _numpy(value), (_numpy(mask0), _numpy(mask1)),
                     sinks=_numpy(sinks), return_lse=True, return_softmax_stats=use_stats,
                     need_weights=options.pop("need_weights"), **options)
         out, lse = torch.from_numpy(res[0]), torch.from_numpy(res[1])
         weights = torch.from_numpy(res[2]) if len(res) > 2 + use_stats else None
         stats = torch.from_numpy(res[-1]) if use_stats else None
         ctx.options = options
-        ctx.save_for_backward(query, key, value, attn_mask, sinks, out, lse, stats)
+        ctx.save_for_backward(query, key, value, mask0, mask1, sinks, out, lse, stats)
         extra = [lse] + ([weights] if weights is not None else [])
         ctx.mark_non_differentiable(*extra)
         return (out, *extra)
 
     @staticmethod
     def backward(ctx, grad_out, *_):
-        query, key, value, attn_mask, sinks, out, lse, stats = ctx.saved_tensors
+        query, key, value, mask0, mask1, sinks, out, lse, stats = ctx.saved_tensors
         grads = _sdpa_backward(_numpy(grad_out), _numpy(query), _numpy(key), _numpy(value),
                                _numpy(out), None if stats is not None else _numpy(lse),
-                               _numpy(attn_mask), softmax_stats=_numpy(stats),
+                               (_numpy(mask0), _numpy(mask1)), softmax_stats=_numpy(stats),
                                needs_grad=ctx.needs_input_grad[:3], sinks=_numpy(sinks),
                                **ctx.options)
         dq, dk, dv = (torch.from_numpy(g) if g is not None else None for g in grads[:3])
-        dsinks = torch.from_numpy(grads[3]) if sinks is not None and ctx.needs_input_grad[4] \
+        dsinks = torch.from_numpy(grads[3]) if sinks is not None and ctx.needs_input_grad[5] \
             else None
-        return dq, dk, dv, None, dsinks, None
+        return dq, dk, dv, None, None, dsinks, None
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -95,16 +95,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  softcap=0.0, sinks=None, num_threads=None, path="auto"):
     """torch.nn.functional.scaled_dot_product_attention (torch >= 2.5
     signature) on attn's kernels, differentiable in query, key, value (and
-    sinks). Keyword extras as attn.scaled_dot_product_attention; return_lse /
-    need_weights append the (non-differentiable) LSE / weights."""
+    sinks). Keyword extras as attn.scaled_dot_product_attention (attn_mask
+    may be a pair of masks); return_lse / need_weights append the
+    (non-differentiable) LSE / weights. Masks get no gradient."""
     dtype = query.dtype
+    masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask, None)
+    if len(masks) != 2:
+        raise ValueError(f"attn_mask: at most 2 masks, got {len(masks)}")
     options = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
                    causal_alignment=causal_alignment, window=window,
                    alibi_slopes=_numpy(alibi_slopes), softcap=softcap,
                    dropout_seed=_seed() if dropout_p else None, num_threads=num_threads,
                    path=path, need_weights=need_weights)
-    res = _SdpaFunction.apply(_float32(query), _float32(key), _float32(value), _mask(attn_mask),
-                              _float32(sinks), options)
+    res = _SdpaFunction.apply(_float32(query), _float32(key), _float32(value), _mask(masks[0]),
+                              _mask(masks[1]), _float32(sinks), options)
     out = res[0].to(dtype)
     extra = ((res[1],) if return_lse else ()) + ((res[2],) if need_weights else ())
     return (out, *extra) if extra else out
