@@ -9,11 +9,12 @@ buffers are handed over with torch's element strides, via Tensor.numpy());
 other floating dtypes are cast to float32 inside the graph and results cast
 back, so gradients keep the caller's dtype.
 """
+import math
+
 import torch
 from torch import nn
 
 from . import _features
-from .mha import MultiheadAttention as _AttnMHA
 from .sdpa import scaled_dot_product_attention as _sdpa
 from .sdpa import scaled_dot_product_attention_backward as _sdpa_backward
 
@@ -115,99 +116,104 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 # ---------------------------------------------------------------------- MHA
-class _MhaFunction(torch.autograd.Function):
-    """attn_mha_forward / attn_mha_backward with the parameters as inputs.
-
-    The C module holds a copy of the parameters: the forward and the backward
-    each copy the current values in first, so the module may be called
-    several times before one backward. The backward recomputes the forward's
-    activations inside the library, so the graph keeps only the inputs."""
-
-    @staticmethod
-    def forward(ctx, c_module, call, query, key, value, *params):
-        _load_params(c_module, params)
-        q, k, v = _numpy(query), _numpy(key), _numpy(value)
-        if call["self_attention"]:
-            k = v = q
-        out, weights = c_module.forward(q, k, v, call["key_padding_mask"], call["need_weights"],
-                                        call["attn_mask"], call["average_attn_weights"],
-                                        call["is_causal"], dropout_seed=call["dropout_seed"])
-        ctx.c_module, ctx.call = c_module, call
-        ctx.save_for_backward(query, key, value, *params)
-        out = torch.from_numpy(out)
-        if weights is None:
-            return out
-        weights = torch.from_numpy(weights)
-        ctx.mark_non_differentiable(weights)
-        return out, weights
-
-    @staticmethod
-    def backward(ctx, grad_out, *_):
-        m, call = ctx.c_module, ctx.call
-        query, key, value, *params = ctx.saved_tensors
-        _load_params(m, params)
-        m.zero_grad()
-        q, k, v = _numpy(query), _numpy(key), _numpy(value)
-        if call["self_attention"]:
-            k = v = q
-        needs = ctx.needs_input_grad[2:5]
-        dq, dk, dv = m.backward(_numpy(grad_out), q, k, v, call["key_padding_mask"],
-                                call["attn_mask"], call["is_causal"], needs_input_grad=needs,
-                                dropout_seed=call["dropout_seed"])
-        grads = [torch.from_numpy(g.copy()) if want else None
-                 for (_, g), want in zip(m.named_grads(), ctx.needs_input_grad[5:])]
-        inputs = [torch.from_numpy(g) if g is not None else None for g in (dq, dk, dv)]
-        return (None, None, *inputs, *grads)
-
-
-def _load_params(c_module, params):
-    for (_, dst), src in zip(c_module.named_parameters(), params):
-        dst[...] = _numpy(src)
+def _mha_key_mask(mask, appended):
+    """torch-MHA mask (bool True = blocked, or float added) as an SDPA mask
+    (bool True = may attend, or float), with `appended` always-visible keys
+    at the end (bias_k, zero attention)."""
+    if mask is None:
+        return None
+    mask = _mask(mask)
+    if mask.dtype == torch.bool:
+        mask = ~mask
+        return nn.functional.pad(mask, (0, appended), value=True) if appended else mask
+    return nn.functional.pad(mask, (0, appended), value=0.0) if appended else mask
 
 
 class MultiheadAttention(nn.MultiheadAttention):
-    """nn.MultiheadAttention computed by attn: same constructor, parameters,
+    """nn.MultiheadAttention computed with attn: same constructor, parameters,
     initialisation, state_dict and forward; trains through attn's backward.
+
+    The projections are torch's F.linear on the module's own parameters;
+    the attention between them is attn's fused SDPA (autograd Function), fed
+    the projections as strided (N, H, L, hd) views without a copy.
 
     Differences: the returned weights are not differentiable (and, in
     training with dropout, are those before dropout); a query row that sees
     no key gives out_proj.bias instead of NaN; is_causal=True adds the
-    causal mask (torch 2.x's meaning of the hint). One instance is not meant
-    to run in two threads at once: its C copy of the parameters is shared."""
+    causal mask (torch 2.x's meaning of the hint); masks are summed as
+    torch >= 2.0 does."""
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        c_module = self._attn_module()
-        c_module.training = self.training
-        call = dict(self_attention=key is query and value is query,
-                    key_padding_mask=_numpy(_mask(key_padding_mask)),
-                    attn_mask=_numpy(_mask(attn_mask)), need_weights=need_weights,
-                    average_attn_weights=average_attn_weights, is_causal=is_causal,
-                    dropout_seed=_seed() if self.training and self.dropout else None)
-        named = dict(self.named_parameters())
-        params = [_float32(named[name]) for name, _ in c_module.named_parameters()]
+        batched = query.dim() == 3
+        self_attention = key is query and value is query
+        if not batched:  # unbatched (L, E): a batch of one
+            query, key, value = (t.unsqueeze(0) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:  # (L, N, E) -> (N, L, E) views
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         dtype = query.dtype
-        res = _MhaFunction.apply(c_module, call, _float32(query), _float32(key),
-                                 _float32(value), *params)
-        if need_weights:
-            return res[0].to(dtype), res[1].to(dtype)
-        return res.to(dtype), None
+        q, k, v = self._project(_float32(query), _float32(key), _float32(value), self_attention)
+        N, L, E, H = q.shape[0], q.shape[1], self.embed_dim, self.num_heads
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.to(k.dtype).expand(N, 1, E)], dim=1)
+            v = torch.cat([v, self.bias_v.to(v.dtype).expand(N, 1, E)], dim=1)
+        if self.add_zero_attn:  # a zero key/value row, the same in every head
+            k = torch.cat([k, k.new_zeros(N, 1, E)], dim=1)
+            v = torch.cat([v, v.new_zeros(N, 1, E)], dim=1)
+        S = key.shape[1]
+        appended = k.shape[1] - S
+        heads = lambda t: t.view(N, t.shape[1], H, E // H).transpose(1, 2)  # noqa: E731
+        masks, causal = self._masks(key_padding_mask, attn_mask, is_causal, N, L, S, appended)
+        res = scaled_dot_product_attention(
+            heads(q), heads(k), heads(v), masks, is_causal=causal,
+            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)
+        out, weights = (res[0], res[1]) if need_weights else (res, None)
+        out = nn.functional.linear(out.transpose(1, 2).reshape(N, L, E),
+                                   _float32(self.out_proj.weight),
+                                   _float32(self.out_proj.bias)).to(dtype)
+        if weights is not None:
+            weights = (weights.mean(dim=1) if average_attn_weights else weights).to(dtype)
+        if not batched:
+            return out.squeeze(0), weights.squeeze(0) if weights is not None else None
+        if not self.batch_first:
+            out = out.transpose(0, 1)
+        return out, weights
 
-    def _attn_module(self):
-        """The C module with this module's configuration (made once; the
-        parameters are copied in on every call)."""
-        m = self.__dict__.get("_attn_c")
-        if m is None:
-            m = _AttnMHA(self.embed_dim, self.num_heads, self.dropout,
-                         bias=self.in_proj_bias is not None, add_bias_kv=self.bias_k is not None,
-                         add_zero_attn=self.add_zero_attn, kdim=self.kdim, vdim=self.vdim,
-                         batch_first=self.batch_first)
-            self.__dict__["_attn_c"] = m
-        return m
+    def _project(self, query, key, value, self_attention):
+        """q, k, v in (N, L, E) / (N, S, E), views of one GEMM's output for
+        self-attention with packed weights."""
+        E = self.embed_dim
+        b = self.in_proj_bias
+        bq, bk, bv = (None,) * 3 if b is None else (_float32(b).chunk(3))
+        if self._qkv_same_embed_dim:
+            w = _float32(self.in_proj_weight)
+            if self_attention:
+                qkv = nn.functional.linear(query, w, _float32(b))
+                return qkv[..., :E], qkv[..., E:2 * E], qkv[..., 2 * E:]
+            wq, wk, wv = w.chunk(3)
+        else:
+            wq, wk, wv = (_float32(p) for p in (self.q_proj_weight, self.k_proj_weight,
+                                                self.v_proj_weight))
+        return (nn.functional.linear(query, wq, bq), nn.functional.linear(key, wk, bk),
+                nn.functional.linear(value, wv, bv))
 
-    def __getstate__(self):
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else \
-            self.__dict__.copy()
-        state = dict(state)
-        state.pop("_attn_c", None)  # a C handle: made again on first use
-        return state
+    def _masks(self, key_padding_mask, attn_mask, is_causal, N, L, S, appended):
+        """The (at most two) SDPA masks and whether SDPA's own top-left causal
+        applies (it does when no key is appended: appended keys stay visible)."""
+        kpm = _mha_key_mask(key_padding_mask, appended)
+        if kpm is not None:
+            kpm = kpm.view(N, 1, 1, -1)
+        am = attn_mask
+        if is_causal and appended:  # the triu mask over the original keys only
+            causal_mask = torch.ones(L, S, dtype=torch.bool).triu(1)
+            am = causal_mask if am is None else (_mask(am).bool() | causal_mask
+                                                 if _mask(am).dtype == torch.bool else
+                                                 _mask(am).masked_fill(causal_mask, -math.inf))
+            is_causal = False
+        am = _mha_key_mask(am, appended)
+        if am is not None and am.dim() == 3:  # (N·H, L, S) -> (N, H, L, S)
+            am = am.view(N, self.num_heads, L, -1)
+        return (kpm, am), bool(is_causal)
+

@@ -107,3 +107,29 @@ def test_dropout(torch, at):
     c = m(x, x, x)[0]
     torch.manual_seed(5)
     assert torch.equal(c, m(x, x, x)[0])  # torch.manual_seed repeats it
+
+
+@pytest.mark.parametrize("appended", [dict(), dict(add_bias_kv=True), dict(add_zero_attn=True)])
+@pytest.mark.parametrize("extra", [None, "bool", "float"])
+def test_is_causal_equals_torchs_triu_mask(torch, at, appended, extra):
+    """is_causal=True is attn_mask = triu(ones(L, S), 1) (combined with any
+    attn_mask); keys appended by bias_kv / zero attention stay visible."""
+    torch.manual_seed(3)
+    ref = torch.nn.MultiheadAttention(E, H, batch_first=True, **appended)
+    ours = at.MultiheadAttention(E, H, batch_first=True, **appended)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 6, E)
+    triu = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    mask = None
+    if extra == "bool":
+        mask = torch.rand(6, 6) < 0.3
+        mask[:, 0] = False
+        combined = mask | triu
+    elif extra == "float":
+        mask = torch.randn(6, 6)
+        combined = mask.masked_fill(triu, float("-inf"))
+    else:
+        combined = triu
+    o, w = ours(x, x, x, attn_mask=mask, is_causal=True)
+    r, rw = ref(x, x, x, attn_mask=combined)
+    assert torch.allclose(o, r, atol=1e-5) and torch.allclose(w, rw, atol=1e-6)
