@@ -90,3 +90,14 @@ def test_mha_batch_first_false_input_passes_without_copy(seen):
     ptr, strides, _ = seen["query"]
     assert ptr == x.ctypes.data and strides == (8, 24, 1)  # the (N, L, E) view of x
     assert out.shape == (5, 3, 8) and out.flags.c_contiguous
+
+
+def test_torch_mha_passes_its_packed_projection_as_strided_views(seen, torch):
+    import attn.torch as at
+    m = at.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(3, 5, 8)
+    m(x, x, x)
+    # (N, H, L, hd) views of the (N, L, 3E) projection: row stride 3E, head stride hd
+    for name in ("query", "key", "value"):
+        assert seen[name][1] == (5 * 24, 4, 24, 1), name
+    assert seen["key"][0] - seen["query"][0] == 8 * 4  # E floats apart, in one buffer
