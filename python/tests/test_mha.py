@@ -115,3 +115,29 @@ def test_state_dict_round_trip_and_accumulating_gradients():
     once = dict(m.named_grads())["in_proj_weight"].copy()
     m.backward(g, x, x, x)
     np.testing.assert_allclose(dict(m.named_grads())["in_proj_weight"], 2 * once, rtol=1e-6)
+
+
+def test_dropout_in_training_mode_is_keyed_by_the_seed():
+    """attn_mha's dropout: the seed picks the mask, eval() turns it off, and the
+    backward given the forward's seed matches finite differences of the forward."""
+    m = attn.MultiheadAttention(8, 2, dropout=0.4, batch_first=True, seed=1)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    a = m(x, x, x, dropout_seed=3)[0]
+    np.testing.assert_array_equal(a, m(x, x, x, dropout_seed=3)[0])
+    assert not np.array_equal(a, m(x, x, x, dropout_seed=4)[0])
+    m.eval()
+    e = m(x, x, x)[0]
+    np.testing.assert_array_equal(e, m(x, x, x)[0])
+    assert not np.array_equal(a, e)
+    m.train()
+    g = np.random.default_rng(1).standard_normal(a.shape).astype(np.float32)
+    m.zero_grad()
+    dx = m.backward(g, x, x, x, dropout_seed=3)[0]
+    d = np.random.default_rng(2).standard_normal(x.shape).astype(np.float32)
+    f = lambda y: float((m(y, y, y, dropout_seed=3, need_weights=False)[0]  # noqa: E731
+                         .astype(np.float64) * g).sum())
+    h = 1e-2
+    numeric = (f(x + h * d) - f(x - h * d)) / (2 * h)
+    assert abs(float((dx.astype(np.float64) * d).sum()) - numeric) < 2e-2 * max(1.0, abs(numeric))
+    with pytest.raises(ValueError, match="dropout_seed"):
+        m.backward(g, x, x, x)
