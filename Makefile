@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo asan clean install stress-full
+.PHONY: all build test demo asan clean install stress-full python
 
 all: build
 
@@ -37,6 +37,14 @@ demo: build
 	@./$(BUILD)/attn scaling --max-dk 1024 --svg $(BUILD)/demo_scaling.svg
 	@./$(BUILD)/attn train --task recall --steps 300 --plot $(BUILD)/train_loss.svg
 	@echo "pictures: $(BUILD)/demo_heads.svg $(BUILD)/demo_scaling.svg $(BUILD)/train_loss.svg"
+
+# The Python package (python/attn) with the library just built next to it:
+# importable with PYTHONPATH=python, or `pip install ./python` in a venv.
+python: build
+	@ln -sf $(abspath $(BUILD))/libattn.so python/attn/libattn.so
+	@echo "python/attn/libattn.so -> $(abspath $(BUILD))/libattn.so"
+	@echo "use: PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -c 'import attn'"
+	@echo " or: python3 -m venv --system-site-packages venv && venv/bin/pip install --no-build-isolation --no-deps ./python"
 
 install: build
 	@cmake --install $(BUILD)

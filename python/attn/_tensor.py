@@ -1,0 +1,79 @@
+"""NumPy arrays as attn_tensor views.
+
+attn_tensor holds a data pointer plus a shape and an ELEMENT stride per
+dimension, so any float32 (or bool) NumPy view whose byte strides are whole
+elements passes without a copy: transposes, slices, broadcasts (stride 0) and,
+for inputs, reversed axes (negative strides). Anything else (other dtypes,
+unaligned data, strides that split an element) is converted once.
+"""
+import ctypes as C
+
+import numpy as np
+
+from . import _structs as S
+
+# Called as observer(name, array, tensor) for every view handed to the library;
+# tests use it to check that no copy was made.
+observer = None
+
+_DTYPES = {np.dtype(np.float32): S.F32, np.dtype(np.bool_): S.BOOL}
+
+
+def _passes_as_is(a, negative_ok):
+    item = a.itemsize
+    return (a.dtype in _DTYPES and a.ndim <= S.MAX_DIMS and a.flags.aligned and
+            all(s % item == 0 and (negative_ok or s >= 0) for s in a.strides))
+
+
+def _struct(a):
+    t = S.attn_tensor()
+    t.data = a.ctypes.data if a.size else None
+    t.dtype = _DTYPES[a.dtype]
+    t.ndim = a.ndim
+    for i, (n, s) in enumerate(zip(a.shape, a.strides)):
+        t.shape[i] = n
+        t.stride[i] = s // a.itemsize
+    return t
+
+
+def float32(x, name):
+    """x as a float32 array: float32 views as they are, other numbers
+    converted once."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
+    if a.dtype != np.float32 or not _passes_as_is(a, negative_ok=True):
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    return a
+
+
+def mask(x, name):
+    """A mask array: bool stays bool (one byte per element), floats become float32."""
+    a = np.asarray(x)
+    if a.dtype == np.bool_:
+        return a if _passes_as_is(a, negative_ok=True) else np.ascontiguousarray(a)
+    if a.dtype.kind != "f":
+        raise TypeError(f"{name}: expected a bool or floating-point mask, got dtype {a.dtype}")
+    return float32(a, name)
+
+
+def view(a, name):
+    """The attn_tensor of an array made by float32() or mask() (or a view of one)."""
+    if not _passes_as_is(a, negative_ok=True):  # a reshape could not keep the view
+        a = np.ascontiguousarray(a)
+    t = _struct(a)
+    t._array = a  # the buffer lives as long as the view
+    if observer is not None:
+        observer(name, a, t)
+    return t
+
+
+def output(shape, name):
+    """A new float32 array and its view, for the library to write."""
+    a = np.empty(shape, dtype=np.float32)
+    return a, view(a, name)
+
+
+def ref(t):
+    """A pointer to a view, or NULL for None."""
+    return C.pointer(t) if t is not None else None

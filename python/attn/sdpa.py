@@ -1,0 +1,149 @@
+"""Scaled dot-product attention on NumPy arrays, torch's signature.
+
+    out = scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0,
+                                       is_causal=False, scale=None, enable_gqa=False)
+
+mirrors torch.nn.functional.scaled_dot_product_attention (torch >= 2.5): q
+(..., Hq, L, E), k (..., Hkv, S, E), v (..., Hkv, S, Ev) -> (..., Hq, L, Ev);
+bool masks True = may attend, float masks added to the scores. Computation is
+float32; outputs are new float32 arrays.
+"""
+import ctypes as C
+
+import numpy as np
+
+from . import _tensor
+from ._errors import check, new_error
+from ._lib import lib
+from ._sdpa_call import SdpaCall
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False, *,
+                                 causal_alignment="top_left", return_lse=False,
+                                 need_weights=False, return_softmax_stats=False, window=None,
+                                 alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
+                                 dropout_offset=0, num_threads=None, path="auto"):
+    """Attention output (..., Hq, L, Ev), float32.
+
+    attn_mask may also be a tuple of two masks (say a key-padding mask and a
+    causal or bias mask), combined without materialising their sum.
+
+    Beyond torch's arguments (keyword-only):
+      causal_alignment  "top_left" (torch: query i sees keys j <= i) or
+                        "bottom_right" (FlashAttention: j <= i + S - L)
+      return_lse        also return the log-sum-exp (..., Hq, L) of each row
+      need_weights      also return the softmax weights (..., Hq, L, S)
+      return_softmax_stats  also return (..., Hq, L, 2): each row's max and
+                        log-sum, what the backward reads for exact gradients
+      window=(left, right)  sliding window (None or -1: unbounded side)
+      alibi_slopes (Hq,) or (..., Hq), softcap > 0, sinks (Hq,)
+      dropout_seed, dropout_offset  dropout's counter-based RNG key (drawn at
+                        random when None; pass the same to the backward)
+      num_threads       threads for this call (default: set_num_threads)
+      path              "auto", "reference" or "fused"
+    Returns out, followed by lse, weights and stats in that order for the ones
+    asked for. A row that sees no key gives 0 (torch gives NaN).
+    """
+    call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                    causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
+                    dropout_offset, num_threads, path)
+    out = np.empty(call.out_shape(call.v.shape[3]), dtype=np.float32)
+    out_t = _tensor.view(call.as4d(out), "out")
+    lse = weights = stats = None
+    if return_lse:
+        lse = np.empty(call.out_shape(None), dtype=np.float32)
+    if need_weights:
+        weights = np.empty(call.out_shape(call.S), dtype=np.float32)
+    if return_softmax_stats:
+        stats = np.empty(call.out_shape(2), dtype=np.float32)
+        call.set_output("softmax_stats", call.as4d(stats), "softmax_stats")
+    err = new_error()
+    check(lib.attn_sdpa(_view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
+                        C.pointer(out_t), _out(call, lse, "lse"), _out(call, weights, "weights"),
+                        C.byref(call.opts), C.byref(err)), err)
+    extra = tuple(a for a, wanted in ((lse, return_lse), (weights, need_weights),
+                                      (stats, return_softmax_stats)) if wanted)
+    return (out,) + extra if extra else out
+
+
+def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None, lse=None,
+                                          attn_mask=None, dropout_p=0.0, is_causal=False,
+                                          scale=None, enable_gqa=False, *,
+                                          causal_alignment="top_left", softmax_stats=None,
+                                          needs_grad=(True, True, True), window=None,
+                                          alibi_slopes=None, softcap=0.0, sinks=None,
+                                          dropout_seed=None, dropout_offset=0, num_threads=None,
+                                          path="auto"):
+    """Gradients (dq, dk, dv) of <grad_out, attention(q, k, v)>, shaped like
+    query, key and value (summed over broadcast dimensions), float32.
+
+    Same arguments as the forward, plus grad_out (..., Hq, L, Ev) and what the
+    forward returned: out and lse (each optional, recomputed when missing) or
+    softmax_stats (preferred: exact where a rounded lse is not). needs_grad
+    says which of dq, dk, dv to compute (None for the others). With sinks,
+    the gradient of the sinks is appended. With dropout, pass the forward's
+    dropout_seed and dropout_offset.
+    """
+    if dropout_p and dropout_seed is None:
+        raise ValueError("dropout_seed: the backward of dropout needs the forward's seed")
+    call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                    causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
+                    dropout_offset, num_threads, path)
+    dout = _tensor.float32(grad_out, "grad_out")
+    if dout.shape != call.out_shape(call.v.shape[3]):
+        raise ValueError(f"grad_out: shape {dout.shape}, expected the output's "
+                         f"{call.out_shape(call.v.shape[3])}")
+    if softmax_stats is not None:
+        call.set_output("softmax_stats", call.as4d(_tensor.float32(softmax_stats,
+                                                                   "softmax_stats")),
+                        "softmax_stats")
+    grads = [np.empty(a.shape, dtype=np.float32) if wanted else None
+             for a, wanted in zip((call.q, call.k, call.v), needs_grad)]
+    dsinks = None
+    if call.sinks is not None:
+        dsinks = np.empty(call.sinks.shape, dtype=np.float32)
+        call.set_output("grad_sinks", dsinks, "grad_sinks")
+    err = new_error()
+    check(lib.attn_sdpa_backward(
+        _view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
+        _in(call, out, "out"), _in(call, lse, "lse"), _view(call.as4d(dout), "grad_out"),
+        *(_view(g, n) if g is not None else None
+          for g, n in zip(grads, ("grad_query", "grad_key", "grad_value"))),
+        C.byref(call.opts), C.byref(err)), err)
+    result = tuple(_unbroadcast(g, call.batch, shape) if g is not None else None
+                   for g, shape in zip(grads, call.shapes))
+    return result + (dsinks,) if dsinks is not None else result
+
+
+def _view(a, name):
+    return C.pointer(_tensor.view(a, name))
+
+
+def _out(call, a, name):
+    return _view(call.as4d(a), name) if a is not None else None
+
+
+def _in(call, a, name):
+    return _view(call.as4d(_tensor.float32(a, name)), name) if a is not None else None
+
+
+def _unbroadcast(g, batch, shape):
+    """A (B, H, N, X) gradient summed back to an input's own shape (torch
+    autograd does the same for broadcast inputs)."""
+    if len(shape) == 2:
+        return g.reshape(shape)  # a 2-D input ran as B = H = 1
+    g = g.reshape(batch + g.shape[1:])
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, (n, want) in enumerate(zip(g.shape, shape)) if n != want)
+    return np.ascontiguousarray(g.sum(axis=axes, keepdims=True)) if axes else g
+
+
+def alibi_slopes(heads):
+    """The standard ALiBi slopes for `heads` heads (Press et al.; BLOOM's and
+    FlashAttention's), float32 (heads,): pass as alibi_slopes=."""
+    out = np.empty(int(heads), dtype=np.float32)
+    err = new_error()
+    check(lib.attn_alibi_slopes(int(heads), out.ctypes.data_as(C.POINTER(C.c_float)),
+                                C.byref(err)), err)
+    return out
