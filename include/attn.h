@@ -211,9 +211,13 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
 /*
  * Backward. Mirrors attn_sdpa: from dout (B,Hq,Nq,Dv) produce dq, dk, dv
  * (overwritten; dk/dv summed over the query heads sharing a kv head).
- * out and lse are what attn_sdpa returned for the same inputs; both may be
- * NULL, in which case they are recomputed. dq, dk or dv may be NULL if not
- * wanted.
+ * out and lse (or opts->softmax_stats, preferred) are what attn_sdpa
+ * returned; without them (out NULL, or neither lse nor stats) they are
+ * recomputed. Given, they may come from attention over MORE keys than k/v
+ * hold (ring attention, split-KV): the result is then the part of the
+ * gradients that flows through these keys (dq to be summed over the key
+ * blocks), since P = exp(x - m - ll) and D = rowsum(dO∘O) use the caller's
+ * statistics on every path. dq, dk or dv may be NULL if not wanted.
  */
 attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_tensor *out, const attn_tensor *lse,

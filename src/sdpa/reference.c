@@ -99,6 +99,32 @@ static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, fl
     return true;
 }
 
+/* Probabilities of row (b,h,i) from the caller's statistics: exp(x - m - ll)
+ * from softmax_stats, else exp(x - lse). *lse receives the row's LSE. Returns
+ * false when the row has no visible key among these. */
+static bool given_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, float *prob,
+                        float *lse)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    float m, ll = 0.0f;
+    if (p->stats) {
+        m = p->stats[AT4(p->ss, b, h, i, 0)];
+        ll = p->stats[AT4(p->ss, b, h, i, 1)];
+    } else {
+        m = p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]];
+        if (m == INFINITY) ll = NAN; /* an infinite logit: NaN, as torch */
+    }
+    *lse = m == INFINITY ? INFINITY : m + ll;
+    bool any = false;
+    for (int64_t j = 0; j < p->Nk; ++j) {
+        const float x = row_logit(p, b, h, i, j, lo, hi);
+        prob[j] = x == -INFINITY || m == -INFINITY ? 0.0f : expf(x - m - ll);
+        any |= x != -INFINITY;
+    }
+    return any && m != -INFINITY;
+}
+
 /* The dropout factor of (b,h,i,j): 1 without dropout. */
 static float keep(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
@@ -143,7 +169,8 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 /*
  * Backward, one (batch, kv head) per task so dK and dV are owned by one
  * thread and summed in a fixed order (query heads of the group, then rows).
- * The softmax is recomputed from the inputs (out, lse and stats unused).
+ * The softmax comes from the caller's statistics (softmax_stats, or lse with
+ * out) when given, else it is recomputed from the inputs.
  */
 attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
 {
@@ -179,8 +206,12 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 const float *doi = p->dout + AT4(p->dos, b, h, i, 0);
                 float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
                 float lse, stats[2];
-                /* In the forward pass P = softmax(X); recompute it. */
-                bool visible = row_probs(p, b, h, i, prob, &lse, stats);
+                /* In the forward pass P = softmax(X); recompute it, from the
+                 * caller's statistics when given (they may cover more keys
+                 * than these: the gradient is then the part of these keys). */
+                const bool given = p->stats || (p->lse && p->o);
+                bool visible = given ? given_probs(p, b, h, i, prob, &lse)
+                                     : row_probs(p, b, h, i, prob, &lse, stats);
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
@@ -201,6 +232,13 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     }
                     dprob[j] = dpj * z;
                     di += prob[j] * dprob[j];
+                }
+                /* D_i = Σ_l P_il dP_il over all keys: over the given keys
+                 * alone it is a part; the caller's O gives the whole, dO·O. */
+                if (given) {
+                    const float *oi = p->o + AT4(p->os, b, h, i, 0);
+                    di = 0.0f;
+                    for (int64_t d = 0; d < p->Dv; ++d) di += doi[d * p->dos[3]] * oi[d * p->os[3]];
                 }
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
