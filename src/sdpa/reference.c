@@ -147,11 +147,12 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         row_probs(p, b, h, i, prob, &lse, stats);
         /* out_i = Σ_j P_ij z_ij v_j, z the dropout factor (all zero for a row
          * that sees nothing) */
-        float *oi = p->o + AT4(p->os, b, h, i, 0);
+        float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
+        for (int64_t j = 0; j < p->Nk; ++j) pz[j] = prob[j] * keep(p, b, h, i, j);
         for (int64_t d = 0; d < p->Dv; ++d) {
             float acc = 0.0f;
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) acc += prob[j] * keep(p, b, h, i, j) * p->v[AT4(p->vs, b, hk, j, d)];
+                if (prob[j] != 0.0f) acc += pz[j] * p->v[AT4(p->vs, b, hk, j, d)];
             oi[d * p->os[3]] = acc;
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
