@@ -85,12 +85,12 @@ typedef void (*sdpa_probs_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logit
 
 /*
  * Softmax backward: dp(r,c) <- p·(dp - di[r])·f for c in [c0, n), where
- * f = dfac(r,c) (softcap) or scale, and exactly 0 where p = 0 (a hidden key's
- * dP may be NaN; it is selected away). dfac has row stride ldp.
+ * f = dfac(r,c) (softcap) or scale; with guard, exactly 0 where p = 0 (a
+ * hidden key's dP may be NaN; it is selected away). dfac has row stride ldp.
  */
 typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
                                  int64_t ldp, float *dp, int64_t lddp, const float *di,
-                                 const float *dfac);
+                                 const float *dfac, bool guard);
 
 /*
  * Dropout of a tile: for rows r < m and columns c in [c0, n),

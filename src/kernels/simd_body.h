@@ -242,10 +242,12 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
             continue;
         }
         const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
+        const bool has_ll = rowll[r] != 0.0f; /* x - m - 0 is x - m: one step less */
         vf t = V_ZERO();
         for (int64_t c = c0; c < n; c += VW) {
             const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
-            V_STORE(sr + c, v_exp(V_SUB(V_SUB(x, vm), vll)));
+            const vf e = has_ll ? V_SUB(V_SUB(x, vm), vll) : V_SUB(x, vm);
+            V_STORE(sr + c, v_exp(e));
             if (capped) V_STORE(dfac + r * lds + c, V_MUL(vscale, V_SUB(one, V_MUL(t, t))));
         }
     }
@@ -253,7 +255,7 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
 
 static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
                            int64_t ldp, float *dp, int64_t lddp, const float *di,
-                           const float *dfac)
+                           const float *dfac, bool guard)
 {
     const vf vscale = V_SET1(scale), zero = V_ZERO();
     for (int64_t r = 0; r < m; ++r) {
@@ -263,7 +265,7 @@ static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const 
         for (int64_t c = c0; c < n; c += VW) {
             const vf pv = V_LOAD(pr + c), f = fr ? V_LOAD(fr + c) : vscale;
             const vf ds = V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f);
-            V_STORE(dr + c, V_BLEND(V_CMP_EQ(pv, zero), ds, zero));
+            V_STORE(dr + c, guard ? V_BLEND(V_CMP_EQ(pv, zero), ds, zero) : ds);
         }
     }
 }

@@ -255,8 +255,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (w->z)
                     for (int64_t r = 0; r < mi; ++r)
                         for (int64_t c = c0; c < cn; ++c) w->dps[r * d->bcp + c] *= w->z[r * d->bcp + c];
+                /* Only ragged tiles hold hidden keys between visible ones. */
                 kern->dsoftmax(mi, c0, cn, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0,
-                               p->softcap > 0.0f ? w->dfac : NULL);
+                               p->softcap > 0.0f ? w->dfac : NULL, t.ragged);
                 /* Forward S = Q·Kᵀ (f is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */
                 if (p->dk)
                     guarded(kern, &t, qb, ldq, mi, p->D)(kc, dn, mi, w->dps + c0, 1, d->bcp, qb,
