@@ -203,8 +203,12 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
         int64_t ifirst, ilast;
         sdpa_key_rows(p, j0, j0 + nj, &ifirst, &ilast);
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
-            for (int64_t i0 = ifirst - ifirst % BWD_ROWS; i0 < ilast; i0 += BWD_ROWS) {
-                const int64_t mi = p->Nq - i0 < BWD_ROWS ? p->Nq - i0 : BWD_ROWS;
+            for (int64_t it = ifirst - ifirst % BWD_ROWS; it < ilast; it += BWD_ROWS) {
+                /* the tile's rows that can see these keys (a window's band
+                 * edges cut tiles) */
+                const int64_t i0 = it > ifirst ? it : ifirst;
+                const int64_t iend = it + BWD_ROWS < ilast ? it + BWD_ROWS : ilast;
+                const int64_t mi = iend - i0;
                 const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start,
                                                    w->end, w->bias, d->bcp);
                 if (t.cols == 0) continue; /* hidden: nothing to differentiate */
