@@ -3,13 +3,18 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo asan clean install stress-full python
+.PHONY: all build build-quiet test demo asan tsan fuzz clean install stress-full python
 
 all: build
 
 build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# The build with its output kept in a log, shown only when it fails.
+build-quiet:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1 || { cat $(BUILD)/build.log; exit 1; }
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -25,7 +30,7 @@ asan:
 
 # The seeds' worked examples, one explained step by step, pictures, and
 # attention learning the database lookup.
-demo: build
+demo: build-quiet
 	@./$(BUILD)/attn example all
 	@./$(BUILD)/attn explain --weights examples/numpy_seed42.safetensors --x "1,2,3;3,3,2"
 	@./$(BUILD)/attn heatmap --tokens "the hunter saw a duck" \
@@ -46,8 +51,35 @@ python: build
 	@echo "use: PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -c 'import attn'"
 	@echo " or: python3 -m venv --system-site-packages venv && venv/bin/pip install --no-build-isolation --no-deps ./python"
 
+# make install PREFIX=DIR installs a relocatable tree into DIR.
 install: build
-	@cmake --install $(BUILD)
+	@cmake --install $(BUILD) $(if $(PREFIX),--prefix "$(PREFIX)")
+
+# Threads calling attn at once, under gcc's ThreadSanitizer (OpenMP off).
+tsan:
+	@cmake -S . -B build-tsan -DATTN_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target test_concurrency >build-tsan/build.log 2>&1 || { cat build-tsan/build.log; exit 1; }
+	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -R test_concurrency
+
+# libFuzzer on the readers (in memory and through a pipe), the JSON parser
+# and the CLI's argument parser, FUZZ_TIME seconds each, from the committed
+# seeds and dictionaries in fuzz/ (new finds go to build-fuzz/corpus/).
+FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
+FUZZ_TIME ?= 30
+FUZZ_TARGETS = npy safetensors json cli_args
+fuzz:
+	@test -n "$(FUZZ_CC)" || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DATTN_FUZZ=ON -DATTN_BUILD_TESTS=OFF \
+	  -DATTN_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) >build-fuzz/build.log 2>&1 || { cat build-fuzz/build.log; exit 1; }
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  echo "== fuzz_$$t for $(FUZZ_TIME) s =="; \
+	  ./build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 \
+	    -dict=fuzz/dict/$$t.dict -print_final_stats=1 build-fuzz/corpus/$$t fuzz/corpus/$$t \
+	    2>build-fuzz/fuzz_$$t.log || { tail -n 60 build-fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log; \
+	done
 
 clean:
-	@rm -rf build build-asan
+	@rm -rf build build-asan build-tsan build-fuzz

@@ -154,20 +154,22 @@ bool cli_get_float(const cli_args *a, const char *name, float *out)
     return true;
 }
 
+int cli_exit_code(attn_status status)
+{
+    switch (status) {
+    case ATTN_OK: return CLI_OK;
+    case ATTN_ERR_ALLOC:
+    case ATTN_ERR_WORKSPACE:
+    case ATTN_ERR_NULL: return CLI_FAIL;
+    default: return CLI_USAGE;
+    }
+}
+
 int cli_report(const char *context, const attn_error *err)
 {
     fprintf(stderr, "attn %s: %s\n", context, err->message[0] ? err->message
                                                              : attn_status_string(err->status));
-    switch (err->status) {
-    case ATTN_ERR_IO:
-    case ATTN_ERR_FORMAT:
-    case ATTN_ERR_UNSUPPORTED:
-    case ATTN_ERR_SHAPE:
-    case ATTN_ERR_DTYPE:
-    case ATTN_ERR_ARG:
-    case ATTN_ERR_OVERFLOW: return CLI_USAGE;
-    default: return CLI_FAIL;
-    }
+    return cli_exit_code(err->status);
 }
 
 int cli_report_as(const cli_args *a, const attn_error *err, const char *const (*map)[2])
@@ -183,119 +185,6 @@ int cli_report_as(const cli_args *a, const attn_error *err, const char *const (*
         return cli_report(a->cmd->name, &named);
     }
     return cli_report(a->cmd->name, err);
-}
-
-bool cli_load_npy(const char *path, attn_array *out)
-{
-    attn_error err = {0};
-    if (attn_npy_read(path, out, &err) != ATTN_OK) {
-        /* the library's message already starts with the path */
-        fprintf(stderr, "attn: %s\n", err.message);
-        return false;
-    }
-    return true;
-}
-
-bool cli_save_npy(const char *path, const attn_tensor *t)
-{
-    attn_error err = {0};
-    if (attn_npy_write(path, t, &err) != ATTN_OK) {
-        fprintf(stderr, "attn: %s\n", err.message);
-        return false;
-    }
-    return true;
-}
-
-bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n)
-{
-    char(*tmp)[4096] = calloc((size_t)(n > 0 ? n : 1), sizeof *tmp);
-    if (!tmp) {
-        fprintf(stderr, "attn: out of memory\n");
-        return false;
-    }
-    bool ok = true;
-    for (int i = 0; ok && i < n; ++i)
-        for (int k = 0; ok && paths[i] && k < i; ++k)
-            if (paths[k] && !strcmp(paths[k], paths[i])) {
-                fprintf(stderr, "attn: %s: given for two different outputs\n", paths[i]);
-                ok = false;
-            }
-    int written = 0;
-    for (; ok && written < n; ++written) {
-        if (!paths[written]) continue;
-        snprintf(tmp[written], sizeof tmp[written], "%s.attn-%ld.part", paths[written], (long)getpid());
-        attn_error err = {0};
-        if (attn_npy_write(tmp[written], &tensors[written], &err) != ATTN_OK) {
-            /* the message names the temporary; name the user's path */
-            size_t tl = strlen(tmp[written]);
-            const char *msg = strncmp(err.message, tmp[written], tl) ? ": cannot write" : err.message + tl;
-            fprintf(stderr, "attn: %s%s\n", paths[written], msg);
-            tmp[written][0] = '\0';
-            ok = false;
-            break;
-        }
-    }
-    for (int i = 0; i < n; ++i) {
-        if (!paths[i] || !tmp[i][0]) continue;
-        if (ok && rename(tmp[i], paths[i]) != 0) {
-            fprintf(stderr, "attn: %s: %s\n", paths[i], strerror(errno));
-            ok = false;
-        }
-        if (!ok) remove(tmp[i]);
-    }
-    free(tmp);
-    return ok;
-}
-
-bool cli_stage_add(cli_staged *st, const cli_command *cmd, const char *option, const char *path)
-{
-    if (!path) return true;
-    for (int i = 0; i < st->n; ++i)
-        if (!strcmp(st->final[i], path)) {
-            cli_usage_error(cmd, "%s %s: the same file as %s", option, path, st->option[i]);
-            return false;
-        }
-    if (st->n == CLI_MAX_STAGED) {
-        cli_usage_error(cmd, "too many outputs");
-        return false;
-    }
-    char *part = st->part[st->n];
-    snprintf(part, sizeof st->part[0], "%s.attn-%ld.part", path, (long)getpid());
-    FILE *probe = fopen(part, "wx"); /* can we create a file next to it? */
-    if (!probe) {
-        cli_usage_error(cmd, "%s %s: cannot write: %s", option, path, strerror(errno));
-        return false;
-    }
-    fclose(probe);
-    remove(part);
-    st->option[st->n] = option;
-    st->final[st->n++] = path;
-    return true;
-}
-
-const char *cli_stage_path(const cli_staged *st, const char *path)
-{
-    for (int i = 0; i < st->n; ++i)
-        if (!strcmp(st->final[i], path)) return st->part[i];
-    return path;
-}
-
-void cli_stage_abort(cli_staged *st)
-{
-    for (int i = 0; i < st->n; ++i) remove(st->part[i]);
-    st->n = 0;
-}
-
-bool cli_stage_commit(cli_staged *st)
-{
-    for (int i = 0; i < st->n; ++i)
-        if (rename(st->part[i], st->final[i]) != 0) {
-            fprintf(stderr, "attn: %s: %s\n", st->final[i], strerror(errno));
-            cli_stage_abort(st);
-            return false;
-        }
-    st->n = 0;
-    return true;
 }
 
 float *cli_alloc_floats(const char *context, int n, ...)

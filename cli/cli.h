@@ -8,7 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Exit statuses: 0 success, 1 a computation failed, 2 bad usage or a bad file. */
+/* Exit statuses: 0 success; 1 out of memory (or threads) or an internal
+ * error; 2 anything the user must change: usage, an argument, an input
+ * file, an output destination (see cli_exit_code). */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* One option of a sub-command. metavar NULL = a flag without a value. */
@@ -66,32 +68,49 @@ int cli_report_as(const cli_args *a, const attn_error *err, const char *const (*
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Reads a .npy file; on failure prints the one-line error and returns false. */
-bool cli_load_npy(const char *path, attn_array *out);
-/* Writes a float32 tensor; prints the error and returns false on failure. */
-bool cli_save_npy(const char *path, const attn_tensor *t);
-/* Writes every tensor whose path is non-NULL, all or nothing: each goes to a
- * temporary name first and all are renamed into place only when every write
- * succeeded, so a failed command leaves no output behind and never removes a
- * file that existed before. Two outputs with the same path are an error. */
-bool cli_save_all(const char *const *paths, const attn_tensor *tensors, int n);
+/* Exit status for a library status: CLI_FAIL for out of memory (and other
+ * resources) and internal errors, CLI_USAGE for everything the user must
+ * change (arguments, files, destinations). The one rule of every command. */
+int cli_exit_code(attn_status status);
 
-/* Outputs written at the end of a long run, all or nothing: cli_stage_add
- * checks up front that a file can be created next to each destination (so
- * a bad path fails before the work starts, with exit status 2), writers
- * then write to cli_stage_path(), and cli_stage_commit renames them all
- * into place (or cli_stage_abort removes them). */
-#define CLI_MAX_STAGED 8
+/* Reads a .npy file ("-": standard input); on failure prints one line and
+ * returns the exit status, else CLI_OK. Notes integers rounded to float32. */
+int cli_load_npy(const char *path, attn_array *out);
+/* The same for .safetensors; `option` names it when the file is of another
+ * kind (a .npy, a torch .pt zip, a pickle). */
+int cli_load_safetensors(const char *option, const char *path, attn_safetensors *out);
+
+/*
+ * The outputs of a command, all or nothing (attn_outputs): every
+ * destination is added, and so checked, before the work starts; writers
+ * then fill them; commit moves them all into place, or none. While a set
+ * is open, SIGINT, SIGTERM and SIGHUP remove its temporary files. Every
+ * call returns an exit status after printing "attn CMD: --opt PATH: why".
+ */
 typedef struct {
+    const cli_command *cmd;
+    attn_outputs *set;
     int n;
-    const char *option[CLI_MAX_STAGED];
-    const char *final[CLI_MAX_STAGED];
-    char part[CLI_MAX_STAGED][4096];
-} cli_staged;
-bool cli_stage_add(cli_staged *st, const cli_command *cmd, const char *option, const char *path);
-const char *cli_stage_path(const cli_staged *st, const char *path);
-bool cli_stage_commit(cli_staged *st);
-void cli_stage_abort(cli_staged *st);
+    const char *option[ATTN_MAX_OUTPUTS];
+    const char *path[ATTN_MAX_OUTPUTS];
+} cli_outputs;
+
+int cli_outputs_begin(cli_outputs *o, const cli_command *cmd);
+/* Adds --option PATH; path NULL adds nothing (*index = -1, and writes to
+ * index -1 do nothing). */
+int cli_outputs_add(cli_outputs *o, const char *option, const char *path, int *index);
+int cli_outputs_npy(cli_outputs *o, int index, const attn_tensor *t);
+int cli_outputs_safetensors(cli_outputs *o, int index, const char *const *names,
+                            const attn_tensor *tensors, size_t count);
+int cli_outputs_model(cli_outputs *o, int index, attn_model *m);
+int cli_outputs_bytes(cli_outputs *o, int index, const void *data, size_t size);
+int cli_outputs_commit(cli_outputs *o);
+/* Removes whatever was not committed. */
+void cli_outputs_end(cli_outputs *o);
+/* One set in one go, at the end of a command: options[i] PATH paths[i]
+ * (NULL: not wanted) receives tensors[i] as .npy. */
+int cli_save_npys(const cli_command *cmd, const char *const *options, const char *const *paths,
+                  const attn_tensor *tensors, int n);
 
 /* malloc of the product of n sizes in floats (at least one float), NULL
  * with a message on overflow or exhaustion. */
@@ -103,7 +122,7 @@ extern const cli_command cmd_mha, cmd_mha_backward;
 extern const cli_command cmd_example;
 extern const cli_command cmd_explain, cmd_heatmap, cmd_scaling;
 extern const cli_command cmd_train, cmd_heads;
-extern const cli_command cmd_bench;
+extern const cli_command cmd_bench, cmd_info;
 /* Only in builds with MPI (ATTN_HAVE_MPI): cmd_ring.c, cmd_ring_bench.c. */
 extern const cli_command cmd_ring, cmd_ring_bench;
 extern const cli_command cmd_decode;

@@ -145,8 +145,10 @@ static int run_decode(int argc, char **argv)
         !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &threads) ||
         !cli_get_int(&a, "--block-size", 1, 1L << 30, &block))
         return CLI_USAGE;
-    if (cli_get(&a, "--scale") && opts.scale == 0.0f)
-        return cli_usage_error(cmd, "--scale: must be nonzero (omit it for 1/sqrt(D))");
+    if (cli_get(&a, "--scale") && !(opts.scale > 0.0f))
+        return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it for "
+                                    "the default 1/sqrt(D))",
+                               cli_get(&a, "--scale"));
     opts.num_threads = (int)threads;
     if (cli_flag(&a, "--causal")) opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
 
@@ -156,7 +158,9 @@ static int run_decode(int argc, char **argv)
     int64_t *lens = NULL;
     char *text = NULL;
     rc = CLI_USAGE;
-    if (!cli_load_npy(qp, &q) || !cli_load_npy(kp, &k) || !cli_load_npy(vp, &v)) goto done;
+    if ((rc = cli_load_npy(qp, &q)) || (rc = cli_load_npy(kp, &k)) || (rc = cli_load_npy(vp, &v)))
+        goto done;
+    rc = CLI_USAGE;
     const int rank = q.t.ndim;
     if (rank != 3 && rank != 4) {
         cli_usage_error(cmd, "--query %s: expected (B,Hq,Nq,D) or (Hq,Nq,D), got %d dimensions", qp,
@@ -232,7 +236,8 @@ static int run_decode(int argc, char **argv)
     }
     const char *paths[2] = {out_path, cli_get(&a, "--lse")};
     const attn_tensor ts[2] = {to, tl};
-    rc = cli_save_all(paths, ts, 2) ? CLI_OK : CLI_USAGE;
+    static const char *const options[2] = {"--out", "--lse"};
+    rc = cli_save_npys(cmd, options, paths, ts, 2);
     goto done;
 oom:
     fprintf(stderr, "attn decode: out of memory\n");

@@ -13,18 +13,34 @@
 #define ATTN_EXAMPLES_DIR "examples"
 #endif
 #ifndef ATTN_INSTALLED_EXAMPLES_DIR
-#define ATTN_INSTALLED_EXAMPLES_DIR "/usr/local/share/attn/examples"
+#define ATTN_INSTALLED_EXAMPLES_DIR "../share/attn/examples"
 #endif
 
-/* Finds an example data file: $ATTN_EXAMPLES_DIR, the source tree, the
- * installed share directory. */
+/* The installed fixtures: ATTN_INSTALLED_EXAMPLES_DIR is relative to the
+ * directory of the running executable, so an installed tree can move. */
+static bool installed_dir(char *out, size_t n)
+{
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return false;
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = '\0';
+    return snprintf(out, n, "%s/%s", exe, ATTN_INSTALLED_EXAMPLES_DIR) < (int)n;
+}
+
+/* Finds an example data file: $ATTN_EXAMPLES_DIR, the installed tree next
+ * to the executable, then the source tree the binary was built from. */
 static bool example_path(const char *file, char *out, size_t n)
 {
-    const char *dirs[3] = {getenv("ATTN_EXAMPLES_DIR"), ATTN_EXAMPLES_DIR,
-                           ATTN_INSTALLED_EXAMPLES_DIR};
+    char installed[3072];
+    const char *dirs[3] = {getenv("ATTN_EXAMPLES_DIR"),
+                           installed_dir(installed, sizeof installed) ? installed : NULL,
+                           ATTN_EXAMPLES_DIR};
     for (int i = 0; i < 3; ++i) {
-        if (!dirs[i]) continue;
-        snprintf(out, n, "%s/%s", dirs[i], file);
+        if (!dirs[i] || !*dirs[i]) continue;
+        if (snprintf(out, n, "%s/%s", dirs[i], file) >= (int)n) continue;
         if (access(out, R_OK) == 0) return true;
     }
     fprintf(stderr, "attn example: cannot find %s (set ATTN_EXAMPLES_DIR to attn's examples/)\n",

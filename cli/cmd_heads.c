@@ -237,7 +237,7 @@ static void draw_example(svg *doc, const heads_ctx *c, double y0, int64_t index,
                  (double)c->H * CELL_H, "none", "#e6550d", 2);
 }
 
-static bool write_svg(const char *path, const char *ckpt, const heads_ctx *c,
+static int write_svg(const char *path, const char *ckpt, const heads_ctx *c,
                       const shown_example *ex, int64_t first, int64_t shown,
                       const head_role *roles, int64_t stats, double accuracy)
 {
@@ -246,7 +246,7 @@ static bool write_svg(const char *path, const char *ckpt, const heads_ctx *c,
     svg *doc = svg_new(width, height);
     if (!doc) {
         fprintf(stderr, "attn heads: out of memory\n");
-        return false;
+        return CLI_FAIL;
     }
     const svg_text_style title = {.size = 15, .bold = true};
     const svg_text_style sub = {.size = 11, .fill = "#555"};
@@ -259,11 +259,9 @@ static bool write_svg(const char *path, const char *ckpt, const heads_ctx *c,
     for (int64_t i = 0; i < shown; ++i)
         draw_example(doc, c, 70 + panel * (double)i, first + i, &ex[i], roles);
     svg_colour_bar(doc, width - 60, 96, 14, 120, SVG_BLUES, 0, 1, "weight");
-    char err[256];
-    const bool ok = svg_save(doc, path, err, sizeof err);
-    if (!ok) fprintf(stderr, "attn heads: %s\n", err);
+    const int rc = svg_save_file(doc, &cmd_heads, "--svg", path);
     svg_free(doc);
-    return ok;
+    return rc;
 }
 
 static int run_heads(int argc, char **argv)
@@ -326,8 +324,8 @@ static int run_heads(int argc, char **argv)
     }
     const char *svg_path = cli_get(&a, "--svg");
     if (rc == CLI_OK && svg_path) {
-        if (!write_svg(svg_path, ckpt, &c, ex, first, shown, roles, stats, accuracy)) rc = CLI_USAGE;
-        else printf("wrote %s\n", svg_path);
+        rc = write_svg(svg_path, ckpt, &c, ex, first, shown, roles, stats, accuracy);
+        if (!rc) printf("wrote %s\n", svg_path);
     }
     free(tokens);
     free(targets);

@@ -92,8 +92,9 @@ static int token_option(const cli_command *cmd, const cli_args *a, const char *n
 static int from_file(const cli_command *cmd, const cli_args *a, const char *path, heatmap *h)
 {
     attn_array arr = {0};
-    if (!cli_load_npy(path, &arr)) return CLI_USAGE;
-    int rc = CLI_USAGE;
+    int rc = cli_load_npy(path, &arr);
+    if (rc) return rc;
+    rc = CLI_USAGE;
     const attn_tensor *t = &arr.t;
     long batch = 0;
     if (t->dtype != ATTN_F32 || t->ndim < 2 || t->ndim > 4) {
@@ -305,7 +306,7 @@ static void draw_panels(svg *doc, const heatmap *h, const picture *p, double lef
     }
 }
 
-static bool write_svg(const heatmap *h, const char *path)
+static int write_svg(const heatmap *h, const char *path)
 {
     const picture p = plan_picture(h);
     double width = 20 + p.ncols * p.panel_w + 90, height = p.top + p.nrows * p.panel_h + 10;
@@ -315,7 +316,7 @@ static bool write_svg(const heatmap *h, const char *path)
     svg *doc = svg_new(width, height);
     if (!doc) {
         fprintf(stderr, "attn heatmap: out of memory\n");
-        return false;
+        return CLI_FAIL;
     }
     svg_text_style t = {.size = 16, .anchor = SVG_MIDDLE, .bold = true};
     svg_text(doc, width / 2, 26, &t, h->title);
@@ -331,11 +332,9 @@ static bool write_svg(const heatmap *h, const char *path)
     const double bar_h = fmax(fmin(p.cell * (double)h->nq, 260), 80);
     svg_colour_bar(doc, left + p.ncols * p.panel_w + 10, grid_top, 14, bar_h, h->map, h->vmin,
                    h->vmax, "weight");
-    char err[600];
-    bool ok = svg_save(doc, path, err, sizeof err);
-    if (!ok) fprintf(stderr, "attn heatmap: %s\n", err);
+    int rc = svg_save_file(doc, &cmd_heatmap, "--out", path);
     svg_free(doc);
-    return ok;
+    return rc;
 }
 
 /* -------------------------------------------------------- terminal */
@@ -481,7 +480,7 @@ static int run(int argc, char **argv)
         return cli_usage_error(cmd, "nothing to do: give --out FILE.svg%s",
                                small ? " (or --ansi for the terminal rendering)" : "");
     }
-    if (out && !write_svg(&h, out)) rc = CLI_USAGE;
+    if (out) rc = write_svg(&h, out);
     if (!rc && ansi) print_ansi(&h);
     if (!rc && out)
         printf("wrote %s: %lld head%s, %lld queries x %lld keys\n", out, (long long)h.heads,

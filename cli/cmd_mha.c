@@ -2,11 +2,9 @@
  * .npy inputs with parameters from a torch state_dict in .safetensors. */
 #include "cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char mha_details[] =
     "X (B,L,E) or unbatched (L,E); without --key/--value it is self-attention.\n"
@@ -92,11 +90,9 @@ static int load_module(const cli_command *cmd, const char *path, long heads, boo
 {
     attn_safetensors st = {0};
     attn_error err = {0};
-    int rc = CLI_USAGE;
-    if (attn_safetensors_read(path, &st, &err) != ATTN_OK) {
-        fprintf(stderr, "attn: %s\n", err.message);
-        return CLI_USAGE;
-    }
+    int rc = cli_load_safetensors("--params", path, &st);
+    if (rc) return rc;
+    rc = CLI_USAGE;
     attn_mha_config cfg = {.num_heads = heads, .add_zero_attn = zero_attn};
     const attn_array *packed = find_2d(&st, "in_proj_weight"), *qw = find_2d(&st, "q_proj_weight"),
                      *kw = find_2d(&st, "k_proj_weight"), *vw = find_2d(&st, "v_proj_weight");
@@ -116,6 +112,7 @@ static int load_module(const cli_command *cmd, const char *path, long heads, boo
     if (attn_mha_create(&cfg, out, &err) != ATTN_OK) {
         fprintf(stderr, "attn %s: --num-heads %ld with %s: %s\n", cmd->name, heads, path,
                 err.message);
+        rc = cli_exit_code(err.status);
         goto done;
     }
     int n = attn_mha_num_params(*out);
@@ -169,8 +166,8 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
     int rc = load_module(cmd, pp, heads, cli_flag(a, "--add-zero-attn"), &in->m);
     if (rc) return rc;
-    if (!cli_load_npy(xp, &in->x)) return CLI_USAGE;
-    if (kp && (!cli_load_npy(kp, &in->k) || !cli_load_npy(vp, &in->v))) return CLI_USAGE;
+    if ((rc = cli_load_npy(xp, &in->x))) return rc;
+    if (kp && ((rc = cli_load_npy(kp, &in->k)) || (rc = cli_load_npy(vp, &in->v)))) return rc;
     /* shapes are read below (output sizes), so ranks are checked first */
     const struct { const char *opt; const attn_array *arr; } ranked[3] = {
         {"--query", &in->x}, {"--key", &in->k}, {"--value", &in->v}};
@@ -180,11 +177,11 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
                                    ranked[i].opt, ranked[i].arr->t.ndim);
     const char *kpm = cli_get(a, "--key-padding-mask"), *mp = cli_get(a, "--attn-mask");
     if (kpm) {
-        if (!cli_load_npy(kpm, &in->kpm)) return CLI_USAGE;
+        if ((rc = cli_load_npy(kpm, &in->kpm))) return rc;
         in->opts.key_padding_mask = &in->kpm.t;
     }
     if (mp) {
-        if (!cli_load_npy(mp, &in->mask)) return CLI_USAGE;
+        if ((rc = cli_load_npy(mp, &in->mask))) return rc;
         in->opts.attn_mask = &in->mask.t;
     }
     return CLI_OK;
@@ -195,7 +192,22 @@ typedef struct {
     float *y, *w;
     attn_tensor yt, wt;
     const char *paths[2]; /* --out, --attn-weights */
+    int index[2];         /* in the command's output set */
 } mha_outputs;
+
+/* Adds --out and --attn-weights (those given) to the output set. */
+static int add_outputs(cli_outputs *set, const cli_args *a, mha_outputs *o)
+{
+    int rc = cli_outputs_add(set, "--out", cli_get(a, "--out"), &o->index[0]);
+    return rc ? rc : cli_outputs_add(set, "--attn-weights", cli_get(a, "--attn-weights"),
+                                     &o->index[1]);
+}
+
+static int write_outputs(cli_outputs *set, const mha_outputs *o)
+{
+    int rc = cli_outputs_npy(set, o->index[0], &o->yt);
+    return rc ? rc : cli_outputs_npy(set, o->index[1], &o->wt);
+}
 
 /* Runs the forward pass into freshly allocated outputs (weights only when
  * --attn-weights is given). */
@@ -245,8 +257,12 @@ static int run_forward(int argc, char **argv)
 
     mha_inputs in = {0};
     mha_outputs o = {0};
-    if (!(rc = load_inputs(cmd, &a, &in)) && !(rc = run_mha_forward(cmd, &a, &in, &o)))
-        rc = cli_save_all(o.paths, (attn_tensor[]){o.yt, o.wt}, 2) ? CLI_OK : CLI_USAGE;
+    cli_outputs outs;
+    if ((rc = cli_outputs_begin(&outs, cmd))) return rc;
+    if (!(rc = add_outputs(&outs, &a, &o)) && !(rc = load_inputs(cmd, &a, &in)) &&
+        !(rc = run_mha_forward(cmd, &a, &in, &o)) && !(rc = write_outputs(&outs, &o)))
+        rc = cli_outputs_commit(&outs);
+    cli_outputs_end(&outs);
     free(o.y);
     free(o.w);
     free_inputs(&in);
@@ -269,13 +285,16 @@ static int run_backward(int argc, char **argv)
     float *dx = NULL, *dk = NULL, *dv = NULL;
     const char **names = NULL;
     attn_tensor *ts = NULL;
-    char g_tmp[4096] = "";
+    int g_index;
+    cli_outputs outs;
+    if ((rc = cli_outputs_begin(&outs, cmd))) return rc;
+    /* --grads is checked against --out and --attn-weights like any output */
+    if ((rc = cli_outputs_add(&outs, "--grads", g_path, &g_index)) ||
+        (rc = add_outputs(&outs, &a, &o)))
+        goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
-    if (!cli_load_npy(do_path, &in.dout)) {
-        rc = CLI_USAGE;
-        goto done;
-    }
+    if ((rc = cli_load_npy(do_path, &in.dout))) goto done;
     /* The backward recomputes the forward itself: run it here only for
      * outputs the user asked for. */
     if ((cli_get(&a, "--out") || cli_get(&a, "--attn-weights")) &&
@@ -288,6 +307,7 @@ static int run_backward(int argc, char **argv)
     dv = in.self ? NULL : cli_alloc_floats(cmd->name, 1, attn_tensor_numel(&in.v.t));
     names = malloc(sizeof *names * (size_t)(np + 3));
     ts = malloc(sizeof *ts * (size_t)(np + 3));
+    if (!names || !ts) fprintf(stderr, "attn %s: out of memory\n", cmd->name);
     if (!dx || (!in.self && (!dk || !dv)) || !names || !ts) {
         rc = CLI_FAIL;
         goto done;
@@ -317,28 +337,11 @@ static int run_backward(int argc, char **argv)
         names[n] = "value";
         ts[n++] = dvt;
     }
-    /* all or nothing: gradients to a temporary, the .npy outputs, then rename */
-    snprintf(g_tmp, sizeof g_tmp, "%s.attn-%ld.part", g_path, (long)getpid());
-    if (attn_safetensors_write(g_tmp, names, ts, (size_t)n, &err) != ATTN_OK) {
-        fprintf(stderr, "attn: %s: cannot write the gradients (%s)\n", g_path,
-                attn_status_string(err.status));
-        g_tmp[0] = '\0';
-        rc = CLI_USAGE;
-        goto done;
-    }
-    if (!cli_save_all(o.paths, (attn_tensor[]){o.yt, o.wt}, 2)) {
-        rc = CLI_USAGE;
-        goto done;
-    }
-    if (rename(g_tmp, g_path) != 0) {
-        fprintf(stderr, "attn: %s: %s\n", g_path, strerror(errno));
-        rc = CLI_USAGE;
-        goto done;
-    }
-    g_tmp[0] = '\0';
-    rc = CLI_OK;
+    if (!(rc = cli_outputs_safetensors(&outs, g_index, names, ts, (size_t)n)) &&
+        !(rc = write_outputs(&outs, &o)))
+        rc = cli_outputs_commit(&outs);
 done:
-    if (g_tmp[0]) remove(g_tmp);
+    cli_outputs_end(&outs);
     free(dx);
     free(dk);
     free(dv);

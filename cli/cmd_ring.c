@@ -96,8 +96,8 @@ static int load_on_root(const cli_args *a, attn_array *q, attn_array *k, attn_ar
                         attn_array *m, ring_meta *meta, bool causal)
 {
     const cli_command *cmd = &cmd_ring;
-    if (!cli_load_npy(cli_get(a, "--query"), q) || !cli_load_npy(cli_get(a, "--key"), k) ||
-        !cli_load_npy(cli_get(a, "--value"), v))
+    if (cli_load_npy(cli_get(a, "--query"), q) || cli_load_npy(cli_get(a, "--key"), k) ||
+        cli_load_npy(cli_get(a, "--value"), v))
         return CLI_USAGE;
     const int rank = q->t.ndim;
     if (rank < 2 || rank > 4)
@@ -134,7 +134,7 @@ static int load_on_root(const cli_args *a, attn_array *q, attn_array *k, attn_ar
                                (long long)meta->Nq, (long long)meta->Nk);
     const char *mp = cli_get(a, "--key-padding-mask");
     if (mp) {
-        if (!cli_load_npy(mp, m)) return CLI_USAGE;
+        if (cli_load_npy(mp, m)) return CLI_USAGE;
         const attn_tensor *t = &m->t;
         const bool batched = t->ndim == 2;
         if ((t->ndim != 1 && t->ndim != 2) || t->shape[t->ndim - 1] != meta->Nk ||
@@ -315,7 +315,8 @@ static int ring_main(int argc, char **argv)
         const char *paths[2] = {cli_get(&a, "--out"), cli_get(&a, "--lse")};
         attn_tensor ts[2] = {mirror(fo, meta.rank_of_query, B, Hq, meta.Nq, Dv),
                              mirror(fl, meta.rank_of_query, B, Hq, meta.Nq, -1)};
-        rc = cli_save_all(paths, ts, 2) ? CLI_OK : CLI_USAGE;
+        static const char *const options[2] = {"--out", "--lse"};
+        rc = cli_save_npys(&cmd_ring, options, paths, ts, 2);
     } else {
         send_floats(lo, 4 * B * Hq * nq * Dv, 0, comm);
         send_floats(ll, 4 * B * Hq * nq, 0, comm);

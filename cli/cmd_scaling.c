@@ -177,14 +177,14 @@ static void print_csv(const scaling_row *rows, int n)
 }
 
 /* Four panels: each quantity against d_k (log 2 axis), unscaled and scaled. */
-static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys,
+static int draw(const char *path, const scaling_row *rows, int n, int64_t nkeys,
                  int64_t samples, uint64_t seed)
 {
     const double W = 1000, H = 780, top = 64, gap = 16;
     svg *doc = svg_new(W, H);
     if (!doc) {
         fprintf(stderr, "attn scaling: out of memory\n");
-        return false;
+        return CLI_FAIL;
     }
     svg_text_style title = {.size = 18, .anchor = SVG_MIDDLE, .bold = true};
     svg_text(doc, W / 2, 28, &title, "Why attention divides the scores by \u221Ad\u2096");
@@ -200,7 +200,7 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
         free(y);
         svg_free(doc);
         fprintf(stderr, "attn scaling: out of memory\n");
-        return false;
+        return CLI_FAIL;
     }
     for (int i = 0; i < n; ++i) x[i] = (double)rows[i].d_k;
     const double N = (double)nkeys;
@@ -268,11 +268,9 @@ static bool draw(const char *path, const scaling_row *rows, int n, int64_t nkeys
     }
     free(x);
     free(y);
-    char err[512];
-    bool ok = svg_save(doc, path, err, sizeof err);
-    if (!ok) fprintf(stderr, "attn scaling: %s\n", err);
+    int rc = svg_save_file(doc, &cmd_scaling, "--svg", path);
     svg_free(doc);
-    return ok;
+    return rc;
 }
 
 /* --scores: the same quantities for rows of scores given by the user, the
@@ -362,7 +360,8 @@ static int run(int argc, char **argv)
     for (int64_t dk = 1; dk <= max_dk; dk *= 2)
         if (!measure(dk, nkeys, samples, seed, &rows[n++])) return CLI_FAIL;
     /* the picture first: a failure then prints nothing */
-    if (svg_path && !draw(svg_path, rows, n, nkeys, samples, seed)) return CLI_USAGE;
+    rc = svg_path ? draw(svg_path, rows, n, nkeys, samples, seed) : CLI_OK;
+    if (rc) return rc;
     if (cli_flag(&a, "--csv"))
         print_csv(rows, n);
     else

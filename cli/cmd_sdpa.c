@@ -8,7 +8,7 @@
 
 static const char sdpa_details[] =
     "Q (B,H,Nq,D), K (B,Hkv,Nk,D), V (B,Hkv,Nk,Dv); (H,N,D) and (N,D) drop the\n"
-    "leading dimensions, and the outputs drop them too. Hq %% Hkv == 0 (GQA).\n"
+    "leading dimensions, and the outputs drop them too. Hq % Hkv == 0 (GQA).\n"
     "--attn-mask: bool (true = may attend) or float (added to the scores), any\n"
     "shape that broadcasts to (B,Hq,Nq,Nk).\n"
     "--causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
@@ -27,7 +27,7 @@ static const char sdpa_details[] =
     {"--value", "V.npy", "values (B,Hkv,Nk,Dv)"},                                              \
     {"--attn-mask", "M.npy", "bool (true = attend) or float additive mask"},                   \
     {"--causal", "ALIGN", "top-left or bottom-right"},                                         \
-    {"--scale", "S", "score scale (default 1/sqrt(D))"},                                       \
+    {"--scale", "S", "score scale, > 0 (default 1/sqrt(D))"},                                       \
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},             \
     {"--window", "L,R", "sliding window, FlashAttention's window_size (-1 = unbounded)"},      \
     {"--alibi-slopes", "FILE|geometric", "ALiBi slopes (H) or (B,H)"},                        \
@@ -128,17 +128,22 @@ static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs 
     if (slopes && !strcmp(slopes, "geometric")) {
         const int64_t H = in->q4.shape[1];
         in->geometric = malloc((size_t)(H > 0 ? H : 1) * sizeof(float));
-        if (!in->geometric) return cli_usage_error(cmd, "--alibi-slopes: out of memory");
+        if (!in->geometric) {
+            fprintf(stderr, "attn %s: --alibi-slopes: out of memory\n", cmd->name);
+            return CLI_FAIL;
+        }
         attn_alibi_slopes(H > 0 ? H : 1, in->geometric, NULL);
         in->slopes_t = attn_tensor_1d(in->geometric, H);
         in->opts.alibi_slopes = &in->slopes_t;
     } else if (slopes) {
-        if (!cli_load_npy(slopes, &in->slopes)) return CLI_USAGE;
+        int rc = cli_load_npy(slopes, &in->slopes);
+        if (rc) return rc;
         in->opts.alibi_slopes = &in->slopes.t;
     }
     const char *sinks = cli_get(a, "--sinks");
     if (sinks) {
-        if (!cli_load_npy(sinks, &in->sinks)) return CLI_USAGE;
+        int rc = cli_load_npy(sinks, &in->sinks);
+        if (rc) return rc;
         in->opts.sinks = &in->sinks.t;
     }
     return CLI_OK;
@@ -178,6 +183,24 @@ static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n
     return attn_tensor_make(data, ATTN_F32, nd, shape);
 }
 
+/* Adds the outputs named by options[i] (those given) to o. */
+static int add_outputs(cli_outputs *o, const cli_args *a, const char *const *options, int n,
+                       int *index)
+{
+    int rc = CLI_OK;
+    for (int i = 0; i < n && rc == CLI_OK; ++i)
+        rc = cli_outputs_add(o, options[i], cli_get(a, options[i]), &index[i]);
+    return rc;
+}
+
+/* Writes every output that was asked for, then commits them together. */
+static int save_outputs(cli_outputs *o, const int *index, const attn_tensor *ts, int n)
+{
+    int rc = CLI_OK;
+    for (int i = 0; i < n && rc == CLI_OK; ++i) rc = cli_outputs_npy(o, index[i], &ts[i]);
+    return rc ? rc : cli_outputs_commit(o);
+}
+
 static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
 {
     const char *qp, *kp, *vp;
@@ -195,13 +218,17 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
     if (!cli_get_float(a, "--scale", &in->opts.scale) ||
         !cli_get_int(a, "--threads", 1, 1024, &threads))
         return CLI_USAGE;
-    if (cli_get(a, "--scale") && in->opts.scale == 0.0f)
-        return cli_usage_error(cmd, "--scale: must be nonzero (omit it for 1/sqrt(D))");
+    if (cli_get(a, "--scale") && !(in->opts.scale > 0.0f))
+        return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it for "
+                                    "the default 1/sqrt(D))",
+                               cli_get(a, "--scale"));
     in->opts.num_threads = (int)threads;
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
 
-    if (!cli_load_npy(qp, &in->q) || !cli_load_npy(kp, &in->k) || !cli_load_npy(vp, &in->v))
-        return CLI_USAGE;
+    int rc;
+    if ((rc = cli_load_npy(qp, &in->q)) || (rc = cli_load_npy(kp, &in->k)) ||
+        (rc = cli_load_npy(vp, &in->v)))
+        return rc;
     in->rank = in->q.t.ndim;
     if (in->rank < 2 || in->rank > 4)
         return cli_usage_error(cmd, "--query: expected 2 to 4 dimensions, got %d", in->rank);
@@ -211,7 +238,7 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         return CLI_USAGE;
     const char *mp = cli_get(a, "--attn-mask");
     if (mp) {
-        if (!cli_load_npy(mp, &in->mask)) return CLI_USAGE;
+        if ((rc = cli_load_npy(mp, &in->mask))) return rc;
         in->opts.mask[0] = &in->mask.t;
     }
     return load_variants(cmd, a, in);
@@ -224,16 +251,20 @@ static int run_forward(int argc, char **argv)
     bool help;
     int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
-    const char *out_path = cli_require(&a, "--out");
-    if (!out_path) return CLI_USAGE;
+    if (!cli_require(&a, "--out")) return CLI_USAGE;
 
     sdpa_inputs in = {0};
     float *o = NULL, *lse = NULL, *w = NULL;
+    static const char *const outputs[3] = {"--out", "--lse", "--attn-weights"};
+    int index[3];
+    cli_outputs outs;
+    if ((rc = cli_outputs_begin(&outs, cmd))) return rc;
+    if ((rc = add_outputs(&outs, &a, outputs, 3, index))) goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Nk = in.k4.shape[2], Dv = in.v4.shape[3];
-    const char *lse_path = cli_get(&a, "--lse"), *w_path = cli_get(&a, "--attn-weights");
+    const char *w_path = cli_get(&a, "--attn-weights");
     o = cli_alloc_floats("sdpa", 4, B, H, Nq, Dv);
     lse = cli_alloc_floats("sdpa", 3, B, H, Nq);
     w = w_path ? cli_alloc_floats("sdpa", 4, B, H, Nq, Nk) : NULL;
@@ -248,11 +279,11 @@ static int run_forward(int argc, char **argv)
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    const char *paths[3] = {out_path, lse_path, w_path};
     attn_tensor ts[3] = {mirror(o, in.rank, B, H, Nq, Dv), mirror(lse, in.rank, B, H, Nq, -1),
                          mirror(w, in.rank, B, H, Nq, Nk)};
-    rc = cli_save_all(paths, ts, 3) ? CLI_OK : CLI_USAGE;
+    rc = save_outputs(&outs, index, ts, 3);
 done:
+    cli_outputs_end(&outs);
     free(o);
     free(lse);
     free(w);
@@ -269,23 +300,24 @@ static int run_backward(int argc, char **argv)
     if (rc || help) return rc;
     const char *do_path = cli_require(&a, "--grad-out");
     if (!do_path) return CLI_USAGE;
-    const char *paths[7] = {cli_get(&a, "--grad-query"), cli_get(&a, "--grad-key"),
-                            cli_get(&a, "--grad-value"), cli_get(&a, "--out"),
-                            cli_get(&a, "--lse"),        cli_get(&a, "--attn-weights"),
-                            cli_get(&a, "--grad-sinks")};
-    if (!paths[0] && !paths[1] && !paths[2] && !paths[6])
+    static const char *const outputs[7] = {"--grad-query", "--grad-key",     "--grad-value",
+                                           "--out",        "--lse",          "--attn-weights",
+                                           "--grad-sinks"};
+    if (!cli_get(&a, outputs[0]) && !cli_get(&a, outputs[1]) && !cli_get(&a, outputs[2]) &&
+        !cli_get(&a, outputs[6]))
         return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key, --grad-value or --grad-sinks");
-    if (paths[6] && !cli_get(&a, "--sinks"))
+    if (cli_get(&a, outputs[6]) && !cli_get(&a, "--sinks"))
         return cli_usage_error(cmd, "--grad-sinks: needs --sinks");
 
     sdpa_inputs in = {0};
     float *owned[8] = {0};
+    int index[7];
+    cli_outputs outs;
+    if ((rc = cli_outputs_begin(&outs, cmd))) return rc;
+    if ((rc = add_outputs(&outs, &a, outputs, 7, index))) goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
-    if (!cli_load_npy(do_path, &in.dout)) {
-        rc = CLI_USAGE;
-        goto done;
-    }
+    if ((rc = cli_load_npy(do_path, &in.dout))) goto done;
     if (!as_4d(cmd, "--grad-out", &in.dout, in.rank, &in.dout4)) {
         rc = CLI_USAGE;
         goto done;
@@ -319,7 +351,7 @@ static int run_backward(int argc, char **argv)
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    if (paths[6]) in.opts.grad_sinks = &ds1;
+    if (cli_get(&a, "--grad-sinks")) in.opts.grad_sinks = &ds1;
     if (attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
                            &in.opts, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
@@ -329,8 +361,9 @@ static int run_backward(int argc, char **argv)
                          mirror(dv, in.rank, B, Hkv, Nk, Dv), mirror(o, in.rank, B, H, Nq, Dv),
                          mirror(lse, in.rank, B, H, Nq, -1), mirror(w, in.rank, B, H, Nq, Nk),
                          ds1};
-    rc = cli_save_all(paths, ts, 7) ? CLI_OK : CLI_USAGE;
+    rc = save_outputs(&outs, index, ts, 7);
 done:
+    cli_outputs_end(&outs);
     for (int i = 0; i < 8; ++i) free(owned[i]);
     free_inputs(&in);
     return rc;

@@ -186,6 +186,15 @@ static int parse_config(const cli_args *a, attn_train_config *cfg, bool *ablatio
         if (cli_get(a, nonneg[i].name) && !(nonneg[i].value >= 0.0f))
             return cli_usage_error(cmd, "%s: must be >= 0, got %g", nonneg[i].name,
                                    (double)nonneg[i].value);
+    /* a zero peak learns nothing, and a floor above the peak makes the
+     * "decay" climb: both are mistakes, caught before the run */
+    if (!(cfg->lr > 0.0f))
+        return cli_usage_error(cmd, "--lr: must be > 0 (the peak learning rate), got %g",
+                               (double)cfg->lr);
+    if (cfg->min_lr > cfg->lr)
+        return cli_usage_error(cmd, "--min-lr %g is above the peak --lr %g (the schedule decays "
+                                    "from --lr to --min-lr)",
+                               (double)cfg->min_lr, (double)cfg->lr);
     if (cfg->model.task.num_keys < cfg->model.task.num_pairs)
         return cli_usage_error(cmd, "--keys %lld must be at least --pairs %lld (keys in one "
                                     "example are distinct)",
@@ -252,11 +261,16 @@ static int run_train(int argc, char **argv)
     const char *save = cli_get(&a, "--save"), *plot = cli_get(&a, "--plot"),
                *csv = cli_get(&a, "--log");
 
-    cli_staged staged = {0};
-    if (!cli_stage_add(&staged, &cmd_train, "--save", save) ||
-        !cli_stage_add(&staged, &cmd_train, "--plot", plot) ||
-        !cli_stage_add(&staged, &cmd_train, "--log", csv))
-        return CLI_USAGE;
+    /* every destination checked before the run, written after it */
+    cli_outputs outs;
+    int save_at, plot_at, csv_at;
+    if ((rc = cli_outputs_begin(&outs, &cmd_train))) return rc;
+    if ((rc = cli_outputs_add(&outs, "--save", save, &save_at)) ||
+        (rc = cli_outputs_add(&outs, "--plot", plot, &plot_at)) ||
+        (rc = cli_outputs_add(&outs, "--log", csv, &csv_at))) {
+        cli_outputs_end(&outs);
+        return rc;
+    }
 
     train_log logs[2] = {{.name = attn_task_name(cfg.model.task.kind)}};
     int nlogs = 1;
@@ -274,21 +288,15 @@ static int run_train(int argc, char **argv)
         if (ablation && !quiet) printf("%s== %s run ==\n", r ? "\n" : "", logs[r].name);
         rc = run_one(&c, &logs[r], quiet, r == 0 && save ? &model : NULL);
     }
-    if (rc == CLI_OK && save) {
-        attn_error err = {0};
-        if (attn_model_save(model, cli_stage_path(&staged, save), &err) != ATTN_OK)
-            rc = cli_report("train", &err);
-    }
+    if (rc == CLI_OK && save) rc = cli_outputs_model(&outs, save_at, model);
     char title[160];
     snprintf(title, sizeof title, "attn train --task %s%s: training loss",
              attn_task_name(cfg.model.task.kind),
              ablation ? " --scale-ablation" : cfg.model.unscaled ? " --no-scale" : "");
-    if (rc == CLI_OK && plot && !train_log_plot(cli_stage_path(&staged, plot), logs, nlogs, title))
-        rc = CLI_USAGE;
-    if (rc == CLI_OK && csv && !train_log_write_csv(cli_stage_path(&staged, csv), logs, nlogs))
-        rc = CLI_USAGE;
-    if (rc == CLI_OK && !cli_stage_commit(&staged)) rc = CLI_USAGE;
-    if (rc != CLI_OK) cli_stage_abort(&staged);
+    if (rc == CLI_OK && plot) rc = train_log_plot(&outs, plot_at, logs, nlogs, title);
+    if (rc == CLI_OK && csv) rc = train_log_write_csv(&outs, csv_at, logs, nlogs);
+    if (rc == CLI_OK) rc = cli_outputs_commit(&outs);
+    cli_outputs_end(&outs);
     for (int i = 0; rc == CLI_OK && !quiet && i < 3; ++i) {
         const char *done[3] = {save, plot, csv};
         if (done[i]) printf("wrote %s\n", done[i]);

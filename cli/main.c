@@ -8,7 +8,7 @@
 static const cli_command *const commands[] = {
     &cmd_sdpa, &cmd_sdpa_backward, &cmd_decode, &cmd_mha, &cmd_mha_backward, &cmd_example,
     &cmd_explain, &cmd_heatmap, &cmd_scaling,
-    &cmd_train, &cmd_heads, &cmd_bench,
+    &cmd_train, &cmd_heads, &cmd_bench, &cmd_info,
 #ifdef ATTN_HAVE_MPI
     &cmd_ring,
 #endif
@@ -23,7 +23,7 @@ static void print_help(FILE *f)
                "commands:\n");
     for (size_t i = 0; i < NCOMMANDS; ++i)
         fprintf(f, "  %-15s %s\n", commands[i]->name, commands[i]->summary);
-    fprintf(f, "\n  attn COMMAND --help    options of one command\n"
+    fprintf(f, "\n  attn COMMAND --help    options of one command (or attn help COMMAND)\n"
                "  attn --version         version, kernel ISA and threads\n");
 }
 
@@ -34,6 +34,15 @@ int main(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *name = argv[1];
+    if (!strcmp(name, "help") && argc >= 3) { /* attn help CMD = attn CMD --help */
+        for (size_t i = 0; i < NCOMMANDS; ++i)
+            if (!strcmp(argv[2], commands[i]->name)) {
+                cli_print_help(commands[i]);
+                return CLI_OK;
+            }
+        fprintf(stderr, "attn help: unknown command '%s' (see attn --help)\n", argv[2]);
+        return CLI_USAGE;
+    }
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         print_help(stdout);
         return CLI_OK;

@@ -235,12 +235,9 @@ static int load_torch_file(const cli_command *cmd, const char *path, const attn_
 static int load_weights_file(const cli_command *cmd, const char *path, steps *s)
 {
     attn_safetensors st = {0};
-    attn_error err = {0};
-    if (attn_safetensors_read(path, &st, &err) != ATTN_OK) {
-        fprintf(stderr, "attn %s: %s\n", cmd->name, err.message);
-        return CLI_USAGE;
-    }
-    int rc = attn_safetensors_find(&st, "W_Q") ? load_xw_file(cmd, path, &st, s)
+    int rc = cli_load_safetensors("--weights", path, &st);
+    if (rc) return rc;
+    rc = attn_safetensors_find(&st, "W_Q") ? load_xw_file(cmd, path, &st, s)
                                                : load_torch_file(cmd, path, &st, s);
     attn_safetensors_free(&st);
     if (rc == CLI_OK)
@@ -413,6 +410,10 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
     s->default_scale = true;
     if (cli_get(a, "--scale")) {
         if (!cli_get_float(a, "--scale", &s->scale)) return CLI_USAGE;
+        if (!(s->scale > 0.0f))
+            return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it "
+                                        "for the default 1/sqrt(d_k))",
+                                   cli_get(a, "--scale"));
         s->default_scale = false;
     }
     return CLI_OK;

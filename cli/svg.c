@@ -3,13 +3,11 @@
 #include "svg.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct svg {
     char *buf;
@@ -121,46 +119,26 @@ const char *svg_text_of(svg *s, size_t *length)
     return s->buf;
 }
 
-bool svg_save(svg *s, const char *path, char *err, size_t err_size)
+int svg_save(svg *s, cli_outputs *o, int index)
 {
     size_t n = 0;
     const char *text = svg_ok(s) ? svg_text_of(s, &n) : NULL;
     if (!text) {
-        snprintf(err, err_size, "%s: out of memory while drawing", path);
-        return false;
+        fprintf(stderr, "attn %s: out of memory while drawing\n", o->cmd->name);
+        return CLI_FAIL;
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, err_size, "%s: path too long", path);
-        return false;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0) {
-        snprintf(err, err_size, "%s: cannot write: %s", path, strerror(errno));
-        return false;
-    }
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, text + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
-    int saved = errno;
-    bool ok = done == n;
-    if (close(fd) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        snprintf(err, err_size, "%s: cannot write: %s", path, strerror(saved));
-    }
-    return ok;
+    return cli_outputs_bytes(o, index, text, n);
+}
+
+int svg_save_file(svg *s, const cli_command *cmd, const char *option, const char *path)
+{
+    cli_outputs o;
+    int index, rc = cli_outputs_begin(&o, cmd);
+    if (!rc) rc = cli_outputs_add(&o, option, path, &index);
+    if (!rc) rc = svg_save(s, &o, index);
+    if (!rc) rc = cli_outputs_commit(&o);
+    cli_outputs_end(&o);
+    return rc;
 }
 
 /* --------------------------------------------------------- primitives */

@@ -2,8 +2,8 @@
  * svg.h — a small SVG writer for attn's pictures: heatmaps, line plots.
  *
  * A document is built in memory (svg_new, then drawing calls) and written in
- * one go with svg_save, through a temporary file and rename, so a failure
- * never leaves a half-written picture. Every string that reaches the
+ * one go with svg_save, through the command's output set (cli.h), so a
+ * failure never leaves a half-written picture. Every string that reaches the
  * document is XML-escaped; numbers are printed with at most 2 decimals.
  * Drawing calls never fail: an allocation failure is remembered and reported
  * by svg_save (and svg_ok).
@@ -21,12 +21,13 @@
  *                        .log_y = true, .series = s, .nseries = 2};
  *     svg *doc = svg_new(640, 420);
  *     svg_plot_lines(doc, 0, 0, 640, 420, &p);
- *     char err[256];
- *     if (!svg_save(doc, "loss.svg", err, sizeof err)) fprintf(stderr, "%s\n", err);
+ *     int rc = svg_save_file(doc, &cmd_train, "--plot", "loss.svg");
  *     svg_free(doc);
  */
 #ifndef ATTN_CLI_SVG_H
 #define ATTN_CLI_SVG_H
+
+#include "cli.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,10 +48,11 @@ void svg_free(svg *s);
 bool svg_ok(const svg *s);
 /* The document text so far, closed with </svg> (valid until the next call). */
 const char *svg_text_of(svg *s, size_t *length);
-/* Writes the document to path atomically (temporary file in the same
- * directory, then rename). On failure writes a one-line message to err and
- * leaves no file behind. */
-bool svg_save(svg *s, const char *path, char *err, size_t err_size);
+/* Writes the document as output `index` of an output set (cli.h), or as
+ * the one output `option PATH` of a command; returns the exit status after
+ * printing any failure. Nothing is left behind on failure. */
+int svg_save(svg *s, cli_outputs *o, int index);
+int svg_save_file(svg *s, const cli_command *cmd, const char *option, const char *path);
 
 /* ----------------------------------------------------------- primitives */
 

@@ -38,18 +38,15 @@ static void csv_float(FILE *f, float v)
     if (!isnan(v)) fprintf(f, "%.9g", (double)v);
 }
 
-bool train_log_write_csv(const char *path, const train_log *logs, int nlogs)
+int train_log_write_csv(cli_outputs *o, int index, const train_log *logs, int nlogs)
 {
-    /* Written next to the destination, then renamed over it. */
-    const size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp) return false;
-    snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    /* Built in memory, then written as one output of the set. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
-        fprintf(stderr, "attn train: %s: %s\n", path, strerror(errno));
-        free(tmp);
-        return false;
+        fprintf(stderr, "attn train: out of memory for the log\n");
+        return CLI_FAIL;
     }
     fprintf(f, "run,step,loss,accuracy,lr,grad_norm,heldout_accuracy,heldout_loss,seconds\n");
     for (int r = 0; r < nlogs; ++r)
@@ -63,13 +60,11 @@ bool train_log_write_csv(const char *path, const train_log *logs, int nlogs)
             csv_float(f, row->heldout_loss);
             fprintf(f, ",%.4f\n", row->seconds);
         }
-    const bool ok = !ferror(f) && fclose(f) == 0 && rename(tmp, path) == 0;
-    if (!ok) {
-        fprintf(stderr, "attn train: %s: could not write the log\n", path);
-        remove(tmp);
-    }
-    free(tmp);
-    return ok;
+    const bool ok = !ferror(f);
+    int rc = fclose(f) == 0 && ok ? cli_outputs_bytes(o, index, text, len) : CLI_FAIL;
+    if (rc == CLI_FAIL && !(ok && text)) fprintf(stderr, "attn train: out of memory for the log\n");
+    free(text);
+    return rc;
 }
 
 /* Geometric mean of the training loss over the last `window` steps ending
@@ -133,7 +128,7 @@ static void run_series_free(run_series *s)
     free(s->eval_acc);
 }
 
-bool train_log_plot(const char *path, const train_log *logs, int nlogs, const char *title)
+int train_log_plot(cli_outputs *o, int index, const train_log *logs, int nlogs, const char *title)
 {
     enum { MAX_RUNS = 4 };
     if (nlogs > MAX_RUNS) nlogs = MAX_RUNS;
@@ -143,6 +138,7 @@ bool train_log_plot(const char *path, const train_log *logs, int nlogs, const ch
     int nloss = 0;
     int64_t steps = 2;
     bool ok = true;
+    int rc = CLI_FAIL;
     for (int r = 0; r < nlogs && ok; ++r) {
         run_series *s = &runs[r];
         ok = run_series_fill(s, &logs[r]);
@@ -172,16 +168,13 @@ bool train_log_plot(const char *path, const train_log *logs, int nlogs, const ch
                                 .legend = SVG_LEGEND_BOTTOM_RIGHT};
         svg_plot_lines(doc, 0, 0, 760, 420, &top);
         svg_plot_lines(doc, 0, 420, 760, 300, &bottom);
-        char err[256];
-        ok = svg_save(doc, path, err, sizeof err);
-        if (!ok) fprintf(stderr, "attn train: %s\n", err);
+        rc = svg_save(doc, o, index);
     } else {
-        fprintf(stderr, "attn train: out of memory drawing %s\n", path);
-        ok = false;
+        fprintf(stderr, "attn train: out of memory drawing the plot\n");
     }
     svg_free(doc);
     for (int r = 0; r < nlogs; ++r) run_series_free(&runs[r]);
-    return ok;
+    return rc;
 }
 
 static void json_number(FILE *f, const char *name, double v)

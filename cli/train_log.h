@@ -4,6 +4,7 @@
 #define ATTN_CLI_TRAIN_LOG_H
 
 #include "attn.h"
+#include "cli.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,12 +30,13 @@ void train_log_free(train_log *log);
 
 /* CSV with a header: run,step,loss,accuracy,lr,grad_norm,heldout_accuracy,
  * heldout_loss,seconds (held-out fields empty when not evaluated).
- * Prints the error and returns false on failure (no file left behind). */
-bool train_log_write_csv(const char *path, const train_log *logs, int nlogs);
+ * Written as output `index` of the set; returns the exit status after
+ * printing any failure. */
+int train_log_write_csv(cli_outputs *o, int index, const train_log *logs, int nlogs);
 
 /* Training loss (log scale, with a moving average) and held-out accuracy
  * of each run against the step, in one SVG. title may be NULL. */
-bool train_log_plot(const char *path, const train_log *logs, int nlogs, const char *title);
+int train_log_plot(cli_outputs *o, int index, const train_log *logs, int nlogs, const char *title);
 
 /* The summary of one run as JSON members (no braces):
  * "heldout_accuracy":…,"final_loss":…,"heldout_loss":…,"steps":…,

@@ -1,4 +1,4 @@
-/* Output files written to a temporary name and renamed into place. */
+/* Outputs staged in a temporary file and moved into place. */
 #include "atomic_file.h"
 
 #include <errno.h>
@@ -21,47 +21,101 @@ const char *attn_errno_text(int errnum, char *buf, size_t size)
 static attn_status fail_errno(attn_atomic_file *f, attn_error *err, int errnum, const char *what)
 {
     char text[96];
-    f->status = attn_fail(err, ATTN_ERR_IO, "%s: %s: %s", f->path, what,
-                          attn_errno_text(errnum, text, sizeof text));
+    f->status = attn_fail(err, errnum == ENOMEM ? ATTN_ERR_ALLOC : ATTN_ERR_IO, "%s: %s: %s",
+                          f->dest.shown, what, attn_errno_text(errnum, text, sizeof text));
     return f->status;
+}
+
+/* "DIR/.attn-PID-N.SUFFIX" for the first N that `make` can create; returns
+ * the malloc'd name or NULL with *errnum set. Sized exactly: never cut. */
+static char *unique_name(const attn_destination *d, const char *suffix,
+                         int (*make)(const char *name, void *ctx), void *ctx, int *errnum)
+{
+    const size_t size = d->dir_len + 64;
+    char *name = malloc(size);
+    if (!name) {
+        *errnum = ENOMEM;
+        return NULL;
+    }
+    memcpy(name, d->target, d->dir_len);
+    const long pid = (long)getpid();
+    for (int attempt = 0; attempt < TEMP_NAME_ATTEMPTS; ++attempt) {
+        snprintf(name + d->dir_len, size - d->dir_len, ".attn-%ld-%d.%s", pid, attempt, suffix);
+        if (make(name, ctx) == 0) return name;
+        *errnum = errno;
+        if (*errnum != EEXIST) break;
+    }
+    free(name);
+    return NULL;
+}
+
+typedef struct {
+    int fd;
+    mode_t mode;
+} create_ctx;
+
+static int create_temp(const char *name, void *ctx)
+{
+    create_ctx *c = ctx;
+    c->fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, c->mode);
+    return c->fd < 0 ? -1 : 0;
+}
+
+static int link_backup(const char *name, void *ctx)
+{
+    return link((const char *)ctx, name);
+}
+
+/* Without hard links (some file systems): claim a free name, then rename
+ * the old file over it. */
+static int move_aside(const char *name, void *ctx)
+{
+    int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    close(fd);
+    if (rename((const char *)ctx, name) == 0) return 0;
+    int errnum = errno;
+    unlink(name);
+    errno = errnum == EEXIST ? EIO : errnum;
+    return -1;
 }
 
 attn_status attn_atomic_open(attn_atomic_file *f, const char *path, attn_error *err)
 {
     memset(f, 0, sizeof *f);
-    f->path = path ? path : "(null)";
-    if (!path) return f->status = attn_fail(err, ATTN_ERR_NULL, "output path is NULL");
-    if (!*path) return f->status = attn_fail(err, ATTN_ERR_ARG, "output path is empty");
-
-    /* Same directory as the destination: "dir/" prefix, or none for a bare name. */
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    size_t size = dir_len + 64;
-    f->temp_path = malloc(size);
-    if (!f->temp_path)
-        return f->status = attn_fail(err, ATTN_ERR_ALLOC, "%s: out of memory", path);
-    memcpy(f->temp_path, path, dir_len);
-
-    int fd = -1, errnum = 0;
-    long pid = (long)getpid();
-    for (int attempt = 0; attempt < TEMP_NAME_ATTEMPTS && fd < 0; ++attempt) {
-        snprintf(f->temp_path + dir_len, size - dir_len, ".attn-%ld-%d.tmp", pid, attempt);
-        fd = open(f->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        errnum = errno;
-        if (fd < 0 && errnum != EEXIST) break;
+    f->state = ATOMIC_DONE;
+    f->status = attn_destination_resolve(path, &f->dest, err);
+    if (f->status != ATTN_OK) {
+        attn_destination_free(&f->dest);
+        return f->status;
     }
-    if (fd < 0) {
-        free(f->temp_path);
-        f->temp_path = NULL;
-        return fail_errno(f, err, errnum, "cannot create a temporary file next to it");
+    if (f->dest.is_stdout) {
+        f->fp = tmpfile(); /* unnamed: nothing to clean up after a kill */
+        if (!f->fp) return fail_errno(f, err, errno, "cannot create a temporary file");
+    } else {
+        /* A file that replaces another starts private and takes the old mode
+         * at finish; a new one gets the usual 0666 & ~umask. */
+        create_ctx c = {.fd = -1, .mode = f->dest.exists ? 0600 : 0666};
+        int errnum = 0;
+        f->temp_path = unique_name(&f->dest, "tmp", create_temp, &c, &errnum);
+        if (!f->temp_path) {
+            fail_errno(f, err, errnum, "cannot create a temporary file next to it");
+            attn_destination_free(&f->dest);
+            return f->status;
+        }
+        f->fp = fdopen(c.fd, "wb");
+        if (!f->fp) {
+            errnum = errno;
+            close(c.fd);
+            unlink(f->temp_path);
+            free(f->temp_path);
+            f->temp_path = NULL;
+            fail_errno(f, err, errnum, "cannot open the temporary file");
+            attn_destination_free(&f->dest);
+            return f->status;
+        }
     }
-    f->fp = fdopen(fd, "wb");
-    if (!f->fp) {
-        errnum = errno;
-        close(fd);
-        attn_atomic_abort(f);
-        return fail_errno(f, err, errnum, "cannot open the temporary file");
-    }
+    f->state = ATOMIC_WRITING;
     attn_ok(err);
     return ATTN_OK;
 }
@@ -69,12 +123,14 @@ attn_status attn_atomic_open(attn_atomic_file *f, const char *path, attn_error *
 attn_status attn_atomic_write(attn_atomic_file *f, const void *data, size_t bytes, attn_error *err)
 {
     if (f->status != ATTN_OK) return f->status;
+    if (f->state != ATOMIC_WRITING)
+        return f->status = attn_fail(err, ATTN_ERR_ARG, "%s: written after it was closed",
+                                     f->dest.shown);
     if (bytes == 0) return ATTN_OK;
     if (fwrite(data, 1, bytes, f->fp) != bytes)
         return fail_errno(f, err, errno ? errno : EIO, "write failed");
     return ATTN_OK;
 }
-
 attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
                                      const char *what, attn_error *err)
 {
@@ -101,7 +157,7 @@ attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
             const unsigned char *src = base + (offset + i * inner_stride) * (int64_t)elsize;
             if (is_bool && *src > 1) {
                 f->status = attn_fail(err, ATTN_ERR_ARG,
-                                      "%s: %s%sbool element %lld is %u, must be 0 or 1", f->path,
+                                      "%s: %s%sbool element %lld is %u, must be 0 or 1", f->dest.shown,
                                       what ? what : "", what ? ": " : "", (long long)written,
                                       (unsigned)*src);
                 return f->status;
@@ -121,47 +177,128 @@ attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
     return attn_atomic_write(f, chunk, used, err);
 }
 
-attn_status attn_atomic_commit(attn_atomic_file *f, attn_error *err)
+attn_status attn_atomic_finish(attn_atomic_file *f, attn_error *err)
 {
-    if (f->status != ATTN_OK) {
-        attn_atomic_abort(f);
-        return f->status;
+    if (f->status != ATTN_OK) return f->status;
+    if (f->state != ATOMIC_WRITING) return ATTN_OK;
+    int errnum = 0;
+    if (fflush(f->fp) != 0 || ferror(f->fp)) errnum = errno ? errno : EIO;
+    if (f->dest.is_stdout) {
+        if (errnum) return fail_errno(f, err, errnum, "write failed");
+        f->state = ATOMIC_FINISHED;
+        return ATTN_OK;
     }
-    int failed_write = ferror(f->fp);
-    int close_result = fclose(f->fp);
-    int errnum = errno;
+    if (!errnum && f->dest.exists) {
+        const int fd = fileno(f->fp);
+        /* root replacing someone else's file keeps the owner (best effort);
+         * chown first, as it clears set-id bits */
+        if (geteuid() == 0 && (f->dest.uid != geteuid() || f->dest.gid != getegid()))
+            (void)!fchown(fd, f->dest.uid, f->dest.gid);
+        if (fchmod(fd, f->dest.mode) != 0) errnum = errno;
+    }
+    if (fclose(f->fp) != 0 && !errnum) errnum = errno ? errno : EIO;
     f->fp = NULL;
-    if (failed_write || close_result != 0) {
-        attn_atomic_abort(f);
-        return fail_errno(f, err, failed_write ? EIO : errnum, "write failed");
+    if (errnum) return fail_errno(f, err, errnum, "write failed");
+    f->state = ATOMIC_FINISHED;
+    return ATTN_OK;
+}
+
+static attn_status copy_to_stdout(attn_atomic_file *f, attn_error *err)
+{
+    char buf[65536];
+    rewind(f->fp);
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f->fp)) > 0)
+        if (fwrite(buf, 1, n, stdout) != n) break;
+    int errnum = ferror(f->fp) || ferror(stdout) || fflush(stdout) != 0 ? (errno ? errno : EIO) : 0;
+    fclose(f->fp);
+    f->fp = NULL;
+    if (errnum) return fail_errno(f, err, errnum, "cannot write to standard output");
+    return ATTN_OK;
+}
+
+attn_status attn_atomic_swap(attn_atomic_file *f, attn_error *err)
+{
+    if (f->status != ATTN_OK) return f->status;
+    if (f->state != ATOMIC_FINISHED)
+        return f->status = attn_fail(err, ATTN_ERR_ARG, "%s: not ready to commit", f->dest.shown);
+    if (f->dest.is_stdout) {
+        RETURN_IF_ERROR(copy_to_stdout(f, err));
+        f->state = ATOMIC_SWAPPED;
+        return ATTN_OK;
     }
-    if (rename(f->temp_path, f->path) != 0) {
+    const char *target = f->dest.target;
+    int errnum = 0;
+    bool moved_aside = false;
+    if (f->dest.exists) {
+        /* Keep the replaced file under a second name until the whole set is
+         * in place; without hard links, move it aside instead. */
+        f->backup_path = unique_name(&f->dest, "old", link_backup, (void *)target, &errnum);
+        if (!f->backup_path && errnum != ENOMEM) {
+            f->backup_path = unique_name(&f->dest, "old", move_aside, (void *)target, &errnum);
+            moved_aside = f->backup_path != NULL;
+        }
+        if (!f->backup_path) return fail_errno(f, err, errnum, "cannot keep the file it replaces");
+    }
+    if (rename(f->temp_path, target) != 0) {
         errnum = errno;
-        attn_atomic_abort(f);
+        if (moved_aside) (void)rename(f->backup_path, target);
+        else if (f->backup_path) unlink(f->backup_path);
+        free(f->backup_path);
+        f->backup_path = NULL;
         return fail_errno(f, err, errnum, "cannot rename the temporary file into place");
     }
     free(f->temp_path);
     f->temp_path = NULL;
-    attn_ok(err);
+    f->state = ATOMIC_SWAPPED;
     return ATTN_OK;
+}
+
+void attn_atomic_undo(attn_atomic_file *f)
+{
+    if (f->state != ATOMIC_SWAPPED || f->dest.is_stdout) return;
+    if (f->backup_path) (void)rename(f->backup_path, f->dest.target);
+    else unlink(f->dest.target);
+    free(f->backup_path);
+    f->backup_path = NULL;
+    f->state = ATOMIC_DONE;
+}
+
+void attn_atomic_forget(attn_atomic_file *f)
+{
+    if (f->state != ATOMIC_SWAPPED) return;
+    if (f->backup_path) unlink(f->backup_path);
+    free(f->backup_path);
+    f->backup_path = NULL;
+    f->state = ATOMIC_DONE;
+}
+
+attn_status attn_atomic_commit(attn_atomic_file *f, attn_error *err)
+{
+    attn_status st = attn_atomic_finish(f, err);
+    if (st == ATTN_OK) st = attn_atomic_swap(f, err);
+    if (st == ATTN_OK) attn_atomic_forget(f);
+    attn_atomic_abort(f);
+    if (st == ATTN_OK) attn_ok(err);
+    return st;
 }
 
 void attn_atomic_abort(attn_atomic_file *f)
 {
+    attn_atomic_undo(f);
     if (f->fp) fclose(f->fp);
     f->fp = NULL;
     if (f->temp_path) unlink(f->temp_path);
     free(f->temp_path);
     f->temp_path = NULL;
+    free(f->backup_path);
+    f->backup_path = NULL;
+    attn_destination_free(&f->dest);
+    f->state = ATOMIC_DONE;
 }
 
-attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, attn_error *err)
+void attn_atomic_remove_signal_safe(const attn_atomic_file *f)
 {
-    char text[96];
-    *fp = fopen(path, "rb");
-    RETURN_IF(!*fp, err, ATTN_ERR_IO, "%s: cannot open: %s", path,
-              attn_errno_text(errno, text, sizeof text));
-    struct stat info;
-    *file_size = fstat(fileno(*fp), &info) == 0 && S_ISREG(info.st_mode) ? info.st_size : -1;
-    return ATTN_OK;
+    if (f->temp_path && (f->state == ATOMIC_WRITING || f->state == ATOMIC_FINISHED))
+        unlink(f->temp_path);
 }

@@ -1,28 +1,43 @@
-/* Output files that appear whole or not at all.
+/* One output staged in a temporary file next to its destination.
  *
- * attn_atomic_open creates a temporary file next to the destination (same
- * directory, so the final rename never crosses file systems); writes go there;
- * attn_atomic_commit renames it over the destination; attn_atomic_abort (or a
- * failed commit) unlinks it. A failed write therefore never leaves a partial
- * file and never clobbers an existing one. No fsync: this protects against
- * our own failures, not against power loss.
+ * attn_atomic_open resolves and checks the destination (destination.h) and
+ * creates the temporary file in the target's directory (so the final rename
+ * never crosses file systems), under a name of its own (".attn-PID-N.tmp")
+ * that never depends on, or is cut from, the destination's name. Writes go
+ * there. Committing is two steps so that a set of outputs can be committed
+ * together and undone (outputs.c): attn_atomic_finish closes the file and
+ * gives it the replaced file's mode and owner, attn_atomic_swap moves it into
+ * place keeping a hard link to the replaced file, attn_atomic_undo puts that
+ * back, attn_atomic_forget drops it. attn_atomic_abort removes whatever is
+ * left. Standard output ("-") is staged in an unnamed temporary file and
+ * copied out by the swap.
  *
- * Every call after the first failure is a no-op that returns the same status,
- * so writers may check once per logical step. Messages start with the
- * destination path.
+ * No fsync: this protects against attn's own failures and signals, not
+ * against power loss. Every call after the first failure is a no-op that
+ * returns the same status. Messages start with the path as given.
  */
 #ifndef ATTN_IO_ATOMIC_FILE_H
 #define ATTN_IO_ATOMIC_FILE_H
 
 #include "../core/internal.h"
+#include "destination.h"
 
 #include <stdio.h>
 
+typedef enum {
+    ATOMIC_WRITING = 0, /* temporary file open */
+    ATOMIC_FINISHED,    /* closed, ready to move */
+    ATOMIC_SWAPPED,     /* in place; the replaced file (if any) kept as `backup` */
+    ATOMIC_DONE,        /* committed for good, or aborted */
+} attn_atomic_state;
+
 typedef struct {
-    const char *path; /* destination, borrowed */
-    char *temp_path;  /* malloc'd */
+    attn_destination dest;
+    char *temp_path;   /* malloc'd; NULL for stdout */
+    char *backup_path; /* malloc'd when the swap kept the replaced file */
     FILE *fp;
-    attn_status status; /* first failure, ATTN_OK while writing */
+    volatile int state; /* attn_atomic_state; read by attn_atomic_remove_signal_safe */
+    attn_status status; /* first failure, ATTN_OK while fine */
 } attn_atomic_file;
 
 attn_status attn_atomic_open(attn_atomic_file *f, const char *path, attn_error *err);
@@ -38,14 +53,18 @@ attn_status attn_atomic_write(attn_atomic_file *f, const void *data, size_t byte
 attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
                                      const char *what, attn_error *err);
 
-/* Closes and renames into place; on failure the temporary file is removed. */
+attn_status attn_atomic_finish(attn_atomic_file *f, attn_error *err);
+attn_status attn_atomic_swap(attn_atomic_file *f, attn_error *err);
+/* Undoes a swap: the replaced file back, or the new one removed. */
+void attn_atomic_undo(attn_atomic_file *f);
+/* After every swap of a set succeeded: removes the kept replaced file. */
+void attn_atomic_forget(attn_atomic_file *f);
+/* finish + swap + forget, for a single output. */
 attn_status attn_atomic_commit(attn_atomic_file *f, attn_error *err);
-/* Closes and removes the temporary file. Safe after a failed commit. */
+/* Removes the temporary file (undoing a swap not yet forgotten) and frees. */
 void attn_atomic_abort(attn_atomic_file *f);
-
-/* Opens path for binary reading. *file_size is its size for a regular file,
- * -1 otherwise (a pipe: readers then rely on short reads). */
-attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, attn_error *err);
+/* Only unlink(2) of the temporary file: safe in a signal handler. */
+void attn_atomic_remove_signal_safe(const attn_atomic_file *f);
 
 /* Thread-safe strerror: the text of errnum in buf. */
 const char *attn_errno_text(int errnum, char *buf, size_t size);

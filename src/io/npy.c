@@ -10,7 +10,9 @@
  * anything is allocated, the header is parsed by a strict literal grammar (no
  * eval, no pickles), and the data must fill the rest of the file exactly.
  */
-#include "atomic_file.h"
+#include "convert.h"
+#include "encode.h"
+#include "input.h"
 #include "json.h" /* json_utf8_valid, for 3.0 headers */
 
 #include <errno.h>
@@ -32,11 +34,22 @@ void attn_array_free(attn_array *a)
 
 /* ------------------------------------------------------------ the header */
 
-/* The element types attn reads from .npy files. */
-typedef enum { NPY_F4, NPY_F8, NPY_B1 } npy_kind;
+/* The element types attn reads from .npy files ('|' or '<' where numpy
+ * writes either for one-byte types). */
+static const struct {
+    const char *descr;
+    conv_kind kind;
+} npy_types[] = {
+    {"<f4", CONV_F32}, {"<f8", CONV_F64}, {"<f2", CONV_F16}, {"|b1", CONV_BOOL},
+    {"|i1", CONV_I8},  {"<i1", CONV_I8},  {"<i2", CONV_I16}, {"<i4", CONV_I32},
+    {"<i8", CONV_I64}, {"|u1", CONV_U8},  {"<u1", CONV_U8},  {"<u2", CONV_U16},
+    {"<u4", CONV_U32}, {"<u8", CONV_U64},
+};
+#define NPY_READS "'<f4', '<f8', '<f2', '|b1' and little-endian integers"
 
 typedef struct {
-    npy_kind kind;
+    conv_kind kind;
+    char descr[4];
     bool fortran_order;
     int ndim;
     int64_t shape[ATTN_MAX_DIMS];
@@ -232,15 +245,19 @@ static bool parse_descr(literal_parser *p, npy_header *h)
     skip_space(p);
     if (p->pos < p->len && (p->s[p->pos] == '[' || p->s[p->pos] == '{'))
         return parse_fail(p, ATTN_ERR_UNSUPPORTED,
-                          "structured dtypes are not supported (attn reads '<f4', '<f8' and '|b1')");
+                          "structured dtypes are not supported (attn reads " NPY_READS ")");
     const char *d;
     size_t n;
     if (!parse_string(p, &d, &n)) return false;
     int shown = (int)(n > 40 ? 40 : n);
-    if (n == 3 && memcmp(d, "<f4", 3) == 0) h->kind = NPY_F4;
-    else if (n == 3 && memcmp(d, "<f8", 3) == 0) h->kind = NPY_F8;
-    else if (n == 3 && memcmp(d, "|b1", 3) == 0) h->kind = NPY_B1;
-    else if (n >= 1 && (d[0] == 'O' || (n >= 2 && strchr("<>|=", d[0]) && d[1] == 'O')) &&
+    for (size_t i = 0; n == 3 && i < sizeof npy_types / sizeof npy_types[0]; ++i)
+        if (memcmp(d, npy_types[i].descr, 3) == 0) {
+            h->kind = npy_types[i].kind;
+            memcpy(h->descr, d, 3);
+            h->descr[3] = '\0';
+            return true;
+        }
+    if (n >= 1 && (d[0] == 'O' || (n >= 2 && strchr("<>|=", d[0]) && d[1] == 'O')) &&
              looks_like_typestr(d, n))
         return parse_fail(p, ATTN_ERR_UNSUPPORTED,
                           "dtype '%.*s' is an object array (pickled Python objects), "
@@ -248,16 +265,13 @@ static bool parse_descr(literal_parser *p, npy_header *h)
                           shown, d);
     else if (n >= 1 && d[0] == '>' && looks_like_typestr(d, n))
         return parse_fail(p, ATTN_ERR_UNSUPPORTED,
-                          "big-endian dtype '%.*s' is not supported (attn reads '<f4', '<f8' "
-                          "and '|b1')",
+                          "big-endian dtype '%.*s' is not supported (attn reads " NPY_READS ")",
                           shown, d);
     else if (looks_like_typestr(d, n))
         return parse_fail(p, ATTN_ERR_UNSUPPORTED,
-                          "dtype '%.*s' is not supported (attn reads '<f4', '<f8' and '|b1')",
+                          "dtype '%.*s' is not supported (attn reads " NPY_READS ")",
                           shown, d);
-    else
-        return parse_fail(p, ATTN_ERR_FORMAT, "unknown dtype '%.*s'", shown, d);
-    return true;
+    return parse_fail(p, ATTN_ERR_FORMAT, "unknown dtype '%.*s'", shown, d);
 }
 
 /* The header dict: exactly the keys descr, fortran_order and shape. */
@@ -403,14 +417,17 @@ static attn_status read_npy(npy_reader *r, attn_array *out, attn_error *err)
     /* Sizes: every product checked, and the data must fill the file exactly. */
     char shape_text[200];
     format_shape(h.shape, h.ndim, shape_text, sizeof shape_text);
-    const size_t item = h.kind == NPY_F8 ? 8 : h.kind == NPY_F4 ? 4 : 1;
-    const size_t out_item = h.kind == NPY_B1 ? 1 : 4;
-    int64_t numel = 1, bytes;
+    const size_t item = conv_size(h.kind);
+    const size_t out_item = h.kind == CONV_BOOL ? 1 : 4;
+    int64_t numel = 1, bytes, out_bytes;
     for (int d = 0; d < h.ndim; ++d)
         RETURN_IF(!attn_mul_ok(numel, h.shape[d], &numel), err, ATTN_ERR_OVERFLOW,
                   "%s: shape %s has too many elements", path, shape_text);
-    RETURN_IF(!attn_mul_ok(numel, (int64_t)item, &bytes) || (uint64_t)bytes > SIZE_MAX / 2, err,
-              ATTN_ERR_OVERFLOW, "%s: shape %s is too large to hold in memory", path, shape_text);
+    RETURN_IF(!attn_mul_ok(numel, (int64_t)item, &bytes) ||
+                  !attn_mul_ok(numel, (int64_t)out_item, &out_bytes) ||
+                  (uint64_t)bytes > SIZE_MAX / 2 || (uint64_t)out_bytes > SIZE_MAX / 2,
+              err, ATTN_ERR_OVERFLOW, "%s: shape %s is too large to hold in memory", path,
+              shape_text);
     if (r->file_size >= 0) {
         int64_t available = r->file_size - data_start;
         RETURN_IF(available < bytes, err, ATTN_ERR_FORMAT,
@@ -421,44 +438,34 @@ static attn_status read_npy(npy_reader *r, attn_array *out, attn_error *err)
                   (long long)(available - bytes), shape_text);
     }
 
-    /* Read the raw data, then convert in place (<f8 shrinks to float32). */
-    unsigned char *raw = malloc(bytes > 0 ? (size_t)bytes : 1);
-    RETURN_IF(!raw, err, ATTN_ERR_ALLOC, "%s: out of memory for %lld data bytes", path,
-              (long long)bytes);
-    st = read_exact(r, raw, (size_t)bytes, "array data", err);
-    if (st == ATTN_OK && fgetc(r->fp) != EOF)
-        st = attn_fail(err, ATTN_ERR_FORMAT, "%s: trailing bytes after the array data (shape %s)",
-                       path, shape_text);
-    if (st != ATTN_OK) {
+    /* The raw data (memory follows the bytes that arrive), then converted in
+     * place after growing to the float32 size. */
+    unsigned char *raw;
+    RETURN_IF_ERROR(attn_read_bounded(r->fp, path, (size_t)bytes, r->file_size >= 0, "array data",
+                                      &raw, err));
+    if (fgetc(r->fp) != EOF) {
         free(raw);
-        return st;
+        return attn_fail(err, ATTN_ERR_FORMAT, "%s: trailing bytes after the array data (shape %s)",
+                         path, shape_text);
     }
-    for (int64_t i = 0; i < numel; ++i) {
-        const unsigned char *b = raw + (size_t)i * item;
-        if (h.kind == NPY_B1) {
-            if (*b > 1) {
-                unsigned value = *b;
-                free(raw);
-                return attn_fail(err, ATTN_ERR_FORMAT,
-                                 "%s: bool element %lld is %u, must be 0 or 1", path,
-                                 (long long)i, value);
-            }
-        } else if (h.kind == NPY_F8) {
-            uint64_t bits = 0;
-            for (int k = 7; k >= 0; --k) bits = bits << 8 | b[k];
-            double v;
-            memcpy(&v, &bits, sizeof v);
-            float f = (float)v; /* round to nearest; out of range becomes +-inf */
-            memcpy(raw + (size_t)i * 4, &f, sizeof f);
-        } else {
-            uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                            (uint32_t)b[3] << 24;
-            memcpy(raw + (size_t)i * 4, &bits, sizeof bits);
+    if (out_bytes > bytes) {
+        unsigned char *grown = realloc(raw, (size_t)out_bytes);
+        if (!grown) {
+            free(raw);
+            return attn_fail(err, ATTN_ERR_ALLOC, "%s: out of memory converting %lld elements",
+                             path, (long long)numel);
         }
+        raw = grown;
     }
-    size_t out_bytes = (size_t)numel * out_item;
+    bad = 0;
+    if (!conv_run(h.kind, raw, (size_t)numel, raw, &out->inexact, &bad)) {
+        unsigned value = raw[bad];
+        free(raw);
+        return attn_fail(err, ATTN_ERR_FORMAT, "%s: bool element %zu is %u, must be 0 or 1", path,
+                         bad, value);
+    }
     if (h.fortran_order && h.ndim > 1 && numel > 0) {
-        unsigned char *c_order = malloc(out_bytes);
+        unsigned char *c_order = malloc((size_t)out_bytes);
         if (!c_order) {
             free(raw);
             return attn_fail(err, ATTN_ERR_ALLOC, "%s: out of memory converting Fortran order",
@@ -467,12 +474,13 @@ static attn_status read_npy(npy_reader *r, attn_array *out, attn_error *err)
         fortran_to_c(c_order, raw, out_item, h.ndim, h.shape, numel);
         free(raw);
         raw = c_order;
-    } else if (out_bytes < (size_t)bytes && out_bytes > 0) {
-        unsigned char *smaller = realloc(raw, out_bytes);
+    } else if (out_bytes < bytes && out_bytes > 0) {
+        unsigned char *smaller = realloc(raw, (size_t)out_bytes);
         if (smaller) raw = smaller;
     }
+    memcpy(out->file_dtype, h.descr, sizeof h.descr);
     out->name = NULL;
-    out->t = attn_tensor_make(raw, h.kind == NPY_B1 ? ATTN_BOOL : ATTN_F32, h.ndim, h.shape);
+    out->t = attn_tensor_make(raw, conv_dtype(h.kind), h.ndim, h.shape);
     return ATTN_OK;
 }
 
@@ -494,9 +502,10 @@ attn_status attn_npy_read(const char *path, attn_array *out, attn_error *err)
 
 /* -------------------------------------------------------------- writing */
 
-attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *err)
+/* The header exactly as numpy writes it, padded so the data is 64-byte aligned. */
+attn_status attn_npy_encode(attn_atomic_file *f, const attn_tensor *t, attn_error *err)
 {
-    RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_npy_write: path is NULL");
+    const char *path = f->dest.shown;
     RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", path);
     RETURN_IF(t->ndim < 0 || t->ndim > ATTN_MAX_DIMS, err, ATTN_ERR_SHAPE,
               "%s: tensor has %d dimensions (0 to %d allowed)", path, t->ndim, ATTN_MAX_DIMS);
@@ -504,7 +513,6 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *e
               "%s: unknown tensor dtype %d", path, (int)t->dtype);
     RETURN_IF_ERROR(attn_check_tensor(t, path, t->ndim, t->dtype, false, err));
 
-    /* Header exactly as numpy writes it, padded so the data is 64-byte aligned. */
     char shape_text[200];
     format_shape(t->shape, t->ndim, shape_text, sizeof shape_text);
     char header[512];
@@ -519,10 +527,21 @@ attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *e
 
     unsigned char preamble[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                                   (unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
+    attn_atomic_write(f, preamble, sizeof preamble, err);
+    attn_atomic_write(f, header, len, err);
+    return attn_atomic_write_tensor(f, t, NULL, err);
+}
+
+attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *err)
+{
+    RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_npy_write: path is NULL");
+    RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", path);
     attn_atomic_file f;
     RETURN_IF_ERROR(attn_atomic_open(&f, path, err));
-    attn_atomic_write(&f, preamble, sizeof preamble, err);
-    attn_atomic_write(&f, header, len, err);
-    attn_atomic_write_tensor(&f, t, NULL, err);
+    attn_status st = attn_npy_encode(&f, t, err);
+    if (st != ATTN_OK) {
+        attn_atomic_abort(&f);
+        return st;
+    }
     return attn_atomic_commit(&f, err);
 }

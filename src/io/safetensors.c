@@ -12,7 +12,9 @@
  * The header is walked by its schema with a JSON token cursor (json.h), so
  * memory stays proportional to the number of tensors.
  */
-#include "atomic_file.h"
+#include "convert.h"
+#include "encode.h"
+#include "input.h"
 #include "json.h"
 
 #include <errno.h>
@@ -25,24 +27,23 @@
 
 /* ---------------------------------------------------------------- dtypes */
 
-typedef enum { ST_F32, ST_F64, ST_F16, ST_BF16, ST_BOOL, ST_UNSUPPORTED } st_kind;
-
 typedef struct {
     const char *name;
-    st_kind kind;
+    bool supported;
+    conv_kind kind; /* when supported */
     size_t size;
 } st_dtype;
 
 static const st_dtype st_dtypes[] = {
-    {"F32", ST_F32, 4},  {"F64", ST_F64, 8},  {"F16", ST_F16, 2},  {"BF16", ST_BF16, 2},
-    {"BOOL", ST_BOOL, 1},
+    {"F32", true, CONV_F32, 4},   {"F64", true, CONV_F64, 8},   {"F16", true, CONV_F16, 2},
+    {"BF16", true, CONV_BF16, 2}, {"BOOL", true, CONV_BOOL, 1}, {"U8", true, CONV_U8, 1},
+    {"I8", true, CONV_I8, 1},     {"U16", true, CONV_U16, 2},   {"I16", true, CONV_I16, 2},
+    {"U32", true, CONV_U32, 4},   {"I32", true, CONV_I32, 4},   {"U64", true, CONV_U64, 8},
+    {"I64", true, CONV_I64, 8},
     /* Known to the format, not to attn. */
-    {"U8", ST_UNSUPPORTED, 1},      {"I8", ST_UNSUPPORTED, 1},      {"U16", ST_UNSUPPORTED, 2},
-    {"I16", ST_UNSUPPORTED, 2},     {"U32", ST_UNSUPPORTED, 4},     {"I32", ST_UNSUPPORTED, 4},
-    {"U64", ST_UNSUPPORTED, 8},     {"I64", ST_UNSUPPORTED, 8},     {"C64", ST_UNSUPPORTED, 8},
-    {"F8_E4M3", ST_UNSUPPORTED, 1}, {"F8_E5M2", ST_UNSUPPORTED, 1}, {"F8_E8M0", ST_UNSUPPORTED, 1},
-    {"E8M0", ST_UNSUPPORTED, 1},    {"F4", ST_UNSUPPORTED, 1},      {"F6_E2M3", ST_UNSUPPORTED, 1},
-    {"F6_E3M2", ST_UNSUPPORTED, 1},
+    {"C64", false, 0, 8},     {"F8_E4M3", false, 0, 1}, {"F8_E5M2", false, 0, 1},
+    {"F8_E8M0", false, 0, 1}, {"E8M0", false, 0, 1},    {"F4", false, 0, 1},
+    {"F6_E2M3", false, 0, 1}, {"F6_E3M2", false, 0, 1},
 };
 
 static const st_dtype *find_dtype(const char *name)
@@ -50,43 +51,6 @@ static const st_dtype *find_dtype(const char *name)
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; ++i)
         if (strcmp(st_dtypes[i].name, name) == 0) return &st_dtypes[i];
     return NULL;
-}
-
-/* IEEE half to float, exact for every input (subnormals normalised, inf and
- * NaN payloads kept). */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exponent = (h >> 10) & 0x1f;
-    uint32_t mantissa = h & 0x3ff;
-    uint32_t bits;
-    if (exponent == 0x1f) {
-        bits = sign | 0x7f800000u | mantissa << 13;
-    } else if (exponent != 0) {
-        bits = sign | (exponent - 15 + 127) << 23 | mantissa << 13;
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal: mantissa * 2^-24; shift the leading 1 into the implicit bit. */
-        int e = -14;
-        while (!(mantissa & 0x400)) {
-            mantissa <<= 1;
-            e--;
-        }
-        bits = sign | (uint32_t)(e + 127) << 23 | (mantissa & 0x3ff) << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* bfloat16 is the top half of a float. */
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 /* --------------------------------------------------------------- helpers */
@@ -228,10 +192,10 @@ static attn_status parse_entry(st_parser *p, st_entry *e)
                 if (!e->dtype)
                     st = attn_fail(p->err, ATTN_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'",
                                    p->path, tensor, printable(dtype, dtype_len, dshown));
-                else if (e->dtype->kind == ST_UNSUPPORTED)
+                else if (!e->dtype->supported)
                     st = attn_fail(p->err, ATTN_ERR_UNSUPPORTED,
                                    "%s: tensor '%s': dtype %s is not supported (attn reads F32, "
-                                   "F64, F16, BF16 and BOOL)",
+                                   "F64, F16, BF16, BOOL and integers)",
                                    p->path, tensor, e->dtype->name);
             }
             free(dtype);
@@ -434,24 +398,27 @@ static attn_status check_layout(st_parser *p, int64_t data_size)
     return ATTN_OK;
 }
 
-/* Reads one tensor's bytes and converts them to float32 / bool. */
-static attn_status read_tensor(st_parser *p, FILE *fp, const st_entry *e, unsigned char *scratch,
-                               attn_array *out)
+/* Reads one tensor's bytes and converts them to float32 / bool, a chunk at
+ * a time. From a pipe (known_size false) the result grows as data comes. */
+static attn_status read_tensor(st_parser *p, FILE *fp, const st_entry *e, bool known_size,
+                               unsigned char *scratch, attn_array *out)
 {
     const size_t in_size = e->dtype->size;
-    const bool is_bool = e->dtype->kind == ST_BOOL;
+    const bool is_bool = e->dtype->kind == CONV_BOOL;
     const size_t out_size = is_bool ? 1 : sizeof(float);
     char shown[64];
     const char *name = printable(e->name, e->name_len, shown);
-    RETURN_IF((uint64_t)e->numel > SIZE_MAX / out_size, p->err, ATTN_ERR_OVERFLOW,
+    RETURN_IF((uint64_t)e->numel > SIZE_MAX / out_size / 2, p->err, ATTN_ERR_OVERFLOW,
               "%s: tensor '%s' is too large to hold in memory", p->path, name);
-    size_t numel = (size_t)e->numel;
-    unsigned char *data = malloc(numel ? numel * out_size : 1);
-    RETURN_IF(!data, p->err, ATTN_ERR_ALLOC, "%s: tensor '%s': out of memory for %zu elements",
-              p->path, name, numel);
-    out->t = attn_tensor_make(data, is_bool ? ATTN_BOOL : ATTN_F32, e->ndim, e->shape);
-
+    const size_t numel = (size_t)e->numel;
     const size_t per_chunk = ST_READ_CHUNK / in_size;
+    size_t cap = known_size || numel <= per_chunk ? numel : per_chunk;
+    unsigned char *data = malloc(cap ? cap * out_size : 1);
+    RETURN_IF(!data, p->err, ATTN_ERR_ALLOC, "%s: tensor '%s': out of memory for %zu elements",
+              p->path, name, cap);
+    out->t = attn_tensor_make(data, conv_dtype(e->dtype->kind), e->ndim, e->shape);
+    snprintf(out->file_dtype, sizeof out->file_dtype, "%s", e->dtype->name);
+
     for (size_t done = 0; done < numel;) {
         size_t n = numel - done < per_chunk ? numel - done : per_chunk;
         size_t got = fread(scratch, in_size, n, fp);
@@ -464,37 +431,20 @@ static attn_status read_tensor(st_parser *p, FILE *fp, const st_entry *e, unsign
             return attn_fail(p->err, ATTN_ERR_FORMAT,
                              "%s: file is truncated inside the data of tensor '%s'", p->path, name);
         }
-        for (size_t i = 0; i < n; ++i) {
-            const unsigned char *b = scratch + i * in_size;
-            size_t at = done + i;
-            float f;
-            switch (e->dtype->kind) {
-            case ST_BOOL:
-                RETURN_IF(*b > 1, p->err, ATTN_ERR_FORMAT,
-                          "%s: tensor '%s': bool element %zu is %u, must be 0 or 1", p->path, name,
-                          at, (unsigned)*b);
-                data[at] = *b;
-                continue;
-            case ST_F32: {
-                uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                                (uint32_t)b[3] << 24;
-                memcpy(&f, &bits, sizeof f);
-                break;
-            }
-            case ST_F64: {
-                uint64_t bits = 0;
-                for (int k = 7; k >= 0; --k) bits = bits << 8 | b[k];
-                double v;
-                memcpy(&v, &bits, sizeof v);
-                f = (float)v; /* round to nearest; out of range becomes +-inf */
-                break;
-            }
-            case ST_F16: f = f16_to_f32((uint16_t)(b[0] | b[1] << 8)); break;
-            case ST_BF16: f = bf16_to_f32((uint16_t)(b[0] | b[1] << 8)); break;
-            default: return attn_fail(p->err, ATTN_ERR_UNSUPPORTED, "%s: unsupported dtype", p->path);
-            }
-            memcpy(data + at * sizeof f, &f, sizeof f);
+        if (done + n > cap) {
+            size_t next = cap > numel / 2 ? numel : cap * 2;
+            unsigned char *grown = realloc(data, next * out_size);
+            RETURN_IF(!grown, p->err, ATTN_ERR_ALLOC,
+                      "%s: tensor '%s': out of memory for %zu elements", p->path, name, next);
+            data = grown;
+            out->t.data = data;
+            cap = next;
         }
+        size_t bad = 0;
+        RETURN_IF(!conv_run(e->dtype->kind, scratch, n, data + done * out_size, &out->inexact,
+                            &bad),
+                  p->err, ATTN_ERR_FORMAT, "%s: tensor '%s': bool element %zu is %u, must be 0 or 1",
+                  p->path, name, done + bad, (unsigned)scratch[bad]);
         done += n;
     }
     return ATTN_OK;
@@ -524,14 +474,14 @@ static attn_status read_safetensors(st_parser *p, FILE *fp, int64_t file_size,
               "%s: header length %llu is longer than the rest of the file (%lld bytes)", path,
               (unsigned long long)header_len, (long long)(file_size - 8));
 
-    char *text = malloc(header_len + 1);
-    RETURN_IF(!text, err, ATTN_ERR_ALLOC, "%s: out of memory for the header", path);
-    if (fread(text, 1, header_len, fp) != header_len) {
-        bool io = ferror(fp);
-        free(text);
-        return attn_fail(err, io ? ATTN_ERR_IO : ATTN_ERR_FORMAT,
-                         io ? "%s: read error in the header" : "%s: file is truncated inside the header",
-                         path);
+    /* From a pipe the declared length is not trusted: memory follows the data. */
+    unsigned char *bytes;
+    RETURN_IF_ERROR(attn_read_bounded(fp, path, (size_t)header_len, file_size >= 0, "header",
+                                      &bytes, err));
+    char *text = realloc(bytes, (size_t)header_len + 1);
+    if (!text) {
+        free(bytes);
+        return attn_fail(err, ATTN_ERR_ALLOC, "%s: out of memory for the header", path);
     }
     text[header_len] = '\0';
     size_t bad;
@@ -553,7 +503,7 @@ static attn_status read_safetensors(st_parser *p, FILE *fp, int64_t file_size,
     RETURN_IF(!scratch, err, ATTN_ERR_ALLOC, "%s: out of memory", path);
     for (size_t i = 0; i < p->count; ++i) {
         attn_array *a = &out->arrays[out->count++];
-        st = read_tensor(p, fp, &p->entries[i], scratch, a);
+        st = read_tensor(p, fp, &p->entries[i], file_size >= 0, scratch, a);
         a->name = p->entries[i].name; /* ownership moves to the result */
         p->entries[i].name = NULL;
         if (st != ATTN_OK) break;
@@ -722,10 +672,10 @@ static attn_status build_header(const char *path, const char *const *names,
     return ATTN_OK;
 }
 
-attn_status attn_safetensors_write(const char *path, const char *const *names,
-                                   const attn_tensor *tensors, size_t count, attn_error *err)
+attn_status attn_safetensors_encode(attn_atomic_file *f, const char *const *names,
+                                    const attn_tensor *tensors, size_t count, attn_error *err)
 {
-    RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_safetensors_write: path is NULL");
+    const char *path = f->dest.shown;
     RETURN_IF(count > 0 && (!names || !tensors), err, ATTN_ERR_NULL,
               "%s: names or tensors is NULL", path);
     RETURN_IF_ERROR(check_write_args(path, names, tensors, count, err));
@@ -738,21 +688,32 @@ attn_status attn_safetensors_write(const char *path, const char *const *names,
     }
     unsigned char prefix[8];
     for (int k = 0; k < 8; ++k) prefix[k] = (unsigned char)((uint64_t)header.len >> (8 * k));
-
-    attn_atomic_file f;
-    st = attn_atomic_open(&f, path, err);
-    if (st == ATTN_OK) {
-        attn_atomic_write(&f, prefix, sizeof prefix, err);
-        attn_atomic_write(&f, header.data, header.len, err);
-        for (size_t i = 0; i < count; ++i) {
-            char shown[64];
-            char what[80];
-            snprintf(what, sizeof what, "tensor '%s'",
-                     printable(names[i], strlen(names[i]), shown));
-            attn_atomic_write_tensor(&f, &tensors[i], what, err);
-        }
-        st = attn_atomic_commit(&f, err);
-    }
+    attn_atomic_write(f, prefix, sizeof prefix, err);
+    st = attn_atomic_write(f, header.data, header.len, err);
     free(header.data);
+    for (size_t i = 0; i < count && st == ATTN_OK; ++i) {
+        char shown[64];
+        char what[80];
+        snprintf(what, sizeof what, "tensor '%s'", printable(names[i], strlen(names[i]), shown));
+        st = attn_atomic_write_tensor(f, &tensors[i], what, err);
+    }
     return st;
+}
+
+attn_status attn_safetensors_write(const char *path, const char *const *names,
+                                   const attn_tensor *tensors, size_t count, attn_error *err)
+{
+    RETURN_IF(!path, err, ATTN_ERR_NULL, "attn_safetensors_write: path is NULL");
+    RETURN_IF(count > 0 && (!names || !tensors), err, ATTN_ERR_NULL,
+              "%s: names or tensors is NULL", path);
+    /* arguments first: a bad call leaves no temporary file behind */
+    RETURN_IF_ERROR(check_write_args(path, names, tensors, count, err));
+    attn_atomic_file f;
+    RETURN_IF_ERROR(attn_atomic_open(&f, path, err));
+    attn_status st = attn_safetensors_encode(&f, names, tensors, count, err);
+    if (st != ATTN_OK) {
+        attn_atomic_abort(&f);
+        return st;
+    }
+    return attn_atomic_commit(&f, err);
 }

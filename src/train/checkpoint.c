@@ -3,6 +3,7 @@
  * so torch's load_state_dict reads them, plus the configuration as config.*
  * scalars (shape (1,), float32, integer-valued). */
 #include "train.h"
+#include "../io/encode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,9 +16,9 @@ static const char *const config_names[CFG_COUNT] = {
     "config.num_heads", "config.positional_encoding", "config.unscaled",
 };
 
-attn_status attn_model_save(attn_model *m, const char *path, attn_error *err)
+attn_status attn_model_encode(attn_atomic_file *f, attn_model *m, attn_error *err)
 {
-    RETURN_IF(!m || !path, err, ATTN_ERR_NULL, "model/path: NULL");
+    RETURN_IF(!m, err, ATTN_ERR_NULL, "model: NULL");
     const attn_model_config *c = &m->cfg;
     float config[CFG_COUNT] = {
         [CFG_TASK] = (float)c->task.kind,         [CFG_KEYS] = (float)c->task.num_keys,
@@ -34,7 +35,20 @@ attn_status attn_model_save(attn_model *m, const char *path, attn_error *err)
         names[n] = config_names[i];
         tensors[n] = attn_tensor_1d(&config[i], 1);
     }
-    return attn_safetensors_write(path, names, tensors, n, err);
+    return attn_safetensors_encode(f, names, tensors, n, err);
+}
+
+attn_status attn_model_save(attn_model *m, const char *path, attn_error *err)
+{
+    RETURN_IF(!m || !path, err, ATTN_ERR_NULL, "model/path: NULL");
+    attn_atomic_file f;
+    RETURN_IF_ERROR(attn_atomic_open(&f, path, err));
+    attn_status st = attn_model_encode(&f, m, err);
+    if (st != ATTN_OK) {
+        attn_atomic_abort(&f);
+        return st;
+    }
+    return attn_atomic_commit(&f, err);
 }
 
 /* A config.* scalar as a non-negative integer. */

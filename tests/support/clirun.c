@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,7 +51,22 @@ static int temp_fd(void)
     return fd;
 }
 
+static bool run_with(const char *program, const char *const *args, const void *in,
+                     size_t in_len, bool piped, clirun_result *r);
+
 bool clirun(const char *program, const char *const *args, clirun_result *r)
+{
+    return run_with(program, args, NULL, 0, false, r);
+}
+
+bool clirun_input(const char *program, const char *const *args, const void *in, size_t in_len,
+                  clirun_result *r)
+{
+    return run_with(program, args, in, in_len, true, r);
+}
+
+static bool run_with(const char *program, const char *const *args, const void *in,
+                     size_t in_len, bool piped, clirun_result *r)
 {
     memset(r, 0, sizeof *r);
     r->status = -1;
@@ -68,12 +84,20 @@ bool clirun(const char *program, const char *const *args, clirun_result *r)
     for (int i = 0; i < n; ++i) argv[i + 1] = (char *)args[i];
     fflush(stdout);
     fflush(stderr);
+    int feed[2] = {-1, -1};
+    if (piped && pipe(feed) != 0) piped = false;
     pid_t pid = fork();
     if (pid == 0) {
         dup2(out, STDOUT_FILENO);
         dup2(err, STDERR_FILENO);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+        if (piped) {
+            dup2(feed[0], STDIN_FILENO);
+            close(feed[0]);
+            close(feed[1]);
+        } else {
+            int devnull = open("/dev/null", O_RDONLY);
+            if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+        }
 #ifdef ATTN_SOURCE_DIR
         setenv("ATTN_EXAMPLES_DIR", ATTN_SOURCE_DIR "/examples", 1);
 #endif
@@ -81,6 +105,20 @@ bool clirun(const char *program, const char *const *args, clirun_result *r)
         _exit(127);
     }
     free(argv);
+    if (piped) {
+        /* written from here: the child reads as we write (EPIPE if it stops) */
+        close(feed[0]);
+        void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+        const unsigned char *p = in;
+        for (size_t done = 0; pid > 0 && done < in_len;) {
+            ssize_t w = write(feed[1], p + done, in_len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+        close(feed[1]);
+        signal(SIGPIPE, old);
+    }
     bool ran = pid > 0;
     int status = 0;
     while (ran && waitpid(pid, &status, 0) < 0) {

@@ -27,6 +27,10 @@ bool clirun(const char *program, const char *const *args, clirun_result *r);
 /* The same with a printf-built argument list split on '\x1f' (unit
  * separator), so arguments may contain spaces: clirunf(r, "explain\x1f--x\x1f%s", m). */
 bool clirunf(clirun_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with `in` (in_len bytes) fed to its standard input through a
+ * pipe (not a regular file), so readers meet a stream of unknown size. */
+bool clirun_input(const char *program, const char *const *args, const void *in, size_t in_len,
+                  clirun_result *r);
 void clirun_free(clirun_result *r);
 
 /* Number of lines in s (a last line without '\n' counts). */

@@ -1,0 +1,112 @@
+/* Element conversions shared by the .npy and .safetensors readers. */
+#include "convert.h"
+
+#include <string.h>
+
+size_t conv_size(conv_kind k)
+{
+    switch (k) {
+    case CONV_F64: case CONV_I64: case CONV_U64: return 8;
+    case CONV_F32: case CONV_I32: case CONV_U32: return 4;
+    case CONV_F16: case CONV_BF16: case CONV_I16: case CONV_U16: return 2;
+    default: return 1;
+    }
+}
+
+attn_dtype conv_dtype(conv_kind k)
+{
+    return k == CONV_BOOL ? ATTN_BOOL : ATTN_F32;
+}
+
+static uint64_t load_le(const unsigned char *b, size_t size)
+{
+    uint64_t v = 0;
+    for (size_t i = size; i-- > 0;) v = v << 8 | b[i];
+    return v;
+}
+
+/* IEEE half to float, exact for every input (subnormals normalised, inf and
+ * NaN payloads kept). */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exponent = (h >> 10) & 0x1f;
+    uint32_t mantissa = h & 0x3ff;
+    uint32_t bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000u | mantissa << 13;
+    } else if (exponent != 0) {
+        bits = sign | (exponent - 15 + 127) << 23 | mantissa << 13;
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {
+        /* Subnormal: mantissa * 2^-24; shift the leading 1 into the implicit bit. */
+        int e = -14;
+        while (!(mantissa & 0x400)) {
+            mantissa <<= 1;
+            e--;
+        }
+        bits = sign | (uint32_t)(e + 127) << 23 | (mantissa & 0x3ff) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float bits_to_f32(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+bool conv_run(conv_kind k, const unsigned char *src, size_t n, void *dst, int64_t *inexact,
+              size_t *bad)
+{
+    const size_t size = conv_size(k);
+    unsigned char *out = dst;
+    /* In place, outputs no larger than inputs go forward and larger ones
+     * backward, so every element is read before a write reaches it. */
+    const size_t out_size = k == CONV_BOOL ? 1 : sizeof(float);
+    const bool backward = out_size > size;
+    for (size_t step = 0; step < n; ++step) {
+        const size_t i = backward ? n - 1 - step : step;
+        const unsigned char *b = src + i * size;
+        const uint64_t raw = load_le(b, size);
+        float f;
+        switch (k) {
+        case CONV_BOOL:
+            if (raw > 1) {
+                *bad = i;
+                return false;
+            }
+            out[i] = (unsigned char)raw;
+            continue;
+        case CONV_F32: f = bits_to_f32((uint32_t)raw); break;
+        case CONV_F64: {
+            double v;
+            memcpy(&v, &raw, sizeof v);
+            f = (float)v;
+            break;
+        }
+        case CONV_F16: f = f16_to_f32((uint16_t)raw); break;
+        case CONV_BF16: f = bits_to_f32((uint32_t)raw << 16); break; /* the top half of a float */
+        case CONV_U8: case CONV_U16: case CONV_U32: case CONV_U64:
+            f = (float)raw;
+            if (raw > (1u << 24) && (uint64_t)f != raw) ++*inexact;
+            break;
+        default: { /* signed: sign-extend from size bytes */
+            const unsigned shift = (unsigned)(64 - 8 * size);
+            const int64_t v = (int64_t)(raw << shift) >> shift;
+            f = (float)v;
+            /* exact iff converting back gives v (the float is within range) */
+            if ((v > (1 << 24) || v < -(1 << 24)) &&
+                (f >= 9.2233720368547758e18f || (int64_t)f != v))
+                ++*inexact;
+            break;
+        }
+        }
+        memcpy(out + i * sizeof f, &f, sizeof f);
+    }
+    return true;
+}
