@@ -892,7 +892,12 @@ double attn_rng_normal(attn_rng *r);
 /* The instruction set the fused kernels use: "avx512", "avx2", "generic", or
  * "reference" when ATTN_ARCH=reference. */
 const char *attn_isa(void);
-/* Threads a call with num_threads = 0 uses. */
+/* Threads a call with num_threads = 0 uses. Under a finite RLIMIT_AS (or,
+ * for non-root, RLIMIT_NPROC) a call first creates the OpenMP threads it
+ * will use, keeping half the free address space for its own allocations,
+ * and uses fewer if they do not fit: OpenMP would otherwise end the
+ * process. Results do not depend on the count. (Each calling thread keeps
+ * a note of the team it created, the one piece of per-thread state.) */
 int attn_default_threads(void);
 
 #ifdef __cplusplus
