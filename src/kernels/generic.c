@@ -30,9 +30,12 @@ static float exp_generic(float x)
     return ldexpf(p, (int)n);
 }
 
-static void gemm_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
-                         int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                         const float *row_scale, sdpa_gemm_mode mode)
+/* The portable GEMM; skip_zeros leaves out zero elements of A (inlined
+ * with a constant, so the plain kernel pays nothing for it). */
+static inline __attribute__((always_inline)) void
+gemm_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+          const float *b, int64_t ldb, float *c, int64_t ldc, const float *row_scale,
+          sdpa_gemm_mode mode, bool skip_zeros)
 {
     for (int64_t r = 0; r < m; ++r) {
         float *restrict cr = c + r * ldc;
@@ -44,31 +47,25 @@ static void gemm_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_
         }
         for (int64_t l = 0; l < k; ++l) {
             const float arl = a[r * a_rs + l * a_cs];
+            if (skip_zeros && arl == 0.0f) continue;
             const float *restrict bl = b + l * ldb;
             for (int64_t j = 0; j < n; ++j) cr[j] += arl * bl[j];
         }
     }
 }
 
+static void gemm_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                         int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                         const float *row_scale, sdpa_gemm_mode mode)
+{
+    gemm_body(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, row_scale, mode, false);
+}
+
 void sdpa_gemm_skip_zeros(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
                           int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
                           const float *row_scale, sdpa_gemm_mode mode)
 {
-    for (int64_t r = 0; r < m; ++r) {
-        float *restrict cr = c + r * ldc;
-        if (mode == SDPA_GEMM_SET) {
-            memset(cr, 0, (size_t)n * sizeof *cr);
-        } else if (mode == SDPA_GEMM_SCALE_ADD) {
-            const float s = row_scale[r];
-            for (int64_t j = 0; j < n; ++j) cr[j] *= s;
-        }
-        for (int64_t l = 0; l < k; ++l) {
-            const float arl = a[r * a_rs + l * a_cs];
-            if (arl == 0.0f) continue;
-            const float *restrict bl = b + l * ldb;
-            for (int64_t j = 0; j < n; ++j) cr[j] += arl * bl[j];
-        }
-    }
+    gemm_body(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, row_scale, mode, true);
 }
 
 /* tanh as documented in kernels.h (the SIMD bodies' v_tanh, scalar). */
