@@ -205,10 +205,14 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
         V_STORE(alpha + r, v_exp_nonpos(V_SUB(old, mnew)));
         V_STORE(rowmax + r, mnew);
     }
-    for (; r < m; ++r) {
-        const float mnew = alpha[r];
-        alpha[r] = SIMD(exp1)(rowmax[r] - mnew);
-        rowmax[r] = mnew;
+    if (r < m) { /* the last rows: one padded vector, not one exp per row */
+        float diff[VW] = {0}, out[VW];
+        for (int64_t x = r; x < m; ++x) diff[x - r] = rowmax[x] - alpha[x];
+        V_STORE(out, v_exp_nonpos(V_LOAD(diff)));
+        for (int64_t x = r; x < m; ++x) {
+            rowmax[x] = alpha[x];
+            alpha[x] = out[x - r];
+        }
     }
     for (r = 0; r < m; ++r)
         if (rowmax[r] == -INFINITY) alpha[r] = 1.0f;

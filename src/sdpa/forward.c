@@ -353,8 +353,13 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             /* Per band: the online softmax over the band's columns, dropout
              * (on P after the row sums took it whole), O = alpha∘O + P·V
              * (k = 0 still applies alpha). */
-            for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
-                const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
+            /* Bands that all cover the same columns run as one block. */
+            bool uniform = true;
+            for (int64_t r0 = FWD_BAND; r0 < mi; r0 += FWD_BAND)
+                uniform &= band_c0[r0 / FWD_BAND] == band_c0[0] && band_c1[r0 / FWD_BAND] == band_c1[0];
+            const int64_t step = uniform ? mi : FWD_BAND;
+            for (int64_t r0 = 0; r0 < mi; r0 += step) {
+                const int64_t rb = mi - r0 < step ? mi - r0 : step;
                 const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
                 const int64_t cn = sdpa_round_up(c1, npad);
                 const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start + r0, w->end + r0,
