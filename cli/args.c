@@ -203,3 +203,25 @@ float *cli_alloc_floats(const char *context, int n, ...)
     if (!p) fprintf(stderr, "attn %s: %s\n", context, ok ? "out of memory" : "array size overflows");
     return p;
 }
+
+bool cli_as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
+                  attn_tensor *out)
+{
+    const attn_tensor *t = &a->t;
+    if (t->dtype != ATTN_F32) {
+        cli_usage_error(cmd, "%s: expected a float array", opt);
+        return false;
+    }
+    if (t->ndim != rank) {
+        cli_usage_error(cmd, "%s: has %d dimensions but --query has %d", opt, t->ndim, rank);
+        return false;
+    }
+    *out = *t;
+    out->ndim = 4;
+    int pad = 4 - rank;
+    for (int i = 3; i >= 0; --i) {
+        out->shape[i] = i >= pad ? t->shape[i - pad] : 1;
+        out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
+    }
+    return true;
+}

@@ -115,6 +115,11 @@ int cli_save_npys(const cli_command *cmd, const char *const *options, const char
 /* malloc of the product of n sizes in floats (at least one float), NULL
  * with a message on overflow or exhaustion. */
 float *cli_alloc_floats(const char *context, int n, ...);
+/* A float array of `rank` (2..4) dims viewed as (B,H,N,D), size-1 dims
+ * prepended (stride 0); one line naming opt and false when it is not float or
+ * its rank differs from the query's. */
+bool cli_as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
+               attn_tensor *out);
 
 /* Command tables (one per file). */
 extern const cli_command cmd_sdpa, cmd_sdpa_backward;

@@ -102,28 +102,6 @@ static char *read_text(const cli_command *cmd, const char *path)
     return buf;
 }
 
-/* (H,N,D) -> (1,H,N,D); (B,H,N,D) as is. */
-static bool as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
-                  attn_tensor *out)
-{
-    const attn_tensor *t = &a->t;
-    if (t->dtype != ATTN_F32) {
-        cli_usage_error(cmd, "%s: expected a float array", opt);
-        return false;
-    }
-    if (t->ndim != rank) {
-        cli_usage_error(cmd, "%s: has %d dimensions but --query has %d", opt, t->ndim, rank);
-        return false;
-    }
-    *out = *t;
-    out->ndim = 4;
-    const int pad = 4 - rank;
-    for (int i = 3; i >= 0; --i) {
-        out->shape[i] = i >= pad ? t->shape[i - pad] : 1;
-        out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
-    }
-    return true;
-}
 
 static int run_decode(int argc, char **argv)
 {
@@ -168,8 +146,8 @@ static int run_decode(int argc, char **argv)
         goto done;
     }
     attn_tensor q4, k4, v4;
-    if (!as_4d(cmd, "--query", &q, rank, &q4) || !as_4d(cmd, "--key-cache", &k, rank, &k4) ||
-        !as_4d(cmd, "--value-cache", &v, rank, &v4))
+    if (!cli_as_4d(cmd, "--query", &q, rank, &q4) || !cli_as_4d(cmd, "--key-cache", &k, rank, &k4) ||
+        !cli_as_4d(cmd, "--value-cache", &v, rank, &v4))
         goto done;
     const int64_t B = q4.shape[0], Hq = q4.shape[1], Nq = q4.shape[2], N = k4.shape[2];
     const int64_t Dv = v4.shape[3];

@@ -149,28 +149,6 @@ static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs 
     return CLI_OK;
 }
 
-/* Views a rank-2..4 float array as (B,H,N,D) by prepending size-1 dims. */
-static bool as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
-                  attn_tensor *out)
-{
-    const attn_tensor *t = &a->t;
-    if (t->dtype != ATTN_F32) {
-        cli_usage_error(cmd, "%s: expected a float array", opt);
-        return false;
-    }
-    if (t->ndim != rank) {
-        cli_usage_error(cmd, "%s: has %d dimensions but --query has %d", opt, t->ndim, rank);
-        return false;
-    }
-    *out = *t;
-    out->ndim = 4;
-    int pad = 4 - rank;
-    for (int i = 3; i >= 0; --i) {
-        out->shape[i] = i >= pad ? t->shape[i - pad] : 1;
-        out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
-    }
-    return true;
-}
 
 /* Output tensor of the query's rank with the given 4-D shape's trailing dims. */
 static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n, int64_t d)
@@ -232,9 +210,9 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
     in->rank = in->q.t.ndim;
     if (in->rank < 2 || in->rank > 4)
         return cli_usage_error(cmd, "--query: expected 2 to 4 dimensions, got %d", in->rank);
-    if (!as_4d(cmd, "--query", &in->q, in->rank, &in->q4) ||
-        !as_4d(cmd, "--key", &in->k, in->rank, &in->k4) ||
-        !as_4d(cmd, "--value", &in->v, in->rank, &in->v4))
+    if (!cli_as_4d(cmd, "--query", &in->q, in->rank, &in->q4) ||
+        !cli_as_4d(cmd, "--key", &in->k, in->rank, &in->k4) ||
+        !cli_as_4d(cmd, "--value", &in->v, in->rank, &in->v4))
         return CLI_USAGE;
     const char *mp = cli_get(a, "--attn-mask");
     if (mp) {
@@ -318,7 +296,7 @@ static int run_backward(int argc, char **argv)
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if ((rc = cli_load_npy(do_path, &in.dout))) goto done;
-    if (!as_4d(cmd, "--grad-out", &in.dout, in.rank, &in.dout4)) {
+    if (!cli_as_4d(cmd, "--grad-out", &in.dout, in.rank, &in.dout4)) {
         rc = CLI_USAGE;
         goto done;
     }

@@ -11,8 +11,9 @@
  *   associativity  three parts merged as (a+b)+c and a+(b+c): both match the
  *                  oracle and each other to a few ulps; a+b and b+a are
  *                  bit-identical.
- *   stats form     hand-built (m, ll) softmax stats (the forward's
- *                  softmax_stats output is not implemented yet): merged stats
+ *   stats form     hand-built (m, ll) softmax stats (so the float64 oracle
+ *                  knows them exactly; the forward's own softmax_stats are
+ *                  merged in tests/mpi and test_stress): merged stats
  *                  match the float64 (m, ll) of the union, including rows
  *                  where m is so large that a rounded m + ll loses ll.
  *   special rows   -inf on one side copies the other bit for bit, on both
