@@ -70,7 +70,14 @@ const char *attn_status_string(attn_status status);
 typedef enum {
     ATTN_F32 = 0, /* float */
     ATTN_BOOL,    /* uint8_t, 0 or 1 */
+    ATTN_BF16,    /* bfloat16 (uint16_t bits: the top half of a float32) */
+    ATTN_F16,     /* IEEE binary16 (uint16_t bits) */
 } attn_dtype;
+
+/* Bytes per element (0 for an unknown dtype) and a stable name:
+ * "float32", "bool", "bfloat16", "float16" ("unknown" otherwise). */
+size_t attn_dtype_size(attn_dtype dtype);
+const char *attn_dtype_name(attn_dtype dtype);
 
 /* A strided view. Strides are in elements, not bytes. */
 typedef struct {
@@ -92,6 +99,11 @@ attn_tensor attn_tensor_make(void *data, attn_dtype dtype, int ndim, const int64
 int64_t attn_tensor_numel(const attn_tensor *t);
 /* Swap two dimensions of a view (no data moves). */
 attn_tensor attn_tensor_transpose(attn_tensor t, int dim0, int dim1);
+/* Copies src into dst (same shape, any strides, dst not overlapping src),
+ * converting between ATTN_F32, ATTN_BF16 and ATTN_F16: widening is exact,
+ * narrowing rounds to nearest even (overflow to ±inf, NaN stays NaN), as
+ * torch's Tensor.to(dtype). */
+attn_status attn_tensor_convert(const attn_tensor *src, attn_tensor *dst, attn_error *err);
 
 /* ------------------------------------------------------------------- SDPA */
 

@@ -11,13 +11,6 @@
 #define ATTN_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define ATTN_PRINTF(f, a)
-/* An output must not share memory with an input (the computation reads the
- * input while writing the output). Compares the byte ranges the two views
- * span, so interleaved views of one buffer count as sharing. Both already
- * checked with attn_check_tensor; NULL skips. */
-attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
-                                const attn_tensor *in, const char *in_name, attn_error *err);
-
 #endif
 
 /* Records status and a formatted message in err (if any) and returns status. */
@@ -73,6 +66,12 @@ int attn_resolve_threads(int requested);
  * Also checks that the element count fits in int64. */
 attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, attn_dtype dtype,
                               bool is_output, attn_error *err);
+/* attn_check_tensor for float data of any storage type (float32, bfloat16,
+ * float16). */
+attn_status attn_check_float_tensor(const attn_tensor *t, const char *name, int ndim,
+                                    bool is_output, attn_error *err);
+/* attn_tensor_convert of two views already checked (same shape). */
+void attn_tensor_convert_unchecked(const attn_tensor *src, attn_tensor *dst);
 
 /* An output must not share memory with an input (the computation reads the
  * input while writing the output). Compares the byte ranges the two views

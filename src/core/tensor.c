@@ -63,8 +63,8 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, 
     RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", name);
     RETURN_IF(t->ndim != ndim, err, ATTN_ERR_SHAPE, "%s: expected %d dimensions, got %d", name,
               ndim, t->ndim);
-    RETURN_IF(t->dtype != dtype, err, ATTN_ERR_DTYPE, "%s: expected %s elements", name,
-              dtype == ATTN_F32 ? "float32" : "bool");
+    RETURN_IF(t->dtype != dtype, err, ATTN_ERR_DTYPE, "%s: expected %s elements, got %s", name,
+              attn_dtype_name(dtype), attn_dtype_name(t->dtype));
     int64_t n = 1, last = 0;
     for (int i = 0; i < ndim; ++i) {
         RETURN_IF(t->shape[i] < 0, err, ATTN_ERR_SHAPE, "%s: negative size %lld in dimension %d",
@@ -103,6 +103,16 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, int ndim, 
     return ATTN_OK;
 }
 
+attn_status attn_check_float_tensor(const attn_tensor *t, const char *name, int ndim,
+                                    bool is_output, attn_error *err)
+{
+    RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", name);
+    RETURN_IF(t->dtype != ATTN_F32 && t->dtype != ATTN_BF16 && t->dtype != ATTN_F16, err,
+              ATTN_ERR_DTYPE, "%s: expected float32, bfloat16 or float16 elements, got %s", name,
+              attn_dtype_name(t->dtype));
+    return attn_check_tensor(t, name, ndim, t->dtype, is_output, err);
+}
+
 /* Bytes [*lo, *hi) a view can touch; false when it has no elements. */
 static bool byte_extent(const attn_tensor *t, uintptr_t *lo, uintptr_t *hi)
 {
@@ -113,7 +123,7 @@ static bool byte_extent(const attn_tensor *t, uintptr_t *lo, uintptr_t *hi)
         if (reach < 0) min += reach;
         else max += reach;
     }
-    const int64_t elem = t->dtype == ATTN_BOOL ? 1 : (int64_t)sizeof(float);
+    const int64_t elem = (int64_t)attn_dtype_size(t->dtype);
     *lo = (uintptr_t)t->data + (uintptr_t)(min * elem);
     *hi = (uintptr_t)t->data + (uintptr_t)((max + 1) * elem);
     return true;

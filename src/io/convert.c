@@ -1,6 +1,8 @@
 /* Element conversions shared by the .npy and .safetensors readers. */
 #include "convert.h"
 
+#include "../core/half.h"
+
 #include <string.h>
 
 size_t conv_size(conv_kind k)
@@ -25,41 +27,6 @@ static uint64_t load_le(const unsigned char *b, size_t size)
     return v;
 }
 
-/* IEEE half to float, exact for every input (subnormals normalised, inf and
- * NaN payloads kept). */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exponent = (h >> 10) & 0x1f;
-    uint32_t mantissa = h & 0x3ff;
-    uint32_t bits;
-    if (exponent == 0x1f) {
-        bits = sign | 0x7f800000u | mantissa << 13;
-    } else if (exponent != 0) {
-        bits = sign | (exponent - 15 + 127) << 23 | mantissa << 13;
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal: mantissa * 2^-24; shift the leading 1 into the implicit bit. */
-        int e = -14;
-        while (!(mantissa & 0x400)) {
-            mantissa <<= 1;
-            e--;
-        }
-        bits = sign | (uint32_t)(e + 127) << 23 | (mantissa & 0x3ff) << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static float bits_to_f32(uint32_t bits)
-{
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 bool conv_run(conv_kind k, const unsigned char *src, size_t n, void *dst, int64_t *inexact,
               size_t *bad)
 {
@@ -82,15 +49,15 @@ bool conv_run(conv_kind k, const unsigned char *src, size_t n, void *dst, int64_
             }
             out[i] = (unsigned char)raw;
             continue;
-        case CONV_F32: f = bits_to_f32((uint32_t)raw); break;
+        case CONV_F32: f = attn_bits_to_f32((uint32_t)raw); break;
         case CONV_F64: {
             double v;
             memcpy(&v, &raw, sizeof v);
             f = (float)v;
             break;
         }
-        case CONV_F16: f = f16_to_f32((uint16_t)raw); break;
-        case CONV_BF16: f = bits_to_f32((uint32_t)raw << 16); break; /* the top half of a float */
+        case CONV_F16: f = attn_f16_to_f32((uint16_t)raw); break;
+        case CONV_BF16: f = attn_bf16_to_f32((uint16_t)raw); break;
         case CONV_U8: case CONV_U16: case CONV_U32: case CONV_U64:
             f = (float)raw;
             if (raw > (1u << 24) && (uint64_t)f != raw) ++*inexact;

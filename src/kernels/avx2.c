@@ -1,4 +1,4 @@
-/* AVX2 + FMA kernels: the SIMD body with 8-lane vectors and a 6 × 16
+/* AVX2 + FMA (+ F16C) kernels: the SIMD body with 8-lane vectors and a 6 × 16
  * microtile (12 accumulators + 2 B vectors + 1 broadcast of 16 registers). */
 #include "kernels.h"
 
@@ -7,10 +7,10 @@
 #include <math.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #elif defined(__GNUC__)
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 #include <immintrin.h>
@@ -30,6 +30,10 @@ typedef __m256 vf;
 #define V_MUL(a, b) _mm256_mul_ps(a, b)
 #define V_MAX(a, b) _mm256_max_ps(a, b)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+/* 8 bfloat16 / half values widened: bfloat16 is a float's top half, F16C converts halves. */
+#define V_LOAD_BF16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 
 /*
  * e^x for x <= 0 (and -inf, NaN): n = round(x·log2e) by the magic-number
@@ -180,6 +184,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .mask_row = avx2_mask_row,
     .alibi_row = avx2_alibi_row,
     .pack_transposed = avx2_pack_transposed,
+    .widen = avx2_widen,
     .vexp = avx2_vexp,
     .vtanh = avx2_vtanh,
 };

@@ -31,6 +31,10 @@ typedef __m512 vf;
 #define V_MUL(a, b) _mm512_mul_ps(a, b)
 #define V_MAX(a, b) _mm512_max_ps(a, b)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+/* 16 bfloat16 / half values widened (vcvtph2ps is AVX-512F on zmm). */
+#define V_LOAD_BF16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 
 /* e^x for x <= 0, -inf and NaN; the algorithm of avx2.c (see there). */
 static inline vf v_exp_nonpos(vf x)
@@ -181,6 +185,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .mask_row = avx512_mask_row,
     .alibi_row = avx512_alibi_row,
     .pack_transposed = avx512_pack_transposed,
+    .widen = avx512_widen,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,
 };

@@ -216,6 +216,15 @@ static void pack_transposed_generic(const float *src, int64_t rs, int64_t cs, in
     }
 }
 
+static void widen_generic(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
+                          int64_t rows, int64_t cols, float *dst, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = attn_load_float(src, t, r * rs + c * cs);
+        for (int64_t c = cols; c < ld; ++c) dst[r * ld + c] = 0.0f;
+    }
+}
+
 static void vexp_generic(const float *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; ++i) y[i] = exp_generic(x[i]);
@@ -237,6 +246,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .mask_row = mask_row_generic,
     .alibi_row = alibi_row_generic,
     .pack_transposed = pack_transposed_generic,
+    .widen = widen_generic,
     .vexp = vexp_generic,
     .vtanh = vtanh_generic,
 };

@@ -18,6 +18,7 @@
 #ifndef ATTN_SDPA_KERNELS_H
 #define ATTN_SDPA_KERNELS_H
 
+#include "../core/half.h"
 #include "../core/internal.h"
 
 #include <math.h>
@@ -153,6 +154,14 @@ static inline void sdpa_mask_cols(float *bias, const void *src, int64_t cs, attn
 typedef void (*sdpa_pack_t_fn)(const float *src, int64_t rs, int64_t cs, int64_t n, int64_t D,
                                float *dst, int64_t ld);
 
+/*
+ * Rows of 16-bit floats (t = ATTN_BF16 or ATTN_F16) widened to float32,
+ * exactly: dst[r*ld + c] = src[r*rs + c*cs] for r < rows, c < cols; columns
+ * [cols, ld) are zeroed. The dtype-aware step of packing (K and V tiles).
+ */
+typedef void (*sdpa_widen_fn)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
+                              int64_t rows, int64_t cols, float *dst, int64_t ld);
+
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
 
@@ -167,6 +176,7 @@ typedef struct {
     sdpa_mask_row_fn mask_row;
     sdpa_alibi_row_fn alibi_row;
     sdpa_pack_t_fn pack_transposed;
+    sdpa_widen_fn widen;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */
 } sdpa_kernels;

@@ -399,6 +399,21 @@ static void SIMD(pack_transposed)(const float *src, int64_t rs, int64_t cs, int6
     }
 }
 
+static void SIMD(widen)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs, int64_t rows,
+                        int64_t cols, float *dst, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t *in = src + r * rs;
+        float *out = dst + r * ld;
+        int64_t c = 0;
+        if (cs == 1)
+            for (; c + VW <= cols; c += VW)
+                V_STORE(out + c, t == ATTN_BF16 ? V_LOAD_BF16(in + c) : V_LOAD_F16(in + c));
+        for (; c < cols; ++c) out[c] = attn_load_float(in, t, c * cs);
+        for (; c < ld; ++c) out[c] = 0.0f;
+    }
+}
+
 static void SIMD(vexp)(const float *x, float *y, int64_t n)
 {
     int64_t i = 0;

@@ -213,11 +213,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                                    w->end, w->bias, d->bcp);
                 if (t.cols == 0) continue; /* hidden: nothing to differentiate */
                 if (!packed) {
-                    const float *k = p->k + AT4(p->ks, b, hk, j0, 0);
+                    const float *k = (const float *)p->k + AT4(p->ks, b, hk, j0, 0); /* float32: staged */
                     kern->pack_transposed(k, p->ks[2], p->ks[3], nj, p->D, w->kt, d->bcp);
                     kr = sdpa_rows_operand(k, p->ks[2], p->ks[3], nj, p->D, npad, w->kr, d->dp,
                                            &ldk);
-                    kern->pack_transposed(p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
+                    kern->pack_transposed((const float *)p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
                                           p->Dv, w->vt, d->bcp);
                     packed = true;
                 }

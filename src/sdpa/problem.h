@@ -43,8 +43,14 @@ typedef struct {
     float dropout_scale;               /* 1 / (1 - p) */
     uint64_t dropout_seed, dropout_offset;
 
-    /* Inputs (B,H,N,·) with element strides [b,h,n,d]. */
-    const float *q, *k, *v;
+    /* Inputs (B,H,N,·) with element strides [b,h,n,d]. Every path sees
+     * float32 q, o and gradients (sdpa.c stages bfloat16/float16 tensors
+     * through float32 copies, staging.c); K and V are float32 too (kt, vt)
+     * except in the fused forward, which reads bfloat16/float16 K and V in
+     * place and widens each tile as it packs it. */
+    const float *q;
+    const void *k, *v;
+    attn_dtype kt, vt;
     int64_t qs[4], ks[4], vs[4];
     /* Forward outputs; lse, w and stats may be NULL. Backward reads o, lse
      * and stats (row max and log-sum, preferred over lse when given). */
@@ -143,6 +149,27 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
  * (as in torch) rather than as a masked row. Costs O(Nk·D); called only for
  * rows that saw no key. */
 bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
+
+/* bfloat16 / float16 tensors through float32 copies (staging.c). Start
+ * from {0}; sdpa_stage_in/out leave float32 tensors alone and otherwise
+ * point *data and strides at the copy; sdpa_staging_finish rounds the
+ * staged outputs into their tensors when status is ATTN_OK, then frees. */
+#define SDPA_MAX_STAGED 8
+typedef struct {
+    void *owned[SDPA_MAX_STAGED];
+    int nowned, nout;
+    struct {
+        float *buf;
+        attn_tensor *dst;
+        int64_t strides[ATTN_MAX_DIMS];
+    } out[SDPA_MAX_STAGED];
+} sdpa_staging;
+
+attn_status sdpa_stage_in(sdpa_staging *s, const attn_tensor *t, const char *name,
+                          const float **data, int64_t *strides, attn_error *err);
+attn_status sdpa_stage_out(sdpa_staging *s, attn_tensor *t, const char *name, float **data,
+                           int64_t *strides, attn_error *err);
+void sdpa_staging_finish(sdpa_staging *s, attn_status status);
 
 /* The plain paths: the oracle. Need no workspace beyond what they allocate. */
 attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err);

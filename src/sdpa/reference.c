@@ -39,9 +39,10 @@ static attn_status row_buffers(const sdpa_problem *p, int threads, float **owned
 static float row_dot(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const float *qi = p->q + AT4(p->qs, b, h, i, 0);
-    const float *kj = p->k + AT4(p->ks, b, h / p->group, j, 0);
+    const int64_t kj = AT4(p->ks, b, h / p->group, j, 0); /* the fused forward's K may be 16-bit */
     float dot = 0.0f;
-    for (int64_t d = 0; d < p->D; ++d) dot += qi[d * p->qs[3]] * kj[d * p->ks[3]];
+    for (int64_t d = 0; d < p->D; ++d)
+        dot += qi[d * p->qs[3]] * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
     return dot;
 }
 
@@ -135,6 +136,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
 {
     const int64_t rows = p->B * p->Hq * p->Nq;
     const int threads = p->threads;
+    const float *vf = p->v; /* float32: staged (sdpa.c) */
     float *owned, *ws;
     RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
 
@@ -152,7 +154,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         for (int64_t d = 0; d < p->Dv; ++d) {
             float acc = 0.0f;
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) acc += pz[j] * p->v[AT4(p->vs, b, hk, j, d)];
+                if (prob[j] != 0.0f) acc += pz[j] * vf[AT4(p->vs, b, hk, j, d)];
             oi[d * p->os[3]] = acc;
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
@@ -177,6 +179,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
 {
     const int64_t tasks = p->B * p->Hkv;
     const int threads = p->threads;
+    const float *vf = p->v; /* float32: staged (sdpa.c) */
     float *owned, *ws;
     RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
     /* Per-row sink gradients, summed per head in a fixed order at the end
@@ -228,7 +231,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     float dpj = 0.0f;
                     for (int64_t d = 0; d < p->Dv; ++d) {
                         float dod = doi[d * p->dos[3]];
-                        dpj += dod * p->v[AT4(p->vs, b, hk, j, d)];
+                        dpj += dod * vf[AT4(p->vs, b, hk, j, d)];
                         if (p->dv) p->dv[AT4(p->dvs, b, hk, j, d)] += prob[j] * z * dod;
                     }
                     dprob[j] = dpj * z;
@@ -258,7 +261,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                         f *= 1.0f - tc * tc;
                     }
                     float ds = f * prob[j] * (dprob[j] - di);
-                    const float *kj = p->k + AT4(p->ks, b, hk, j, 0);
+                    const float *kj = (const float *)p->k + AT4(p->ks, b, hk, j, 0);
                     if (dqi)
                         for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] += ds * kj[d * p->ks[3]];
                     if (p->dk)

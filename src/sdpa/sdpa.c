@@ -18,12 +18,15 @@ static void copy_strides(int64_t *dst, const attn_tensor *t)
     for (int i = 0; i < t->ndim; ++i) dst[i] = t->stride[i];
 }
 
-/* Checks that t is a (n0,n1,n2[,n3]) view; name appears in messages. */
+/* Checks that t is a (n0,n1,n2[,n3]) view; name appears in messages.
+ * Float32 only, or (half_ok) bfloat16 and float16 too. */
 static attn_status check_shape(const attn_tensor *t, const char *name, int ndim,
-                               const int64_t *want, bool is_output, attn_error *err)
+                               const int64_t *want, bool is_output, bool half_ok,
+                               attn_error *err)
 {
     static const char *const dim_names[4] = {"batch", "heads", "sequence", "feature"};
-    RETURN_IF_ERROR(attn_check_tensor(t, name, ndim, ATTN_F32, is_output, err));
+    RETURN_IF_ERROR(half_ok ? attn_check_float_tensor(t, name, ndim, is_output, err)
+                            : attn_check_tensor(t, name, ndim, ATTN_F32, is_output, err));
     for (int i = 0; i < ndim; ++i)
         RETURN_IF(t->shape[i] != want[i], err, ATTN_ERR_SHAPE,
                   "%s: %s size is %lld, expected %lld", name, dim_names[i],
@@ -130,9 +133,9 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(!q, err, ATTN_ERR_NULL, "query: tensor is NULL");
     RETURN_IF(!k, err, ATTN_ERR_NULL, "key: tensor is NULL");
     RETURN_IF(!v, err, ATTN_ERR_NULL, "value: tensor is NULL");
-    RETURN_IF_ERROR(attn_check_tensor(q, "query", 4, ATTN_F32, false, err));
-    RETURN_IF_ERROR(attn_check_tensor(k, "key", 4, ATTN_F32, false, err));
-    RETURN_IF_ERROR(attn_check_tensor(v, "value", 4, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(q, "query", 4, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(k, "key", 4, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(v, "value", 4, false, err));
     p->B = q->shape[0];
     p->Hq = q->shape[1];
     p->Nq = q->shape[2];
@@ -149,7 +152,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
               "key: %lld heads do not divide the query's %lld heads", (long long)p->Hkv,
               (long long)p->Hq);
     const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
-    RETURN_IF_ERROR(check_shape(v, "value", 4, vwant, false, err));
+    RETURN_IF_ERROR(check_shape(v, "value", 4, vwant, false, true, err));
     /* Tiles and row bounds index keys in 32 bits; workspace rows hold D. */
     RETURN_IF(p->Nq > INT32_MAX || p->Nk > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
               "query/key: sequences of %lld and %lld exceed 2^31 - 1", (long long)p->Nq,
@@ -161,6 +164,8 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     p->q = q->data;
     p->k = k->data;
     p->v = v->data;
+    p->kt = k->dtype;
+    p->vt = v->dtype;
     copy_strides(p->qs, q);
     copy_strides(p->ks, k);
     copy_strides(p->vs, v);
@@ -202,14 +207,27 @@ static const sdpa_kernels *choose_kernels(const sdpa_problem *p)
     return sdpa_kernels_for(isa);
 }
 
-/* Optional (B,Hq,Nq[,X]) output or input. */
+/* Optional (B,Hq,Nq[,X]) output or input; half_ok as check_shape. */
 static attn_status bind(const attn_tensor *t, const char *name, int ndim, int64_t last,
-                        bool is_output, const sdpa_problem *p, int64_t *strides,
+                        bool is_output, bool half_ok, const sdpa_problem *p, int64_t *strides,
                         attn_error *err)
 {
     const int64_t want[4] = {p->B, p->Hq, p->Nq, last};
-    RETURN_IF_ERROR(check_shape(t, name, ndim, want, is_output, err));
+    RETURN_IF_ERROR(check_shape(t, name, ndim, want, is_output, half_ok, err));
     copy_strides(strides, t);
+    return ATTN_OK;
+}
+
+/* K and V as float32 copies, for the paths that read only float32. */
+static attn_status stage_kv(sdpa_staging *st, const attn_tensor *k, const attn_tensor *v,
+                            sdpa_problem *p, attn_error *err)
+{
+    const float *kf = p->k, *vf = p->v;
+    RETURN_IF_ERROR(sdpa_stage_in(st, k, "key", &kf, p->ks, err));
+    RETURN_IF_ERROR(sdpa_stage_in(st, v, "value", &vf, p->vs, err));
+    p->k = kf;
+    p->v = vf;
+    p->kt = p->vt = ATTN_F32;
     return ATTN_OK;
 }
 
@@ -250,18 +268,18 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     sdpa_problem p;
     RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
     RETURN_IF(!out, err, ATTN_ERR_NULL, "out: tensor is NULL");
-    RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, true, &p, p.os, err));
+    RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, true, true, &p, p.os, err));
     p.o = out->data;
     if (lse) {
-        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, true, &p, p.ls, err));
+        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, true, false, &p, p.ls, err));
         p.lse = lse->data;
     }
     if (weights) {
-        RETURN_IF_ERROR(bind(weights, "weights", 4, p.Nk, true, &p, p.ws, err));
+        RETURN_IF_ERROR(bind(weights, "weights", 4, p.Nk, true, false, &p, p.ws, err));
         p.w = weights->data;
     }
     if (opts && opts->softmax_stats) {
-        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, true, &p, p.ss, err));
+        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, true, false, &p, p.ss, err));
         p.stats = opts->softmax_stats->data;
     }
     RETURN_IF(opts && opts->grad_sinks, err, ATTN_ERR_ARG,
@@ -270,7 +288,14 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     RETURN_IF_ERROR(check_outputs_disjoint(outs, forward_output_names, 4, q, k, v, NULL, NULL,
                                            NULL, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
-    attn_status s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
+    /* 16-bit storage: the fused forward widens K and V tiles itself; Q, O
+     * and the reference path's K and V go through float32 copies. */
+    sdpa_staging st = {0};
+    attn_status s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
+    if (s == ATTN_OK && !kern) s = stage_kv(&st, k, v, &p, err);
+    if (s == ATTN_OK) s = sdpa_stage_out(&st, out, "out", &p.o, p.os, err);
+    if (s == ATTN_OK) s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
+    sdpa_staging_finish(&st, s);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }
@@ -284,18 +309,18 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     sdpa_problem p;
     RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
     RETURN_IF(!dout, err, ATTN_ERR_NULL, "grad_out: tensor is NULL");
-    RETURN_IF_ERROR(bind(dout, "grad_out", 4, p.Dv, false, &p, p.dos, err));
+    RETURN_IF_ERROR(bind(dout, "grad_out", 4, p.Dv, false, true, &p, p.dos, err));
     p.dout = dout->data;
     if (out) {
-        RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, false, &p, p.os, err));
+        RETURN_IF_ERROR(bind(out, "out", 4, p.Dv, false, true, &p, p.os, err));
         p.o = out->data;
     }
     if (lse) {
-        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, false, &p, p.ls, err));
+        RETURN_IF_ERROR(bind(lse, "lse", 3, 0, false, false, &p, p.ls, err));
         p.lse = lse->data;
     }
     if (opts && opts->softmax_stats) {
-        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, false, &p, p.ss, err));
+        RETURN_IF_ERROR(bind(opts->softmax_stats, "softmax_stats", 4, 2, false, false, &p, p.ss, err));
         p.stats = opts->softmax_stats->data;
     }
     if (opts && opts->grad_sinks) {
@@ -305,17 +330,17 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
         p.dsinks = opts->grad_sinks->data;
     }
     if (dq) {
-        RETURN_IF_ERROR(bind(dq, "grad_query", 4, p.D, true, &p, p.dqs, err));
+        RETURN_IF_ERROR(bind(dq, "grad_query", 4, p.D, true, true, &p, p.dqs, err));
         p.dq = dq->data;
     }
     const int64_t kwant[4] = {p.B, p.Hkv, p.Nk, p.D}, vwant[4] = {p.B, p.Hkv, p.Nk, p.Dv};
     if (dk) {
-        RETURN_IF_ERROR(check_shape(dk, "grad_key", 4, kwant, true, err));
+        RETURN_IF_ERROR(check_shape(dk, "grad_key", 4, kwant, true, true, err));
         copy_strides(p.dks, dk);
         p.dk = dk->data;
     }
     if (dv) {
-        RETURN_IF_ERROR(check_shape(dv, "grad_value", 4, vwant, true, err));
+        RETURN_IF_ERROR(check_shape(dv, "grad_value", 4, vwant, true, true, err));
         copy_strides(p.dvs, dv);
         p.dv = dv->data;
     }
@@ -323,7 +348,18 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     RETURN_IF_ERROR(check_outputs_disjoint(outs, backward_output_names, 4, q, k, v, out, lse,
                                            dout, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
-    attn_status s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
+    /* 16-bit storage: every tensor through float32 copies. */
+    sdpa_staging st = {0};
+    attn_status s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
+    if (s == ATTN_OK) s = stage_kv(&st, k, v, &p, err);
+    if (s == ATTN_OK) s = sdpa_stage_in(&st, out, "out", (const float **)&p.o, p.os, err);
+    if (s == ATTN_OK) s = sdpa_stage_in(&st, dout, "grad_out", &p.dout, p.dos, err);
+    if (s == ATTN_OK) s = sdpa_stage_out(&st, dq, "grad_query", &p.dq, p.dqs, err);
+    if (s == ATTN_OK) s = sdpa_stage_out(&st, dk, "grad_key", &p.dk, p.dks, err);
+    if (s == ATTN_OK) s = sdpa_stage_out(&st, dv, "grad_value", &p.dv, p.dvs, err);
+    if (s == ATTN_OK)
+        s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
+    sdpa_staging_finish(&st, s);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }

@@ -39,7 +39,8 @@ static attn_tensor seq_view4(const attn_tensor *t, int64_t off, int64_t len)
 {
     attn_tensor v = *t;
     v.ndim = 4;
-    v.data = t->data ? (float *)t->data + off * t->stride[0] : NULL;
+    v.data = t->data ? (char *)t->data + off * t->stride[0] * (int64_t)attn_dtype_size(t->dtype)
+                     : NULL;
     v.shape[0] = 1;
     v.shape[1] = t->shape[1];
     v.shape[2] = len;
@@ -192,12 +193,16 @@ static attn_status read_offsets(const attn_varlen_seqs *seqs, const void *src, c
     return ATTN_OK;
 }
 
-/* A packed (total, heads, last) tensor, or (total, heads) when last < 0. */
+/* A packed (total, heads, last) tensor, or (total, heads) when last < 0;
+ * (total, heads, last) tensors of Q, K, V, O and their gradients may be
+ * bfloat16 or float16 (half_ok), as in attn_sdpa. */
 static attn_status check_packed(const attn_tensor *t, const char *name, int64_t total,
-                                int64_t heads, int64_t last, bool is_output, attn_error *err)
+                                int64_t heads, int64_t last, bool is_output, bool half_ok,
+                                attn_error *err)
 {
     const int ndim = last < 0 ? 2 : 3;
-    RETURN_IF_ERROR(attn_check_tensor(t, name, ndim, ATTN_F32, is_output, err));
+    RETURN_IF_ERROR(half_ok ? attn_check_float_tensor(t, name, ndim, is_output, err)
+                            : attn_check_tensor(t, name, ndim, ATTN_F32, is_output, err));
     RETURN_IF(t->shape[0] != total, err, ATTN_ERR_SHAPE, "%s: %lld tokens, expected %lld", name,
               (long long)t->shape[0], (long long)total);
     RETURN_IF(t->shape[1] != heads, err, ATTN_ERR_SHAPE, "%s: %lld heads, expected %lld", name,
@@ -221,9 +226,9 @@ static attn_status prepare(varlen_call *c, const attn_tensor *q, const attn_tens
               (long long)seqs->nseq);
     RETURN_IF(seqs->type != ATTN_OFFSETS_I64 && seqs->type != ATTN_OFFSETS_I32, err,
               ATTN_ERR_ARG, "seqs: unknown offset type %d", (int)seqs->type);
-    RETURN_IF_ERROR(attn_check_tensor(q, "query", 3, ATTN_F32, false, err));
-    RETURN_IF_ERROR(attn_check_tensor(k, "key", 3, ATTN_F32, false, err));
-    RETURN_IF_ERROR(attn_check_tensor(v, "value", 3, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(q, "query", 3, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(k, "key", 3, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(v, "value", 3, false, err));
     RETURN_IF(v->shape[0] != k->shape[0], err, ATTN_ERR_SHAPE,
               "value: %lld tokens, key has %lld", (long long)v->shape[0],
               (long long)k->shape[0]);
@@ -284,10 +289,10 @@ attn_status attn_sdpa_varlen(const attn_tensor *q, const attn_tensor *k, const a
     const int64_t Tq = q->shape[0], Hq = q->shape[1], Dv = v->shape[2];
     attn_status s = ATTN_OK;
     if (!out) s = attn_fail(err, ATTN_ERR_NULL, "out: tensor is NULL");
-    if (s == ATTN_OK) s = check_packed(out, "out", Tq, Hq, Dv, true, err);
-    if (s == ATTN_OK && lse) s = check_packed(lse, "lse", Tq, Hq, -1, true, err);
+    if (s == ATTN_OK) s = check_packed(out, "out", Tq, Hq, Dv, true, true, err);
+    if (s == ATTN_OK && lse) s = check_packed(lse, "lse", Tq, Hq, -1, true, false, err);
     if (s == ATTN_OK && c.opts->softmax_stats)
-        s = check_packed(c.opts->softmax_stats, "softmax_stats", Tq, Hq, 2, true, err);
+        s = check_packed(c.opts->softmax_stats, "softmax_stats", Tq, Hq, 2, true, false, err);
     if (s == ATTN_OK && c.opts->grad_sinks)
         s = attn_fail(err, ATTN_ERR_ARG, "grad_sinks: an output of the backward only");
     if (s == ATTN_OK) {
@@ -317,14 +322,14 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
     const attn_tensor *gs = c.opts->grad_sinks;
     attn_status s = ATTN_OK;
     if (!dout) s = attn_fail(err, ATTN_ERR_NULL, "grad_out: tensor is NULL");
-    if (s == ATTN_OK) s = check_packed(dout, "grad_out", Tq, Hq, Dv, false, err);
-    if (s == ATTN_OK && out) s = check_packed(out, "out", Tq, Hq, Dv, false, err);
-    if (s == ATTN_OK && lse) s = check_packed(lse, "lse", Tq, Hq, -1, false, err);
+    if (s == ATTN_OK) s = check_packed(dout, "grad_out", Tq, Hq, Dv, false, true, err);
+    if (s == ATTN_OK && out) s = check_packed(out, "out", Tq, Hq, Dv, false, true, err);
+    if (s == ATTN_OK && lse) s = check_packed(lse, "lse", Tq, Hq, -1, false, false, err);
     if (s == ATTN_OK && c.opts->softmax_stats)
-        s = check_packed(c.opts->softmax_stats, "softmax_stats", Tq, Hq, 2, false, err);
-    if (s == ATTN_OK && dq) s = check_packed(dq, "grad_query", Tq, Hq, D, true, err);
-    if (s == ATTN_OK && dk) s = check_packed(dk, "grad_key", Tk, Hkv, D, true, err);
-    if (s == ATTN_OK && dv) s = check_packed(dv, "grad_value", Tk, Hkv, Dv, true, err);
+        s = check_packed(c.opts->softmax_stats, "softmax_stats", Tq, Hq, 2, false, false, err);
+    if (s == ATTN_OK && dq) s = check_packed(dq, "grad_query", Tq, Hq, D, true, true, err);
+    if (s == ATTN_OK && dk) s = check_packed(dk, "grad_key", Tk, Hkv, D, true, true, err);
+    if (s == ATTN_OK && dv) s = check_packed(dv, "grad_value", Tk, Hkv, Dv, true, true, err);
     if (s == ATTN_OK && gs) {
         if (!c.opts->sinks) s = attn_fail(err, ATTN_ERR_ARG, "grad_sinks: given without sinks");
         if (s == ATTN_OK) s = attn_check_tensor(gs, "grad_sinks", 1, ATTN_F32, true, err);
