@@ -357,6 +357,7 @@ typedef struct {
     int64_t value_dim;  /* Dv; 0 = head_dim */
     int64_t block_size; /* 0: contiguous; > 0: paged, tokens per block */
     int64_t num_blocks; /* paged pool size; 0 = B·ceil(capacity / block_size) */
+    attn_dtype dtype;   /* storage: ATTN_F32 (0, the default), ATTN_BF16 or ATTN_F16 */
 } attn_kvcache_config;
 
 typedef struct attn_kvcache attn_kvcache;
@@ -370,7 +371,8 @@ const attn_kvcache_config *attn_kvcache_get_config(const attn_kvcache *cache);
 int64_t attn_kvcache_length(const attn_kvcache *cache, int64_t b);
 
 /*
- * Appends new tokens: k (B, Hkv, n, D), v (B, Hkv, n, Dv) strided views;
+ * Appends new tokens: k (B, Hkv, n, D), v (B, Hkv, n, Dv) strided views of
+ * any float dtype (converted to the cache's: narrowing rounds to nearest even);
  * entry b takes the first counts[b] of the n tokens (counts (B), each in
  * [0, n]; NULL = n for every entry) at positions [length_b, length_b +
  * counts[b]). All or nothing: an entry that would exceed capacity, or a

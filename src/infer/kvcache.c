@@ -27,6 +27,7 @@
  * sequences (attend_entries): big ones alone on all threads, the rest side
  * by side on one thread each; no result depends on the schedule.
  */
+#include "../core/half.h"
 #include "../core/internal.h"
 
 #include <math.h>
@@ -38,7 +39,8 @@
 
 struct attn_kvcache {
     attn_kvcache_config cfg;
-    float *k, *v;
+    void *k, *v;        /* storage elements of cfg.dtype */
+    size_t elem;        /* bytes per element */
     int64_t *len;       /* (B) current lengths */
     /* paged */
     int64_t max_blocks; /* per entry: ceil(capacity / block_size) */
@@ -57,14 +59,21 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t pool_rows(const attn_kvcache *c) { return c->cfg.num_blocks * c->cfg.block_size; }
 
 /* Key (value when v) row of entry b, head h, position pos. */
-static float *row_at(const attn_kvcache *c, bool v, int64_t b, int64_t h, int64_t pos)
+static void *row_at(const attn_kvcache *c, bool v, int64_t b, int64_t h, int64_t pos)
 {
     const attn_kvcache_config *g = &c->cfg;
     const int64_t width = v ? g->value_dim : g->head_dim;
-    float *base = v ? c->v : c->k;
-    if (!paged(c)) return base + ((b * g->kv_heads + h) * g->capacity + pos) * width;
-    const int64_t blk = c->table[b * c->max_blocks + pos / g->block_size];
-    return base + (h * pool_rows(c) + blk * g->block_size + pos % g->block_size) * width;
+    char *base = v ? c->v : c->k;
+    const int64_t blk = paged(c) ? c->table[b * c->max_blocks + pos / g->block_size] : 0;
+    const int64_t row = paged(c) ? h * pool_rows(c) + blk * g->block_size + pos % g->block_size
+                                 : (b * g->kv_heads + h) * g->capacity + pos;
+    return base + row * width * (int64_t)c->elem;
+}
+
+/* A (1, Hkv, n, width) view of the storage at data. */
+static attn_tensor storage_view(const attn_kvcache *c, void *data, int64_t n, int64_t width)
+{
+    return attn_tensor_make(data, c->cfg.dtype, 4, (int64_t[]){1, c->cfg.kv_heads, n, width});
 }
 
 const attn_kvcache_config *attn_kvcache_get_config(const attn_kvcache *cache)
@@ -109,6 +118,10 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
               (long long)g.value_dim);
     RETURN_IF(g.block_size < 0, err, ATTN_ERR_ARG,
               "block_size: must be >= 0 (0 = contiguous), got %lld", (long long)g.block_size);
+    RETURN_IF(g.dtype != ATTN_F32 && g.dtype != ATTN_BF16 && g.dtype != ATTN_F16, err,
+              ATTN_ERR_DTYPE, "dtype: the cache stores float32, bfloat16 or float16, not %s",
+              attn_dtype_name(g.dtype));
+    const size_t elem = attn_dtype_size(g.dtype);
     int64_t max_blocks = 0;
     if (g.block_size > 0) {
         max_blocks = ceil_div(g.capacity, g.block_size);
@@ -130,15 +143,15 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     const int64_t copies = g.block_size > 0 ? 1 : g.batch;
     RETURN_IF(!attn_mul_ok(per_head, g.kv_heads, &rows) || !attn_mul_ok(rows, copies, &rows) ||
                   !attn_mul_ok(rows, g.head_dim, &nk) || !attn_mul_ok(rows, g.value_dim, &nv) ||
-                  nk > (int64_t)(SIZE_MAX / sizeof(float)) ||
-                  nv > (int64_t)(SIZE_MAX / sizeof(float)),
+                  nk > (int64_t)(SIZE_MAX / elem) || nv > (int64_t)(SIZE_MAX / elem),
               err, ATTN_ERR_OVERFLOW, "capacity: storage size overflows");
     attn_kvcache *c = calloc(1, sizeof *c);
     RETURN_IF(!c, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
     c->cfg = g;
     c->max_blocks = max_blocks;
-    c->k = calloc((size_t)nk, sizeof(float));
-    c->v = calloc((size_t)nv, sizeof(float));
+    c->elem = elem;
+    c->k = calloc((size_t)nk, elem);
+    c->v = calloc((size_t)nv, elem);
     c->len = calloc((size_t)g.batch, sizeof *c->len);
     bool ok = c->k && c->v && c->len;
     if (ok && max_blocks > 0) {
@@ -151,7 +164,7 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     }
     if (!ok) {
         attn_kvcache_free(c);
-        return attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate %lld + %lld floats",
+        return attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate %lld + %lld elements",
                          (long long)nk, (long long)nv);
     }
     *out = c;
@@ -174,9 +187,10 @@ static void zero_block(attn_kvcache *c, int64_t p)
     const attn_kvcache_config *g = &c->cfg;
     for (int64_t h = 0; h < g->kv_heads; ++h) {
         const int64_t row = h * pool_rows(c) + p * g->block_size;
-        memset(c->k + row * g->head_dim, 0, (size_t)(g->block_size * g->head_dim) * sizeof(float));
-        memset(c->v + row * g->value_dim, 0,
-               (size_t)(g->block_size * g->value_dim) * sizeof(float));
+        memset((char *)c->k + row * g->head_dim * (int64_t)c->elem, 0,
+               (size_t)(g->block_size * g->head_dim) * c->elem);
+        memset((char *)c->v + row * g->value_dim * (int64_t)c->elem, 0,
+               (size_t)(g->block_size * g->value_dim) * c->elem);
     }
 }
 
@@ -217,8 +231,8 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     const attn_kvcache_config *g = &cache->cfg;
-    RETURN_IF_ERROR(attn_check_tensor(k, "key", 4, ATTN_F32, false, err));
-    RETURN_IF_ERROR(attn_check_tensor(v, "value", 4, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(k, "key", 4, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(v, "value", 4, false, err));
     const int64_t n = k->shape[2];
     const int64_t kw[4] = {g->batch, g->kv_heads, n, g->head_dim};
     const int64_t vw[4] = {g->batch, g->kv_heads, n, g->value_dim};
@@ -258,13 +272,15 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
             for (int64_t h = 0; h < g->kv_heads; ++h)
                 for (int64_t t = cache->len[b]; t < next[b]; ++t) {
                     const int64_t src = t - cache->len[b];
-                    const float *ks = (const float *)k->data + b * k->stride[0] +
-                                      h * k->stride[1] + src * k->stride[2];
-                    const float *vs = (const float *)v->data + b * v->stride[0] +
-                                      h * v->stride[1] + src * v->stride[2];
-                    float *kd = row_at(cache, false, b, h, t), *vd = row_at(cache, true, b, h, t);
-                    for (int64_t d = 0; d < g->head_dim; ++d) kd[d] = ks[d * k->stride[3]];
-                    for (int64_t d = 0; d < g->value_dim; ++d) vd[d] = vs[d * v->stride[3]];
+                    const int64_t ks = b * k->stride[0] + h * k->stride[1] + src * k->stride[2];
+                    const int64_t vs = b * v->stride[0] + h * v->stride[1] + src * v->stride[2];
+                    void *kd = row_at(cache, false, b, h, t), *vd = row_at(cache, true, b, h, t);
+                    for (int64_t d = 0; d < g->head_dim; ++d)
+                        attn_store_float(kd, g->dtype, d,
+                                         attn_load_float(k->data, k->dtype, ks + d * k->stride[3]));
+                    for (int64_t d = 0; d < g->value_dim; ++d)
+                        attn_store_float(vd, g->dtype, d,
+                                         attn_load_float(v->data, v->dtype, vs + d * v->stride[3]));
                 }
             cache->len[b] = next[b];
         }
@@ -376,7 +392,7 @@ attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor 
         attn_tensor *t = which ? v : k;
         if (!t) continue;
         const int64_t w = which ? g->value_dim : g->head_dim;
-        *t = attn_tensor_4d(row_at(cache, which, b, 0, 0), 1, g->kv_heads, cache->len[b], w);
+        *t = storage_view(cache, row_at(cache, which, b, 0, 0), cache->len[b], w);
         t->stride[0] = 0;
         t->stride[1] = g->capacity * w;
     }
@@ -394,10 +410,10 @@ static void key_views(const attn_kvcache *c, int64_t b, int64_t j0, int64_t n, a
     const attn_kvcache_config *g = &c->cfg;
     const int64_t head_rows = paged(c) ? pool_rows(c) : g->capacity;
     const int64_t at = j0 < c->len[b] ? j0 : 0; /* an empty view still needs valid data */
-    *k = attn_tensor_4d(n > 0 || c->len[b] > 0 ? row_at(c, false, b, 0, at) : c->k, 1,
-                        g->kv_heads, n, g->head_dim);
-    *v = attn_tensor_4d(n > 0 || c->len[b] > 0 ? row_at(c, true, b, 0, at) : c->v, 1,
-                        g->kv_heads, n, g->value_dim);
+    *k = storage_view(c, n > 0 || c->len[b] > 0 ? row_at(c, false, b, 0, at) : c->k, n,
+                      g->head_dim);
+    *v = storage_view(c, n > 0 || c->len[b] > 0 ? row_at(c, true, b, 0, at) : c->v, n,
+                      g->value_dim);
     k->stride[0] = v->stride[0] = 0;
     k->stride[1] = head_rows * g->head_dim;
     v->stride[1] = head_rows * g->value_dim;
@@ -407,7 +423,7 @@ static void key_views(const attn_kvcache *c, int64_t b, int64_t j0, int64_t n, a
 static attn_tensor entry(const attn_tensor *t, int64_t b)
 {
     attn_tensor e = *t;
-    e.data = (float *)t->data + b * t->stride[0];
+    e.data = (char *)t->data + b * t->stride[0] * (int64_t)attn_dtype_size(t->dtype);
     e.shape[0] = 1;
     return e;
 }
@@ -562,10 +578,10 @@ static attn_status attend_merged(const attend_call *a, attend_scratch *w, int64_
         const int64_t h = r / Nq, i = r % Nq;
         const double s = w->acc_s[r];
         const bool nan = s != s, empty = s == 0.0;
-        float *dst = (float *)a->out->data + b * a->out->stride[0] + h * a->out->stride[1] +
-                     i * a->out->stride[2];
+        const int64_t dst = b * a->out->stride[0] + h * a->out->stride[1] + i * a->out->stride[2];
         for (int64_t d = 0; d < Dv; ++d)
-            dst[d * a->out->stride[3]] = nan ? NAN : empty ? 0.0f : (float)(w->acc_o[r * Dv + d] / s);
+            attn_store_float(a->out->data, a->out->dtype, dst + d * a->out->stride[3],
+                             nan ? NAN : empty ? 0.0f : (float)(w->acc_o[r * Dv + d] / s));
         const float m = nan ? NAN : empty ? -INFINITY : (float)w->acc_m[r];
         const float ll = nan ? NAN : empty ? 0.0f : (float)log(s);
         if (a->lse)
@@ -582,11 +598,13 @@ static attn_status attend_merged(const attend_call *a, attend_scratch *w, int64_
     return ATTN_OK;
 }
 
-/* A (B, Hq, Nq[, last]) output of the call. */
+/* A (B, Hq, Nq[, last]) output of the call: float32, or (half_ok, the
+ * output itself) bfloat16 / float16 too. */
 static attn_status check_output(const attn_tensor *t, const char *name, int ndim,
-                                const int64_t *want, attn_error *err)
+                                const int64_t *want, bool half_ok, attn_error *err)
 {
-    RETURN_IF_ERROR(attn_check_tensor(t, name, ndim, ATTN_F32, true, err));
+    RETURN_IF_ERROR(half_ok ? attn_check_float_tensor(t, name, ndim, true, err)
+                            : attn_check_tensor(t, name, ndim, ATTN_F32, true, err));
     static const char *const dims[4] = {"batch", "heads", "sequence", "feature"};
     for (int d = 0; d < ndim; ++d)
         RETURN_IF(t->shape[d] != want[d], err, ATTN_ERR_SHAPE, "%s: %s size is %lld, expected %lld",
@@ -703,7 +721,7 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
               "workspace: the KV cache allocates per call; pass NULL");
     /* q, heads, features and every option by attn_sdpa's rules, on an
      * empty stand-in of the keys */
-    RETURN_IF_ERROR(attn_check_tensor(q, "query", 4, ATTN_F32, false, err));
+    RETURN_IF_ERROR(attn_check_float_tensor(q, "query", 4, false, err));
     RETURN_IF(q->shape[0] != g->batch, err, ATTN_ERR_SHAPE,
               "query: batch size is %lld, the cache has %lld", (long long)q->shape[0],
               (long long)g->batch);
@@ -720,10 +738,10 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
     a.Dv = g->value_dim;
     RETURN_IF(!out, err, ATTN_ERR_NULL, "out: tensor is NULL");
     const int64_t want[4] = {g->batch, a.Hq, a.Nq, a.Dv}, swant[4] = {g->batch, a.Hq, a.Nq, 2};
-    RETURN_IF_ERROR(check_output(out, "out", 4, want, err));
-    if (lse) RETURN_IF_ERROR(check_output(lse, "lse", 3, want, err));
+    RETURN_IF_ERROR(check_output(out, "out", 4, want, true, err));
+    if (lse) RETURN_IF_ERROR(check_output(lse, "lse", 3, want, false, err));
     if (a.opts.softmax_stats)
-        RETURN_IF_ERROR(check_output(a.opts.softmax_stats, "softmax_stats", 4, swant, err));
+        RETURN_IF_ERROR(check_output(a.opts.softmax_stats, "softmax_stats", 4, swant, false, err));
     a.out = out;
     a.lse = lse;
     a.stats = a.opts.softmax_stats;
