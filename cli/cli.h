@@ -121,6 +121,17 @@ float *cli_alloc_floats(const char *context, int n, ...);
 bool cli_as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int rank,
                attn_tensor *out);
 
+/* --dtype f32|bf16|f16 (also float32, bfloat16, float16) into *out
+ * (default float32); false with a usage line for anything else. */
+bool cli_get_dtype(const cli_args *a, attn_dtype *out);
+/* *t (float32) replaced by a contiguous copy rounded to dt (to nearest
+ * even) in *owned, which the caller frees; float32 changes nothing. */
+bool cli_round_input(const char *context, attn_tensor *t, attn_dtype dt, void **owned);
+/* A result of dtype dt computed into a float buffer of n elements, made
+ * writable as .npy: float16 stays (<f2); bfloat16, which .npy cannot hold,
+ * is widened in place to float32 (exactly). Returns what buf now holds. */
+attn_dtype cli_result_dtype(float *buf, int64_t n, attn_dtype dt);
+
 /* Command tables (one per file). */
 extern const cli_command cmd_sdpa, cmd_sdpa_backward;
 extern const cli_command cmd_mha, cmd_mha_backward;

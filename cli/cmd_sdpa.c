@@ -19,6 +19,10 @@ static const char sdpa_details[] =
     "paper's; bias -slope*|i+Nk-Nq-j|. --softcap C: logits C*tanh(x/C).\n"
     "--sinks: a (H) .npy of per-head sink logits (denominator only; the LSE\n"
     "includes them). --dropout P --seed S: dropout on the weights (Philox).\n"
+    "--dtype bf16|f16: inputs rounded to that format (nearest even) and stored\n"
+    "in it, float32 arithmetic; O, dQ, dK, dV come out in it too: float16 as\n"
+    ".npy <f2, bfloat16 (which .npy lacks) as the exact float32 values. LSE and\n"
+    "weights are always float32.\n"
     "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
 
 #define SDPA_INPUT_OPTIONS                                                                     \
@@ -35,6 +39,7 @@ static const char sdpa_details[] =
     {"--sinks", "S.npy", "attention sink logits, one per head (H)"},                           \
     {"--dropout", "P", "dropout probability on the weights, [0, 1)"},                        \
     {"--seed", "S", "dropout seed (default 0)"},                                               \
+    {"--dtype", "T", "storage of Q, K, V, dO and O, dQ, dK, dV: f32 (default), bf16, f16"},     \
     {"--reference", NULL, "use the plain reference path"}
 
 static const cli_option sdpa_options[] = {
@@ -73,6 +78,8 @@ typedef struct {
     float *geometric; /* --alibi-slopes geometric */
     attn_tensor q4, k4, v4, dout4, slopes_t;
     int rank; /* of the query file: outputs mirror it */
+    attn_dtype dtype;  /* --dtype */
+    void *rounded[4];  /* q4, k4, v4, dout4 in --dtype, when not float32 */
     attn_sdpa_opts opts;
 } sdpa_inputs;
 
@@ -86,6 +93,7 @@ static void free_inputs(sdpa_inputs *in)
     attn_array_free(&in->slopes);
     attn_array_free(&in->sinks);
     free(in->geometric);
+    for (int i = 0; i < 4; ++i) free(in->rounded[i]);
 }
 
 /* --window L,R: two integers >= -1. */
@@ -151,14 +159,22 @@ static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs 
 
 
 /* Output tensor of the query's rank with the given 4-D shape's trailing dims. */
-static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n, int64_t d)
+static attn_tensor mirror(float *data, attn_dtype dt, int rank, int64_t b, int64_t h, int64_t n,
+                          int64_t d)
 {
     const int64_t full[4] = {b, h, n, d};
     int64_t shape[4];
     int nd = rank - (d < 0); /* d < 0: a 3-D (B,H,N) quantity */
     int first = (d < 0 ? 3 : 4) - nd;
     for (int i = 0; i < nd; ++i) shape[i] = full[first + i];
-    return attn_tensor_make(data, ATTN_F32, nd, shape);
+    return attn_tensor_make(data, dt, nd, shape);
+}
+
+/* A 4-D result of dtype dt in a float buffer, as written (cli_result_dtype). */
+static attn_tensor result(float *data, attn_dtype dt, int rank, int64_t b, int64_t h, int64_t n,
+                          int64_t d)
+{
+    return mirror(data, cli_result_dtype(data, b * h * n * d, dt), rank, b, h, n, d);
 }
 
 /* Adds the outputs named by options[i] (those given) to o. */
@@ -214,6 +230,11 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         !cli_as_4d(cmd, "--key", &in->k, in->rank, &in->k4) ||
         !cli_as_4d(cmd, "--value", &in->v, in->rank, &in->v4))
         return CLI_USAGE;
+    if (!cli_get_dtype(a, &in->dtype)) return CLI_USAGE;
+    if (!cli_round_input(cmd->name, &in->q4, in->dtype, &in->rounded[0]) ||
+        !cli_round_input(cmd->name, &in->k4, in->dtype, &in->rounded[1]) ||
+        !cli_round_input(cmd->name, &in->v4, in->dtype, &in->rounded[2]))
+        return CLI_FAIL;
     const char *mp = cli_get(a, "--attn-mask");
     if (mp) {
         if ((rc = cli_load_npy(mp, &in->mask))) return rc;
@@ -250,15 +271,17 @@ static int run_forward(int argc, char **argv)
         rc = CLI_FAIL;
         goto done;
     }
-    attn_tensor o4 = attn_tensor_4d(o, B, H, Nq, Dv), l3 = attn_tensor_3d(lse, B, H, Nq);
-    attn_tensor w4 = attn_tensor_4d(w, B, H, Nq, Nk);
+    /* a 16-bit O fits the float buffer */
+    attn_tensor o4 = attn_tensor_make(o, in.dtype, 4, (int64_t[]){B, H, Nq, Dv});
+    attn_tensor l3 = attn_tensor_3d(lse, B, H, Nq), w4 = attn_tensor_4d(w, B, H, Nq, Nk);
     attn_error err = {0};
     if (attn_sdpa(&in.q4, &in.k4, &in.v4, &o4, &l3, w ? &w4 : NULL, &in.opts, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    attn_tensor ts[3] = {mirror(o, in.rank, B, H, Nq, Dv), mirror(lse, in.rank, B, H, Nq, -1),
-                         mirror(w, in.rank, B, H, Nq, Nk)};
+    attn_tensor ts[3] = {result(o, in.dtype, in.rank, B, H, Nq, Dv),
+                         mirror(lse, ATTN_F32, in.rank, B, H, Nq, -1),
+                         mirror(w, ATTN_F32, in.rank, B, H, Nq, Nk)};
     rc = save_outputs(&outs, index, ts, 3);
 done:
     cli_outputs_end(&outs);
@@ -300,6 +323,10 @@ static int run_backward(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    if (!cli_round_input(cmd->name, &in.dout4, in.dtype, &in.rounded[3])) {
+        rc = CLI_FAIL;
+        goto done;
+    }
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Hkv = in.k4.shape[1], Nk = in.k4.shape[2], D = in.q4.shape[3],
                   Dv = in.v4.shape[3];
@@ -318,8 +345,12 @@ static int run_backward(int argc, char **argv)
         rc = CLI_FAIL;
         goto done;
     }
-    attn_tensor dq4 = attn_tensor_4d(dq, B, H, Nq, D), dk4 = attn_tensor_4d(dk, B, Hkv, Nk, D),
-                dv4 = attn_tensor_4d(dv, B, Hkv, Nk, Dv), o4 = attn_tensor_4d(o, B, H, Nq, Dv),
+    /* O and the gradients in --dtype (16-bit ones fit the float buffers) */
+    const attn_dtype dt = in.dtype;
+    attn_tensor dq4 = attn_tensor_make(dq, dt, 4, (int64_t[]){B, H, Nq, D}),
+                dk4 = attn_tensor_make(dk, dt, 4, (int64_t[]){B, Hkv, Nk, D}),
+                dv4 = attn_tensor_make(dv, dt, 4, (int64_t[]){B, Hkv, Nk, Dv}),
+                o4 = attn_tensor_make(o, dt, 4, (int64_t[]){B, H, Nq, Dv}),
                 l3 = attn_tensor_3d(lse, B, H, Nq), w4 = attn_tensor_4d(w, B, H, Nq, Nk);
     /* The backward reads the forward's exact row statistics, not the LSE. */
     attn_tensor st4 = attn_tensor_4d(stats, B, H, Nq, 2), ds1 = attn_tensor_1d(dsinks, H);
@@ -335,10 +366,12 @@ static int run_backward(int argc, char **argv)
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    attn_tensor ts[7] = {mirror(dq, in.rank, B, H, Nq, D), mirror(dk, in.rank, B, Hkv, Nk, D),
-                         mirror(dv, in.rank, B, Hkv, Nk, Dv), mirror(o, in.rank, B, H, Nq, Dv),
-                         mirror(lse, in.rank, B, H, Nq, -1), mirror(w, in.rank, B, H, Nq, Nk),
-                         ds1};
+    attn_tensor ts[7] = {result(dq, dt, in.rank, B, H, Nq, D),
+                         result(dk, dt, in.rank, B, Hkv, Nk, D),
+                         result(dv, dt, in.rank, B, Hkv, Nk, Dv),
+                         result(o, dt, in.rank, B, H, Nq, Dv),
+                         mirror(lse, ATTN_F32, in.rank, B, H, Nq, -1),
+                         mirror(w, ATTN_F32, in.rank, B, H, Nq, Nk), ds1};
     rc = save_outputs(&outs, index, ts, 7);
 done:
     cli_outputs_end(&outs);

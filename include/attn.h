@@ -564,11 +564,14 @@ void attn_array_free(attn_array *a);
  * round: see attn_array.inexact). Fortran order is read (converted to C
  * order). From a pipe, memory grows only as data arrives. */
 attn_status attn_npy_read(const char *path, attn_array *out, attn_error *err);
-/* Writes float32 (<f4) or bool (|b1), through a temporary file and rename. */
+/* Writes float32 (<f4), float16 (<f2) or bool (|b1), through a temporary
+ * file and rename (bfloat16 has no .npy type: ATTN_ERR_DTYPE). */
 attn_status attn_npy_write(const char *path, const attn_tensor *t, attn_error *err);
 
 /* .safetensors: F32, F64, F16, BF16 and I8..I64, U8..U64 read (as float32),
- * BOOL read; F32 and BOOL written. Tensors are returned in data order. */
+ * BOOL read; F32, BF16, F16 and BOOL written. Tensors are returned in data
+ * order. (A 16-bit file read as float32 converts back with
+ * attn_tensor_convert exactly.) */
 typedef struct {
     attn_array *arrays;
     size_t count;

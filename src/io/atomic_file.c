@@ -139,7 +139,7 @@ attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
     if (numel == 0) return ATTN_OK;
 
     const bool is_bool = t->dtype == ATTN_BOOL;
-    const size_t elsize = is_bool ? 1 : sizeof(float);
+    const size_t elsize = attn_dtype_size(t->dtype); /* little-endian host, as the formats */
     const int nd = t->ndim;
     /* 0-d: one element; otherwise the last dimension is the inner loop. */
     const int64_t inner = nd > 0 ? t->shape[nd - 1] : 1;

@@ -509,15 +509,18 @@ attn_status attn_npy_encode(attn_atomic_file *f, const attn_tensor *t, attn_erro
     RETURN_IF(!t, err, ATTN_ERR_NULL, "%s: tensor is NULL", path);
     RETURN_IF(t->ndim < 0 || t->ndim > ATTN_MAX_DIMS, err, ATTN_ERR_SHAPE,
               "%s: tensor has %d dimensions (0 to %d allowed)", path, t->ndim, ATTN_MAX_DIMS);
-    RETURN_IF(t->dtype != ATTN_F32 && t->dtype != ATTN_BOOL, err, ATTN_ERR_DTYPE,
-              "%s: unknown tensor dtype %d", path, (int)t->dtype);
+    RETURN_IF(t->dtype == ATTN_BF16, err, ATTN_ERR_DTYPE,
+              "%s: .npy has no bfloat16 type; write .safetensors (BF16), or float32/float16", path);
+    RETURN_IF(t->dtype != ATTN_F32 && t->dtype != ATTN_F16 && t->dtype != ATTN_BOOL, err,
+              ATTN_ERR_DTYPE, "%s: unknown tensor dtype %d", path, (int)t->dtype);
     RETURN_IF_ERROR(attn_check_tensor(t, path, t->ndim, t->dtype, false, err));
 
     char shape_text[200];
     format_shape(t->shape, t->ndim, shape_text, sizeof shape_text);
     char header[512];
     int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     t->dtype == ATTN_F32 ? "<f4" : "|b1", shape_text);
+                     t->dtype == ATTN_F32 ? "<f4" : t->dtype == ATTN_F16 ? "<f2" : "|b1",
+                     shape_text);
     size_t len = (size_t)n;
     size_t total = 10 + len + 1;
     size_t padded = (total + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;

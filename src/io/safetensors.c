@@ -614,8 +614,9 @@ static attn_status check_write_args(const char *path, const char *const *names,
         snprintf(what, sizeof what, "%s: tensor '%s'", path, shown);
         RETURN_IF(t->ndim < 0 || t->ndim > ATTN_MAX_DIMS, err, ATTN_ERR_SHAPE,
                   "%s has %d dimensions (0 to %d allowed)", what, t->ndim, ATTN_MAX_DIMS);
-        RETURN_IF(t->dtype != ATTN_F32 && t->dtype != ATTN_BOOL, err, ATTN_ERR_DTYPE,
-                  "%s has unknown dtype %d", what, (int)t->dtype);
+        RETURN_IF(t->dtype != ATTN_F32 && t->dtype != ATTN_BF16 && t->dtype != ATTN_F16 &&
+                      t->dtype != ATTN_BOOL,
+                  err, ATTN_ERR_DTYPE, "%s has unknown dtype %d", what, (int)t->dtype);
         RETURN_IF_ERROR(attn_check_tensor(t, what, t->ndim, t->dtype, false, err));
     }
     if (count < 2) return ATTN_OK;
@@ -644,14 +645,18 @@ static attn_status build_header(const char *path, const char *const *names,
     for (size_t i = 0; i < count; ++i) {
         const attn_tensor *t = &tensors[i];
         int64_t bytes;
-        RETURN_IF(!attn_mul_ok(attn_tensor_numel(t), t->dtype == ATTN_BOOL ? 1 : 4, &bytes) ||
+        RETURN_IF(!attn_mul_ok(attn_tensor_numel(t), (int64_t)attn_dtype_size(t->dtype), &bytes) ||
                       !attn_add_ok(offset, bytes, &bytes),
                   err, ATTN_ERR_OVERFLOW, "%s: total data size overflows", path);
         if (i) append(b, ",");
         char *at = reserve(b, json_quoted_size(names[i]));
         if (at) b->len += json_write_quoted(at, names[i]);
-        append(b, t->dtype == ATTN_BOOL ? ":{\"dtype\":\"BOOL\",\"shape\":["
-                                        : ":{\"dtype\":\"F32\",\"shape\":[");
+        append(b, ":{\"dtype\":\"");
+        append(b, t->dtype == ATTN_BOOL   ? "BOOL"
+                  : t->dtype == ATTN_BF16 ? "BF16"
+                  : t->dtype == ATTN_F16  ? "F16"
+                                          : "F32");
+        append(b, "\",\"shape\":[");
         char number[48];
         for (int d = 0; d < t->ndim; ++d) {
             snprintf(number, sizeof number, d ? ",%lld" : "%lld", (long long)t->shape[d]);
