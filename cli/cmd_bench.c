@@ -24,6 +24,7 @@ static const cli_option bench_options[] = {
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
+    {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", NULL, "causal mask (top-left; FLOPs counted as half)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
@@ -68,6 +69,7 @@ typedef struct {
     bool causal;
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
+    attn_dtype dtype; /* storage of q, k, v, o, dout, dq, dk, dv and the cache */
     attn_path path;
     bool json;
     attn_window window;
@@ -185,6 +187,7 @@ static int bench_one(const bench_config *c)
     const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
     const int64_t D = c->head_dim, Dv = c->value_dim;
     float *bufs[10] = {0};
+    void *rounded[4] = {0}; /* q, k, v, dout in --dtype */
     int rc = CLI_FAIL;
     attn_error err = {0};
     if (c->mode == MODE_MHA) {
@@ -210,7 +213,12 @@ static int bench_one(const bench_config *c)
         s.q = attn_tensor_4d(bufs[0], B, H, Nq, D);
         s.k = attn_tensor_4d(bufs[1], B, Hkv, Nk, D);
         s.v = attn_tensor_4d(bufs[2], B, Hkv, Nk, Dv);
-        s.o = attn_tensor_4d(bufs[3], B, H, Nq, Dv);
+        /* outputs in --dtype: 16-bit elements fit the float buffers */
+        s.o = attn_tensor_make(bufs[3], c->dtype, 4, (int64_t[]){B, H, Nq, Dv});
+        if (!cli_round_input("bench", &s.q, c->dtype, &rounded[0]) ||
+            !cli_round_input("bench", &s.k, c->dtype, &rounded[1]) ||
+            !cli_round_input("bench", &s.v, c->dtype, &rounded[2]))
+            goto done;
         s.lse = attn_tensor_3d(bufs[4], B, H, Nq);
         s.sopts = attn_sdpa_opts_default();
         s.sopts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
@@ -229,9 +237,10 @@ static int bench_one(const bench_config *c)
         }
         if (c->mode == MODE_BACKWARD) {
             s.dout = attn_tensor_4d(bufs[5], B, H, Nq, Dv);
-            s.dq = attn_tensor_4d(bufs[6], B, H, Nq, D);
-            s.dk = attn_tensor_4d(bufs[7], B, Hkv, Nk, D);
-            s.dv = attn_tensor_4d(bufs[8], B, Hkv, Nk, Dv);
+            s.dq = attn_tensor_make(bufs[6], c->dtype, 4, (int64_t[]){B, H, Nq, D});
+            s.dk = attn_tensor_make(bufs[7], c->dtype, 4, (int64_t[]){B, Hkv, Nk, D});
+            s.dv = attn_tensor_make(bufs[8], c->dtype, 4, (int64_t[]){B, Hkv, Nk, Dv});
+            if (!cli_round_input("bench", &s.dout, c->dtype, &rounded[3])) goto done;
             /* out and lse of these inputs, as training would have them */
             if (attn_sdpa(&s.q, &s.k, &s.v, &s.o, &s.lse, NULL, &s.sopts, &err) != ATTN_OK) {
                 rc = cli_report("bench", &err);
@@ -282,16 +291,16 @@ static int bench_one(const bench_config *c)
         printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
                "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
-               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\"}\n",
+               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\"}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
-               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "");
+               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype));
     } else {
-        printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s  %-9s %-7s threads=%d  "
+        printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s %s  %-9s %-7s threads=%d  "
                "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB%s\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq,
-               c->head_dim, c->value_dim, c->causal ? " causal" : "", path, isa, threads,
-               med * 1e3, gflops, (double)rss / (1024.0 * 1024.0), variant);
+               c->head_dim, c->value_dim, c->causal ? " causal" : "", attn_dtype_name(c->dtype),
+               path, isa, threads, med * 1e3, gflops, (double)rss / (1024.0 * 1024.0), variant);
     }
     fflush(stdout);
     rc = CLI_OK;
@@ -301,6 +310,7 @@ oom:
     rc = CLI_FAIL;
 done:
     for (int i = 0; i < 10; ++i) free(bufs[i]);
+    for (int i = 0; i < 4; ++i) free(rounded[i]);
     attn_mha_free(s.mha);
     return rc;
 }
@@ -342,11 +352,12 @@ static int bench_decode(const bench_config *c)
     const int64_t D = c->head_dim, Dv = c->value_dim;
     const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
     attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
-                               .value_dim = Dv, .block_size = c->block_size};
+                               .value_dim = Dv, .block_size = c->block_size, .dtype = c->dtype};
     attn_kvcache *cache = NULL;
     attn_error err = {0};
     int rc = CLI_FAIL;
     float *kbuf = NULL, *vbuf = NULL, *q = NULL, *o = NULL, *lse = NULL, *stream = NULL;
+    void *q16 = NULL;
     double *t_dec = NULL, *t_mem = NULL;
     if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK) return cli_report("bench", &err);
     /* fill the cache in chunks of 1024 tokens */
@@ -356,8 +367,9 @@ static int bench_decode(const bench_config *c)
     q = alloc_filled(B * H * Nq * D, 13);
     o = alloc_filled(B * H * Nq * Dv, 14);
     lse = alloc_filled(B * H * Nq, 15);
-    const double kv_bytes = 4.0 * (double)B * (double)Hkv * (double)Nk * (double)(D + Dv);
-    int64_t sn = (int64_t)(kv_bytes / 4.0);
+    const double elem = (double)attn_dtype_size(c->dtype);
+    const double kv_bytes = elem * (double)B * (double)Hkv * (double)Nk * (double)(D + Dv);
+    int64_t sn = (int64_t)(kv_bytes / 4.0); /* floats streamed: as many bytes as K/V */
     if (sn < ((int64_t)256 << 20) / 4) sn = ((int64_t)256 << 20) / 4;
     sn -= sn % 4096;
     stream = alloc_filled(sn, 16);
@@ -379,8 +391,10 @@ static int bench_decode(const bench_config *c)
             goto done;
         }
     }
-    attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D), O = attn_tensor_4d(o, B, H, Nq, Dv);
+    attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D);
+    attn_tensor O = attn_tensor_make(o, c->dtype, 4, (int64_t[]){B, H, Nq, Dv});
     attn_tensor L = attn_tensor_3d(lse, B, H, Nq);
+    if (!cli_round_input("bench", &Q, c->dtype, &q16)) goto done;
     attn_sdpa_opts opts = attn_sdpa_opts_default();
     opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
     opts.num_threads = threads;
@@ -411,21 +425,23 @@ static int bench_decode(const bench_config *c)
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"layout\":\"%s\","
                "\"block_size\":%ld,\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,"
                "\"kv_gbs\":%.3f,\"stream_gbs\":%.3f,\"fraction\":%.4f,\"tokens_per_s\":%.1f,"
-               "\"peak_rss_bytes\":%zu}\n",
+               "\"peak_rss_bytes\":%zu,\"dtype\":\"%s\"}\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
                layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3, gbs, mem_gbs,
-               gbs / mem_gbs, tokens, peak_rss_bytes());
+               gbs / mem_gbs, tokens, peak_rss_bytes(), attn_dtype_name(c->dtype));
     } else {
-        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %-7s threads=%d  "
+        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s %s  %-7s threads=%d  "
                "median %8.3f ms  K/V %7.2f GB/s  stream read %7.2f GB/s  (%.0f%%)  %.1f tokens/s\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
-               layout, attn_isa(), threads, med * 1e3, gbs, mem_gbs, 100.0 * gbs / mem_gbs, tokens);
+               layout, attn_dtype_name(c->dtype), attn_isa(), threads, med * 1e3, gbs, mem_gbs,
+               100.0 * gbs / mem_gbs, tokens);
     }
     fflush(stdout);
     rc = CLI_OK;
 done:
     attn_kvcache_free(cache);
-    free(kbuf), free(vbuf), free(q), free(o), free(lse), free(stream), free(t_dec), free(t_mem);
+    free(kbuf), free(vbuf), free(q), free(q16), free(o), free(lse), free(stream), free(t_dec),
+        free(t_mem);
     return rc;
 }
 
@@ -573,8 +589,10 @@ static int run_bench(int argc, char **argv)
         !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &c.threads) ||
         !cli_get_int(&a, "--runs", 1, 100000, &c.runs) ||
         !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup) ||
-        !cli_get_int(&a, "--block-size", 1, big, &c.block_size))
+        !cli_get_int(&a, "--block-size", 1, big, &c.block_size) || !cli_get_dtype(&a, &c.dtype))
         return CLI_USAGE;
+    if (c.dtype != ATTN_F32 && (c.mode == MODE_MHA || c.mode == MODE_VARLEN))
+        return cli_usage_error(cmd, "--dtype: --mode %s measures float32 only", mode_name[c.mode]);
     if (c.block_size && c.mode != MODE_DECODE)
         return cli_usage_error(cmd, "--block-size: only with --mode decode");
     if (c.mode == MODE_DECODE || c.mode == MODE_VARLEN) {
