@@ -215,6 +215,13 @@ attn_sdpa_opts attn_sdpa_opts_default(void);
  *   lse (B, Hq,  Nq)      optional: log Σ_j exp(scale·q·k_j + mask), natural log
  *   weights (B, Hq, Nq, Nk) optional: the softmax probabilities
  * A query row that sees no key gets out = 0, lse = -inf, weights = 0.
+ * q, k, v and out (and the backward's out, dout, dq, dk, dv) may each be
+ * ATTN_F32, ATTN_BF16 or ATTN_F16; lse, weights and the options' tensors
+ * are float32. 16-bit inputs are widened exactly and all arithmetic is
+ * float32: the result is the float32 call's on the same values, 16-bit
+ * outputs rounded to nearest even (README "bfloat16 and float16"). The
+ * fused forward reads 16-bit K and V in place; other 16-bit tensors are
+ * staged through float32 copies the call allocates.
  */
 attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                       attn_tensor *out, attn_tensor *lse, attn_tensor *weights,
