@@ -26,17 +26,20 @@
 
 /*
  * Microtile: C[rows × NR] ⊕= A[rows × k] · B[k × NR], accumulators in
- * registers. rows <= MR: missing rows reuse the last valid row's A (always
- * readable) and are not stored.
+ * registers, for rows <= mr <= MR (mr a compile-time constant at every call
+ * site, so each instance keeps only mr rows of accumulators). Missing rows
+ * reuse the last valid row's A (always readable) and are not stored. Each
+ * stored row's sum runs over l in the same order for every mr: the choice
+ * of instance never changes a bit.
  */
 static inline __attribute__((always_inline)) void
 SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
                 int64_t ldb, float *c, int64_t ldc, int64_t rows, const float *row_scale,
-                sdpa_gemm_mode mode)
+                sdpa_gemm_mode mode, const int mr)
 {
     vf acc[MR][NV];
     const float *ar[MR];
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < mr; ++r) {
         ar[r] = a + (r < rows ? r : rows - 1) * a_rs;
         for (int v = 0; v < NV; ++v) acc[r][v] = V_ZERO();
     }
@@ -45,12 +48,12 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const flo
         vf bv[NV];
         for (int v = 0; v < NV; ++v) bv[v] = V_LOAD(bl + v * VW);
         const int64_t off = l * a_cs;
-        for (int r = 0; r < MR; ++r) {
+        for (int r = 0; r < mr; ++r) {
             const vf x = V_BCAST(ar[r] + off);
             for (int v = 0; v < NV; ++v) acc[r][v] = V_FMA(x, bv[v], acc[r][v]);
         }
     }
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < mr; ++r) {
         if (r >= rows) break;
         float *cr = c + r * ldc;
         if (mode == SDPA_GEMM_SET) {
@@ -63,6 +66,24 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const flo
                 V_STORE(cr + v * VW, V_FMA(V_LOAD(cr + v * VW), s, acc[r][v]));
         }
     }
+}
+
+/* One microtile of `rows` rows with the smallest instance that holds them
+ * (1, 2, 4 or MR rows of accumulators): a decoding step's one to four
+ * stacked rows do not pay for MR. */
+static inline __attribute__((always_inline)) void
+SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
+                    int64_t ldb, float *c, int64_t ldc, int64_t rows, const float *row_scale,
+                    sdpa_gemm_mode mode)
+{
+    if (rows == 1)
+        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 1);
+    else if (rows == 2)
+        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 2);
+    else if (rows <= 4)
+        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 4);
+    else
+        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, MR);
 }
 
 static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
@@ -78,11 +99,11 @@ static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
             if (a_cs == 1)
-                SIMD(microtile)(k, a + i * a_rs, a_rs, 1, b + j, ldb, c + i * ldc + j, ldc, rows,
-                                rs, mode);
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, b + j, ldb, c + i * ldc + j, ldc,
+                                    rows, rs, mode);
             else
-                SIMD(microtile)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j, ldc,
-                                rows, rs, mode);
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j,
+                                    ldc, rows, rs, mode);
         }
 }
 
