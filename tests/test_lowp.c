@@ -196,17 +196,18 @@ typedef struct {
     attn_causal causal;
     bool mask;          /* a float mask (B,1,Nq,Nk) with some -inf */
     bool strided;       /* K as a (B,Nk,Hkv,D) buffer, V with element stride 2 */
+    bool gapped;        /* Q, K, V all with element stride 2 */
     bool variants;      /* window + softcap + ALiBi + sinks (bitwise groups only) */
     bool backward;
 } lp_case;
 
 static const lp_case cases[] = {
-    {"prefill causal GQA", 1, 4, 2, 37, 301, 40, 40, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, false, true},
-    {"decode split-KV stacked", 2, 8, 2, 1, 4500, 64, 64, ATTN_CAUSAL_NONE, false, false, false, false},
-    {"decode 5 rows", 1, 4, 1, 5, 2300, 32, 24, ATTN_CAUSAL_BOTTOM_RIGHT, false, true, false, false},
-    {"masked D != Dv", 2, 2, 2, 29, 83, 17, 9, ATTN_CAUSAL_TOP_LEFT, true, false, false, true},
-    {"strided views", 1, 3, 3, 50, 130, 24, 16, ATTN_CAUSAL_NONE, false, true, false, true},
-    {"variants", 1, 4, 2, 64, 200, 32, 32, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, true, true},
+    {"prefill causal GQA", 1, 4, 2, 37, 301, 40, 40, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, false, false, true},
+    {"decode split-KV stacked", 2, 8, 2, 1, 4500, 64, 64, ATTN_CAUSAL_NONE, false, false, false, false, false},
+    {"decode 5 rows", 1, 4, 1, 5, 2300, 32, 24, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, true, false, false},
+    {"masked D != Dv", 2, 2, 2, 29, 83, 17, 9, ATTN_CAUSAL_TOP_LEFT, true, false, false, false, true},
+    {"strided views", 1, 3, 3, 50, 130, 24, 16, ATTN_CAUSAL_NONE, false, true, false, false, true},
+    {"variants", 1, 4, 2, 64, 200, 32, 32, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, false, true, true},
 };
 
 /* Float tensors of a case: values rounded to the 16-bit format, as float32
@@ -220,10 +221,10 @@ typedef struct {
 } lp_tensor;
 
 static void lp_make(lp_tensor *t, attn_dtype dt, const int64_t *shape, bool strided,
-                    bool value_like, tu_rng *rng, double amp)
+                    bool value_like, bool gapped, tu_rng *rng, double amp)
 {
     const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
-    const int64_t gap = strided && value_like ? 2 : 1;
+    const int64_t gap = (strided && value_like) || gapped ? 2 : 1;
     t->fbuf = xcalloc(n * gap, sizeof(float));
     t->hbuf = xcalloc(n * gap, sizeof(uint16_t));
     t->ref = xcalloc(n, sizeof(double));
@@ -383,10 +384,10 @@ static void run_case(tu_group *gb, tu_group *gr, const lp_case *c, attn_dtype dt
     const int64_t vs[4] = {c->B, c->Hkv, c->Nk, c->Dv}, os[4] = {c->B, c->Hq, c->Nq, c->Dv};
     const int64_t ls[3] = {c->B, c->Hq, c->Nq};
     lp_tensor q, k, v, dout;
-    lp_make(&q, dt, qs, false, false, &rng, 1.0);
-    lp_make(&k, dt, ks, c->strided, false, &rng, 1.0);
-    lp_make(&v, dt, vs, c->strided, true, &rng, 1.0);
-    lp_make(&dout, dt, os, false, false, &rng, 1.0);
+    lp_make(&q, dt, qs, false, false, c->gapped, &rng, 1.0);
+    lp_make(&k, dt, ks, c->strided, false, c->gapped, &rng, 1.0);
+    lp_make(&v, dt, vs, c->strided, true, c->gapped, &rng, 1.0);
+    lp_make(&dout, dt, os, false, false, false, &rng, 1.0);
     lp_opts_storage st;
     attn_sdpa_opts o = case_opts(c, &st, &rng);
     const int64_t no = c->B * c->Hq * c->Nq * c->Dv, nl = c->B * c->Hq * c->Nq;
@@ -535,9 +536,9 @@ static void group_varlen_cache(tu_suite *suite, const tu_options *opt)
     const int64_t H = 4, Hkv = 2, D = 32, T = 90;
     /* varlen: packed (T, H, D) bfloat16 against the float32 call on the same values */
     lp_tensor q, k, v;
-    lp_make(&q, dt, (int64_t[]){1, T, H, D}, false, false, &rng, 1.0);
-    lp_make(&k, dt, (int64_t[]){1, T, Hkv, D}, false, false, &rng, 1.0);
-    lp_make(&v, dt, (int64_t[]){1, T, Hkv, D}, false, false, &rng, 1.0);
+    lp_make(&q, dt, (int64_t[]){1, T, H, D}, false, false, false, &rng, 1.0);
+    lp_make(&k, dt, (int64_t[]){1, T, Hkv, D}, false, false, false, &rng, 1.0);
+    lp_make(&v, dt, (int64_t[]){1, T, Hkv, D}, false, false, false, &rng, 1.0);
     attn_tensor q3[2], k3[2], v3[2];
     for (int x = 0; x < 2; ++x) {
         const attn_tensor *qq = x ? &q.h : &q.f, *kk = x ? &k.h : &k.f, *vv = x ? &v.h : &v.f;
@@ -571,9 +572,9 @@ static void group_varlen_cache(tu_suite *suite, const tu_options *opt)
     for (int ti = 0; ti < 2; ++ti) {
         const int64_t B = 2, L = 700, Nq = 3;
         lp_tensor kk, vv, qq;
-        lp_make(&kk, types[ti], (int64_t[]){B, Hkv, L, D}, false, false, &rng, 1.0);
-        lp_make(&vv, types[ti], (int64_t[]){B, Hkv, L, D}, false, false, &rng, 1.0);
-        lp_make(&qq, types[ti], (int64_t[]){B, H, Nq, D}, false, false, &rng, 1.0);
+        lp_make(&kk, types[ti], (int64_t[]){B, Hkv, L, D}, false, false, false, &rng, 1.0);
+        lp_make(&vv, types[ti], (int64_t[]){B, Hkv, L, D}, false, false, false, &rng, 1.0);
+        lp_make(&qq, types[ti], (int64_t[]){B, H, Nq, D}, false, false, false, &rng, 1.0);
         float *res[3];
         for (int mode = 0; mode < 3; ++mode) { /* 0 contiguous, 1 paged, 2 attn_sdpa */
             attn_tensor out = out32((int64_t[]){B, H, Nq, D}, 4, &res[mode]);

@@ -184,6 +184,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .mask_row = avx2_mask_row,
     .alibi_row = avx2_alibi_row,
     .pack_transposed = avx2_pack_transposed,
+    .pack_transposed16 = avx2_pack_transposed16,
     .widen = avx2_widen,
     .vexp = avx2_vexp,
     .vtanh = avx2_vtanh,

@@ -1,4 +1,4 @@
-/* AVX-512F kernels: the SIMD body with 16-lane vectors and a 12 × 32
+/* AVX-512F (+ F16C) kernels: the SIMD body with 16-lane vectors and a 12 × 32
  * microtile (24 accumulators + 2 B vectors + 1 broadcast of 32 registers).
  * Only ever selected when CPUID (and the OS, via XCR0) report AVX-512F. */
 #include "kernels.h"
@@ -8,10 +8,10 @@
 #include <math.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,f16c"))), apply_to = function)
 #elif defined(__GNUC__)
 #pragma GCC push_options
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,f16c")
 #endif
 
 #include <immintrin.h>
@@ -185,6 +185,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .mask_row = avx512_mask_row,
     .alibi_row = avx512_alibi_row,
     .pack_transposed = avx512_pack_transposed,
+    .pack_transposed16 = avx512_pack_transposed16,
     .widen = avx512_widen,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,

@@ -11,7 +11,8 @@ sdpa_isa sdpa_isa_best(void)
 {
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
-    if (__builtin_cpu_supports("avx512f")) return SDPA_ISA_AVX512;
+    /* F16C converts float16 in both SIMD tables (every AVX2/AVX-512 CPU has it). */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) return SDPA_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return SDPA_ISA_AVX2;

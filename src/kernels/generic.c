@@ -216,6 +216,15 @@ static void pack_transposed_generic(const float *src, int64_t rs, int64_t cs, in
     }
 }
 
+static void pack_transposed16_generic(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
+                                     int64_t n, int64_t D, float *dst, int64_t ld)
+{
+    for (int64_t d = 0; d < D; ++d) {
+        for (int64_t c = 0; c < n; ++c) dst[d * ld + c] = attn_load_float(src, t, c * rs + d * cs);
+        for (int64_t c = n; c < ld; ++c) dst[d * ld + c] = 0.0f;
+    }
+}
+
 static void widen_generic(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
                           int64_t rows, int64_t cols, float *dst, int64_t ld)
 {
@@ -246,6 +255,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .mask_row = mask_row_generic,
     .alibi_row = alibi_row_generic,
     .pack_transposed = pack_transposed_generic,
+    .pack_transposed16 = pack_transposed16_generic,
     .widen = widen_generic,
     .vexp = vexp_generic,
     .vtanh = vtanh_generic,

@@ -157,10 +157,15 @@ typedef void (*sdpa_pack_t_fn)(const float *src, int64_t rs, int64_t cs, int64_t
 /*
  * Rows of 16-bit floats (t = ATTN_BF16 or ATTN_F16) widened to float32,
  * exactly: dst[r*ld + c] = src[r*rs + c*cs] for r < rows, c < cols; columns
- * [cols, ld) are zeroed. The dtype-aware step of packing (K and V tiles).
+ * [cols, ld) are zeroed. The dtype-aware step of packing V tiles.
  */
 typedef void (*sdpa_widen_fn)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
                               int64_t rows, int64_t cols, float *dst, int64_t ld);
+
+/* sdpa_pack_t_fn of 16-bit rows (t = ATTN_BF16 or ATTN_F16), widened
+ * exactly as they are transposed: the K tile of a 16-bit forward. */
+typedef void (*sdpa_pack_t16_fn)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
+                                 int64_t n, int64_t D, float *dst, int64_t ld);
 
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
@@ -176,6 +181,7 @@ typedef struct {
     sdpa_mask_row_fn mask_row;
     sdpa_alibi_row_fn alibi_row;
     sdpa_pack_t_fn pack_transposed;
+    sdpa_pack_t16_fn pack_transposed16;
     sdpa_widen_fn widen;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */

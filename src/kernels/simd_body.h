@@ -381,12 +381,11 @@ static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dty
     return last;
 }
 
-/* 8 × 8 block transpose (AVX, available under both SIMD targets):
- * dst[i*ld + j] = src[j*rs + i]. */
-static inline void SIMD(transpose8)(const float *src, int64_t rs, float *dst, int64_t ld)
+/* 8 × 8 block transpose of eight loaded rows (AVX, available under both
+ * SIMD targets): dst[i*ld + j] = r[j][i]. */
+static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t ld)
 {
-    __m256 r[8], t[8], u[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+    __m256 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -403,6 +402,14 @@ static inline void SIMD(transpose8)(const float *src, int64_t rs, float *dst, in
     }
 }
 
+/* dst[i*ld + j] = src[j*rs + i] for an 8 × 8 block. */
+static inline void SIMD(transpose8)(const float *src, int64_t rs, float *dst, int64_t ld)
+{
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+    SIMD(transpose8_rows)(r, dst, ld);
+}
+
 static void SIMD(pack_transposed)(const float *src, int64_t rs, int64_t cs, int64_t n, int64_t D,
                                   float *dst, int64_t ld)
 {
@@ -416,6 +423,33 @@ static void SIMD(pack_transposed)(const float *src, int64_t rs, int64_t cs, int6
         if (d >= d8)
             for (int64_t c = 0; c < n8; ++c) out[c] = in[c * rs];
         for (int64_t c = n8; c < n; ++c) out[c] = in[c * rs];
+        for (int64_t c = n; c < ld; ++c) out[c] = 0.0f;
+    }
+}
+
+/* pack_transposed of 16-bit rows, widened in registers on the way (8 halves
+ * per row: bfloat16 by a shift, float16 by F16C). */
+static void SIMD(pack_transposed16)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
+                                    int64_t n, int64_t D, float *dst, int64_t ld)
+{
+    const int64_t n8 = n - n % 8, d8 = cs == 1 ? D - D % 8 : 0;
+    for (int64_t c = 0; c < n8; c += 8)
+        for (int64_t d = 0; d < d8; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) {
+                const __m128i h = _mm_loadu_si128((const __m128i *)(src + (c + i) * rs + d));
+                r[i] = t == ATTN_BF16
+                           ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                           : _mm256_cvtph_ps(h);
+            }
+            SIMD(transpose8_rows)(r, dst + d * ld + c, ld);
+        }
+    for (int64_t d = 0; d < D; ++d) {
+        float *out = dst + d * ld;
+        const uint16_t *in = src + d * cs;
+        if (d >= d8)
+            for (int64_t c = 0; c < n8; ++c) out[c] = attn_load_float(in, t, c * rs);
+        for (int64_t c = n8; c < n; ++c) out[c] = attn_load_float(in, t, c * rs);
         for (int64_t c = n; c < ld; ++c) out[c] = 0.0f;
     }
 }

@@ -87,7 +87,7 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
-    float *kt, *kw, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
+    float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     int32_t *start, *end;
     const float *vop; /* V operand of the current tile: w->v or V in place */
     int64_t ldv;
@@ -99,7 +99,6 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size s = {0, true};
     const int64_t rows = d->units * FWD_ROWS;
     sdpa_size_add(&s, p->D, d->bcp, sizeof(float));    /* kt */
-    sdpa_size_add(&s, p->kt == ATTN_F32 ? 0 : FWD_KEYS, p->D, sizeof(float)); /* kw */
     sdpa_size_add(&s, FWD_KEYS, d->dvp, sizeof(float)); /* v */
     sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* s */
     sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* bias */
@@ -117,7 +116,6 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     fwd_scratch w;
     const int64_t rows = d->units * FWD_ROWS;
     w.kt = sdpa_take(&base, p->D * d->bcp, sizeof(float));
-    w.kw = sdpa_take(&base, p->kt == ATTN_F32 ? 0 : FWD_KEYS * p->D, sizeof(float));
     w.v = sdpa_take(&base, FWD_KEYS * d->dvp, sizeof(float));
     w.s = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));
     w.bias = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));
@@ -156,8 +154,7 @@ bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
 
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp) and the V
  * operand (nj rows, packed only when V cannot be read in place). bfloat16
- * and float16 K and V are widened here, the one dtype-aware step: K's rows
- * into w->kw first, then transposed like float32 ones. */
+ * and float16 K and V are widened here, the one dtype-aware step. */
 static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
@@ -166,8 +163,8 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
         kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
                               d->bcp);
     } else {
-        kern->widen(p->kt, (const uint16_t *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kw, p->D);
-        kern->pack_transposed(w->kw, p->D, 1, nj, p->D, w->kt, d->bcp);
+        kern->pack_transposed16(p->kt, (const uint16_t *)p->k + ko, p->ks[2], p->ks[3], nj, p->D,
+                                w->kt, d->bcp);
     }
     if (!with_v) return;
     w->v_finite = -1;
