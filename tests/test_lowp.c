@@ -188,6 +188,71 @@ static void group_conversions(tu_suite *suite)
     tu_group_end(&g);
 }
 
+/* Whole arrays through attn_tensor_convert (the kernels' vector conversions
+ * on unit-stride rows), on every ISA: every pattern widened, and ~1.4M
+ * floats (every rounding boundary, a spread over all exponents, specials)
+ * narrowed, each element against the scalar oracle above. */
+static void group_vector_conversions(tu_suite *suite)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "vector conversions");
+    sj_path paths[SJ_MAX_PATHS];
+    const int npaths = sj_paths(paths);
+    const int64_t nsample = (1ll << 32) / 4093 + 1 + 6 * 32767 + 4;
+    float *f = xcalloc(nsample, sizeof(float)), *wide = xcalloc(65536, sizeof(float));
+    uint16_t *h = xcalloc(nsample, sizeof(uint16_t)), *pat = xcalloc(65536, sizeof(uint16_t));
+    const attn_dtype types[2] = {ATTN_BF16, ATTN_F16};
+    for (int ti = 0; ti < 2; ++ti) {
+        const attn_dtype t = types[ti];
+        int64_t n = 0;
+        for (uint32_t x = 0; x < 0x7fff; ++x) {
+            const double a = decode16(t, (uint16_t)x), b = decode16(t, (uint16_t)(x + 1));
+            if (isnan(a) || isnan(b) || isinf(a)) continue;
+            const float mid = (float)((a + b) / 2);
+            f[n++] = nextafterf(mid, 0.0f), f[n++] = mid, f[n++] = nextafterf(mid, INFINITY);
+            f[n++] = -mid;
+        }
+        for (uint64_t u = 0; u < (1ull << 32); u += 4093) f[n++] = bits_f32((uint32_t)u);
+        f[n++] = INFINITY, f[n++] = -INFINITY, f[n++] = NAN, f[n++] = 65520.0f;
+        for (uint32_t x = 0; x < 65536; ++x) pat[x] = (uint16_t)x;
+        for (int pi = 1; pi < npaths; ++pi) { /* the fused paths: each ISA's kernels */
+            sj_select(&paths[pi]);
+            attn_tensor F = attn_tensor_make(f, ATTN_F32, 1, (int64_t[]){n});
+            attn_tensor H = attn_tensor_make(h, t, 1, (int64_t[]){n});
+            attn_tensor P = attn_tensor_make(pat, t, 1, (int64_t[]){65536});
+            attn_tensor W = attn_tensor_make(wide, ATTN_F32, 1, (int64_t[]){65536});
+            attn_error e;
+            if (!tu_check(&g, attn_tensor_convert(&F, &H, &e) == ATTN_OK &&
+                                  attn_tensor_convert(&P, &W, &e) == ATTN_OK,
+                          "convert: %s", e.message))
+                continue;
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const bool ok = isnan(f[i]) ? isnan(decode16(t, h[i])) : h[i] == nearest16(t, f[i]);
+                if (!ok && bad++ < 3)
+                    tu_group_fail(&g, "%s %s: %.9g narrowed to 0x%04x, nearest-even 0x%04x",
+                                  paths[pi].name, attn_dtype_name(t), (double)f[i], h[i],
+                                  nearest16(t, f[i]));
+            }
+            for (uint32_t x = 0; x < 65536; ++x) {
+                const double want = decode16(t, (uint16_t)x);
+                const bool ok = isnan(want) ? isnan(wide[x])
+                                            : (double)wide[x] == want && !!signbit(wide[x]) == (x >> 15);
+                if (!ok && bad++ < 3)
+                    tu_group_fail(&g, "%s %s: 0x%04x widened to %.9g", paths[pi].name,
+                                  attn_dtype_name(t), x, (double)wide[x]);
+            }
+            if (bad == 0) tu_group_pass(&g);
+        }
+        sj_select(&paths[0]);
+    }
+    free(f);
+    free(wide);
+    free(h);
+    free(pat);
+    tu_group_end(&g);
+}
+
 /* ----------------------------------------------------------------- cases */
 
 typedef struct {
@@ -670,6 +735,7 @@ int main(int argc, char **argv)
     tu_suite suite = {0};
     suite.verbose = opt.verbose;
     if (tu_group_selected(&opt, "conversions")) group_conversions(&suite);
+    if (tu_group_selected(&opt, "vector")) group_vector_conversions(&suite);
     if (tu_group_selected(&opt, "bitwise") || tu_group_selected(&opt, "float64"))
         group_sdpa(&suite, &opt);
     if (tu_group_selected(&opt, "varlen")) group_varlen_cache(&suite, &opt);

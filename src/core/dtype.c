@@ -1,6 +1,7 @@
 /* Element types: sizes, names and conversion between the float formats. */
 #include "half.h"
 #include "internal.h"
+#include "../kernels/kernels.h"
 
 size_t attn_dtype_size(attn_dtype dtype)
 {
@@ -53,6 +54,12 @@ void attn_tensor_convert_unchecked(const attn_tensor *src, attn_tensor *dst)
     if (n == 0) return;
     const int64_t rows = n / cols;
     const int64_t scs = nd > 0 ? src->stride[nd - 1] : 0, dcs = nd > 0 ? dst->stride[nd - 1] : 0;
+    /* Unit-stride rows between float32 and a 16-bit format: the kernels'
+     * vector conversions (the same bits as the scalar ones). */
+    const sdpa_kernels *kern = sdpa_kernels_for(sdpa_isa_select());
+    const bool unit = cols == 1 || (scs == 1 && dcs == 1);
+    const bool widen = unit && src->dtype != ATTN_F32 && dst->dtype == ATTN_F32;
+    const bool narrow = unit && src->dtype == ATTN_F32 && dst->dtype != ATTN_F32;
     /* Rows are independent: a large conversion uses every thread. */
 #pragma omp parallel for schedule(static) if (n >= (1 << 18))
     for (int64_t r = 0; r < rows; ++r) {
@@ -63,8 +70,14 @@ void attn_tensor_convert_unchecked(const attn_tensor *src, attn_tensor *dst)
             so += i * src->stride[d];
             doff += i * dst->stride[d];
         }
-        for (int64_t c = 0; c < cols; ++c)
-            attn_store_float(dst->data, dst->dtype, doff + c * dcs,
-                             attn_load_float(src->data, src->dtype, so + c * scs));
+        if (widen)
+            kern->widen(src->dtype, (const uint16_t *)src->data + so, 0, 1, 1, cols,
+                        (float *)dst->data + doff, cols);
+        else if (narrow)
+            kern->narrow(dst->dtype, (const float *)src->data + so, cols, (uint16_t *)dst->data + doff);
+        else
+            for (int64_t c = 0; c < cols; ++c)
+                attn_store_float(dst->data, dst->dtype, doff + c * dcs,
+                                 attn_load_float(src->data, src->dtype, so + c * scs));
     }
 }

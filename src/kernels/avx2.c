@@ -34,6 +34,24 @@ typedef __m256 vf;
 #define V_LOAD_BF16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+/* 8 floats narrowed, to nearest even: half by F16C; bfloat16 by adding
+ * 0x7fff + (the kept lowest bit) to the bits (NaN: quieted, not rounded). */
+#define V_STORE_F16(p, v) \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+static inline void avx2_store_bf16(uint16_t *p, __m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+#define V_STORE_BF16(p, v) avx2_store_bf16((p), (v))
 
 /*
  * e^x for x <= 0 (and -inf, NaN): n = round(x·log2e) by the magic-number
@@ -186,6 +204,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .pack_transposed = avx2_pack_transposed,
     .pack_transposed16 = avx2_pack_transposed16,
     .widen = avx2_widen,
+    .narrow = avx2_narrow,
     .vexp = avx2_vexp,
     .vtanh = avx2_vtanh,
 };

@@ -35,6 +35,22 @@ typedef __m512 vf;
 #define V_LOAD_BF16(p) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+/* 16 floats narrowed, to nearest even (bfloat16 as in avx2.c). */
+#define V_STORE_F16(p, v) \
+    _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+static inline void avx512_store_bf16(uint16_t *p, __m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i r = _mm512_mask_mov_epi32(rounded, nan, quiet);
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+#define V_STORE_BF16(p, v) avx512_store_bf16((p), (v))
 
 /* e^x for x <= 0, -inf and NaN; the algorithm of avx2.c (see there). */
 static inline vf v_exp_nonpos(vf x)
@@ -187,6 +203,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .pack_transposed = avx512_pack_transposed,
     .pack_transposed16 = avx512_pack_transposed16,
     .widen = avx512_widen,
+    .narrow = avx512_narrow,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,
 };

@@ -234,6 +234,11 @@ static void widen_generic(attn_dtype t, const uint16_t *src, int64_t rs, int64_t
     }
 }
 
+static void narrow_generic(attn_dtype t, const float *src, int64_t n, uint16_t *dst)
+{
+    for (int64_t i = 0; i < n; ++i) attn_store_float(dst, t, i, src[i]);
+}
+
 static void vexp_generic(const float *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; ++i) y[i] = exp_generic(x[i]);
@@ -257,6 +262,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .pack_transposed = pack_transposed_generic,
     .pack_transposed16 = pack_transposed16_generic,
     .widen = widen_generic,
+    .narrow = narrow_generic,
     .vexp = vexp_generic,
     .vtanh = vtanh_generic,
 };

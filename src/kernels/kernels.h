@@ -162,6 +162,10 @@ typedef void (*sdpa_pack_t_fn)(const float *src, int64_t rs, int64_t cs, int64_t
 typedef void (*sdpa_widen_fn)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
                               int64_t rows, int64_t cols, float *dst, int64_t ld);
 
+/* dst[i] = src[i] rounded to t (ATTN_BF16 or ATTN_F16), to nearest even,
+ * for i < n: the same bits as attn_store_float. */
+typedef void (*sdpa_narrow_fn)(attn_dtype t, const float *src, int64_t n, uint16_t *dst);
+
 /* sdpa_pack_t_fn of 16-bit rows (t = ATTN_BF16 or ATTN_F16), widened
  * exactly as they are transposed: the K tile of a 16-bit forward. */
 typedef void (*sdpa_pack_t16_fn)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
@@ -183,6 +187,7 @@ typedef struct {
     sdpa_pack_t_fn pack_transposed;
     sdpa_pack_t16_fn pack_transposed16;
     sdpa_widen_fn widen;
+    sdpa_narrow_fn narrow;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */
 } sdpa_kernels;

@@ -469,6 +469,16 @@ static void SIMD(widen)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t c
     }
 }
 
+static void SIMD(narrow)(attn_dtype t, const float *src, int64_t n, uint16_t *dst)
+{
+    int64_t i = 0;
+    if (t == ATTN_BF16)
+        for (; i + VW <= n; i += VW) V_STORE_BF16(dst + i, V_LOAD(src + i));
+    else
+        for (; i + VW <= n; i += VW) V_STORE_F16(dst + i, V_LOAD(src + i));
+    for (; i < n; ++i) attn_store_float(dst, t, i, src[i]);
+}
+
 static void SIMD(vexp)(const float *x, float *y, int64_t n)
 {
     int64_t i = 0;
