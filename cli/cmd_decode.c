@@ -19,6 +19,7 @@ static const cli_option decode_options[] = {
     {"--scale", "S", "score scale (default 1/sqrt(D))"},
     {"--block-size", "N", "store the cache paged in blocks of N tokens (default contiguous)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
+    {"--dtype", "T", "storage of the cache, the queries and the output: f32 (default), bf16, f16"},
     {"--out", "O.npy", "output (B,Hq,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,Hq,Nq)"},
     {0},
@@ -28,7 +29,10 @@ static const char decode_details[] =
     "Entry b attends the first L_b tokens of its cache (FlashAttention's\n"
     "cache_seqlens); the rest of the file's N tokens are ignored. Hq %% Hkv == 0\n"
     "(GQA). The new tokens are the last Nq positions: --causal aligns them\n"
-    "bottom-right. An entry with L_b = 0 gives output 0 and LSE -inf.";
+    "bottom-right. An entry with L_b = 0 gives output 0 and LSE -inf.\n"
+    "--dtype bf16|f16 stores the cache and the queries rounded to that format\n"
+    "(float32 arithmetic); the output comes out in it: float16 as .npy <f2,\n"
+    "bfloat16 as its exact float32 values. The LSE is float32.";
 
 static const char *const option_names[][2] = {
     {"query", "--query"},     {"key", "--key-cache"}, {"value", "--value-cache"},
@@ -133,6 +137,7 @@ static int run_decode(int argc, char **argv)
     attn_array q = {0}, k = {0}, v = {0};
     attn_kvcache *cache = NULL;
     float *o = NULL, *lse = NULL;
+    void *q16 = NULL;
     int64_t *lens = NULL;
     char *text = NULL;
     rc = CLI_USAGE;
@@ -187,8 +192,15 @@ static int run_decode(int argc, char **argv)
             goto done;
         }
 
+    attn_dtype dtype;
+    if (!cli_get_dtype(&a, &dtype)) goto done;
+    if (!cli_round_input(cmd->name, &q4, dtype, &q16)) {
+        rc = CLI_FAIL;
+        goto done;
+    }
     attn_kvcache_config cfg = {.batch = B, .kv_heads = k4.shape[1], .capacity = N > 0 ? N : 1,
-                               .head_dim = k4.shape[3], .value_dim = Dv, .block_size = block};
+                               .head_dim = k4.shape[3], .value_dim = Dv, .block_size = block,
+                               .dtype = dtype};
     attn_error err = {0};
     if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK ||
         attn_kvcache_append(cache, &k4, &v4, lens, &err) != ATTN_OK) {
@@ -201,15 +213,18 @@ static int run_decode(int argc, char **argv)
         rc = CLI_FAIL;
         goto done;
     }
-    attn_tensor o4 = attn_tensor_4d(o, B, Hq, Nq, Dv), l3 = attn_tensor_3d(lse, B, Hq, Nq);
+    /* a 16-bit output fits the float buffer */
+    attn_tensor o4 = attn_tensor_make(o, dtype, 4, (int64_t[]){B, Hq, Nq, Dv});
+    attn_tensor l3 = attn_tensor_3d(lse, B, Hq, Nq);
     if (attn_kvcache_attend(cache, &q4, &o4, &l3, &opts, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
     /* outputs mirror the query's rank */
-    attn_tensor to = o4, tl = l3;
+    const attn_dtype written = cli_result_dtype(o, B * Hq * Nq * Dv, dtype);
+    attn_tensor to = attn_tensor_make(o, written, 4, (int64_t[]){B, Hq, Nq, Dv}), tl = l3;
     if (rank == 3) {
-        to = attn_tensor_3d(o, Hq, Nq, Dv);
+        to = attn_tensor_make(o, written, 3, (int64_t[]){Hq, Nq, Dv});
         tl = attn_tensor_2d(lse, Hq, Nq);
     }
     const char *paths[2] = {out_path, cli_get(&a, "--lse")};
@@ -224,6 +239,7 @@ done:
     attn_kvcache_free(cache);
     free(o);
     free(lse);
+    free(q16);
     free(lens);
     free(text);
     attn_array_free(&q);

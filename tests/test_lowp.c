@@ -21,9 +21,14 @@
  *      rounding boundary of both formats and the specials (and against
  *      F16C's vcvtps2ph where the CPU has it);
  *   4. bad dtypes (16-bit lse, weights, masks, stats; a bool query; a bool
- *      KV cache) are refused with ATTN_ERR_DTYPE and change nothing.
+ *      KV cache) are refused with ATTN_ERR_DTYPE and change nothing;
+ *   5. the files and the CLI: .npy <f2 and safetensors BF16/F16 round-trip
+ *      exactly; `attn sdpa|sdpa-backward|decode --dtype` write what the
+ *      library computes (<f2 for float16, exact float32 for bfloat16), and
+ *      a bad --dtype is one line naming it, exit 2.
  */
 #include "attn.h"
+#include "clirun.h"
 #include "ref64.h"
 #include "sdpa_judge.h"
 #include "testutil.h"
@@ -32,6 +37,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -726,6 +732,135 @@ static void group_bad(tu_suite *suite)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ files, CLI */
+
+static bool read_npy(const char *path, attn_array *a)
+{
+    return attn_npy_read(path, a, NULL) == ATTN_OK;
+}
+
+static void group_files_cli(tu_suite *suite)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "files and CLI");
+    char dir[] = "/tmp/attn-test-lowp-XXXXXX";
+    if (!mkdtemp(dir)) {
+        tu_group_fail(&g, "mkdtemp failed");
+        tu_group_end(&g);
+        return;
+    }
+    char qp[64], kp[64], vp[64], op[64], sp[64], kcp[64];
+    snprintf(qp, sizeof qp, "%s/q.npy", dir);
+    snprintf(kp, sizeof kp, "%s/k.npy", dir);
+    snprintf(vp, sizeof vp, "%s/v.npy", dir);
+    snprintf(op, sizeof op, "%s/o.npy", dir);
+    snprintf(sp, sizeof sp, "%s/t.safetensors", dir);
+    snprintf(kcp, sizeof kcp, "%s/dk.npy", dir);
+    tu_rng rng;
+    tu_rng_seed(&rng, 0x5eed);
+    const int64_t qs[4] = {1, 2, 9, 8}, ks[4] = {1, 2, 20, 8};
+    lp_tensor q, k, v;
+    lp_make(&q, ATTN_F16, qs, false, false, false, &rng, 1.0);
+    lp_make(&k, ATTN_F16, ks, false, false, false, &rng, 1.0);
+    lp_make(&v, ATTN_F16, ks, false, false, false, &rng, 1.0);
+    attn_error e;
+    /* .npy <f2 round trip, and the CLI on float16 files */
+    bool ok = attn_npy_write(qp, &q.h, &e) == ATTN_OK && attn_npy_write(kp, &k.h, &e) == ATTN_OK &&
+              attn_npy_write(vp, &v.h, &e) == ATTN_OK;
+    attn_array back = {0};
+    ok = ok && read_npy(qp, &back) && !strcmp(back.file_dtype, "<f2");
+    if (tu_check(&g, ok, "npy <f2 write/read: %s", e.message))
+        if (same_bits(&g, ".npy <f2 round trip", back.t.data, q.fbuf, 2 * 9 * 8)) tu_group_pass(&g);
+    attn_array_free(&back);
+    attn_tensor b16 = q.h;
+    b16.dtype = ATTN_BF16;
+    tu_check(&g, attn_npy_write(op, &b16, &e) == ATTN_ERR_DTYPE && strstr(e.message, "bfloat16"),
+             "a bfloat16 .npy is refused: %s", e.message);
+    /* safetensors BF16 and F16 */
+    uint16_t kb[2 * 20 * 8];
+    attn_tensor kbt = attn_tensor_make(kb, ATTN_BF16, 4, ks);
+    attn_tensor_convert(&k.f, &kbt, NULL);
+    const char *names[2] = {"kb", "kh"};
+    const attn_tensor ts[2] = {kbt, k.h};
+    attn_safetensors st = {0};
+    ok = attn_safetensors_write(sp, names, ts, 2, &e) == ATTN_OK &&
+         attn_safetensors_read(sp, &st, &e) == ATTN_OK && st.count == 2;
+    if (tu_check(&g, ok, "safetensors BF16/F16: %s", e.message)) {
+        const attn_array *ab = attn_safetensors_find(&st, "kb"), *ah = attn_safetensors_find(&st, "kh");
+        float kbw[2 * 20 * 8];
+        attn_tensor kbf = attn_tensor_make(kbw, ATTN_F32, 4, ks);
+        attn_tensor_convert(&kbt, &kbf, NULL);
+        if (tu_check(&g, ab && ah && !strcmp(ab->file_dtype, "BF16") && !strcmp(ah->file_dtype, "F16"),
+                     "safetensors dtypes") &&
+            same_bits(&g, "safetensors BF16", ab->t.data, kbw, 320) &&
+            same_bits(&g, "safetensors F16", ah->t.data, k.fbuf, 320))
+            tu_group_pass(&g);
+    }
+    attn_safetensors_free(&st);
+    /* attn sdpa --dtype f16 / bf16 against the library */
+    const attn_dtype types[2] = {ATTN_F16, ATTN_BF16};
+    for (int ti = 0; ti < 2; ++ti) {
+        const attn_dtype t = types[ti];
+        clirun_result r;
+        const char *args[] = {"sdpa", "--query", qp, "--key", kp, "--value", vp, "--out", op,
+                              "--causal", "bottom-right", "--dtype", t == ATTN_F16 ? "f16" : "bf16",
+                              NULL};
+        uint16_t want16[2 * 9 * 8];
+        float want[2 * 9 * 8];
+        attn_tensor W16 = attn_tensor_make(want16, t, 4, qs), W = attn_tensor_make(want, ATTN_F32, 4, qs);
+        attn_sdpa_opts o = attn_sdpa_opts_default();
+        o.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+        /* the files' float16 values rounded as the CLI does */
+        uint16_t q2[2 * 9 * 8], k2[320], v2[320];
+        attn_tensor Q2 = attn_tensor_make(q2, t, 4, qs), K2 = attn_tensor_make(k2, t, 4, ks),
+                    V2 = attn_tensor_make(v2, t, 4, ks);
+        attn_tensor_convert(&q.f, &Q2, NULL);
+        attn_tensor_convert(&k.f, &K2, NULL);
+        attn_tensor_convert(&v.f, &V2, NULL);
+        ok = attn_sdpa(&Q2, &K2, &V2, &W16, NULL, NULL, &o, &e) == ATTN_OK;
+        attn_tensor_convert(&W16, &W, NULL);
+        attn_array got = {0};
+        ok = ok && clirun(ATTN_CLI, args, &r) && r.status == 0 && read_npy(op, &got);
+        if (tu_check(&g, ok, "attn sdpa --dtype %s: status %d %s", attn_dtype_name(t), r.status, r.err) &&
+            tu_check(&g, !strcmp(got.file_dtype, t == ATTN_F16 ? "<f2" : "<f4"), "output dtype %s",
+                     got.file_dtype) &&
+            same_bits(&g, "attn sdpa --dtype", got.t.data, want, 2 * 9 * 8))
+            tu_group_pass(&g);
+        attn_array_free(&got);
+        clirun_free(&r);
+    }
+    {
+        clirun_result r;
+        const char *args[] = {"sdpa-backward", "--query", qp, "--key", kp, "--value", vp,
+                              "--grad-out", qp, "--grad-key", kcp, "--dtype", "f16", NULL};
+        attn_array got = {0};
+        ok = clirun(ATTN_CLI, args, &r) && r.status == 0 && read_npy(kcp, &got);
+        tu_check(&g, ok && !strcmp(got.file_dtype, "<f2"), "attn sdpa-backward --dtype f16: %s",
+                 r.err);
+        attn_array_free(&got);
+        clirun_free(&r);
+        const char *dargs[] = {"decode", "--query", qp, "--key-cache", kp, "--value-cache", vp,
+                               "--out", op, "--dtype", "f16", NULL};
+        ok = clirun(ATTN_CLI, dargs, &r) && r.status == 0 && read_npy(op, &got);
+        tu_check(&g, ok && !strcmp(got.file_dtype, "<f2"), "attn decode --dtype f16: %s", r.err);
+        attn_array_free(&got);
+        clirun_free(&r);
+        const char *bargs[] = {"sdpa", "--query", qp, "--key", kp, "--value", vp, "--out", op,
+                               "--dtype", "fp8", NULL};
+        ok = clirun(ATTN_CLI, bargs, &r) && r.status == 2 && strstr(r.err, "--dtype") &&
+             clirun_count_lines(r.err) == 1;
+        tu_check(&g, ok, "a bad --dtype: status %d, %s", r.status, r.err);
+        clirun_free(&r);
+    }
+    lp_free(&q);
+    lp_free(&k);
+    lp_free(&v);
+    const char *files[] = {qp, kp, vp, op, sp, kcp};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; ++i) unlink(files[i]);
+    rmdir(dir);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -740,5 +875,6 @@ int main(int argc, char **argv)
         group_sdpa(&suite, &opt);
     if (tu_group_selected(&opt, "varlen")) group_varlen_cache(&suite, &opt);
     if (tu_group_selected(&opt, "bad")) group_bad(&suite);
+    if (tu_group_selected(&opt, "files")) group_files_cli(&suite);
     return tu_suite_finish(&suite);
 }
