@@ -49,7 +49,7 @@ def _to4d(a, batch):
 class SdpaCall:
     """The views and options of one forward or backward call.
 
-    Attributes: q, k, v (the library's 4-D float32 views), shapes (the
+    Attributes: q, k, v (the library's 4-D float32 or float16 views), shapes (the
     caller's shapes, for gradients), batch (the broadcast leading shape),
     lead (batch + query heads: the leading shape of every output), L, S,
     opts, and keep (the views the opts point to, alive as long as the call)."""
@@ -58,8 +58,8 @@ class SdpaCall:
                  scale=None, enable_gqa=False, causal_alignment="top_left", window=None,
                  alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
                  dropout_offset=0, num_threads=None, path="auto"):
-        q, k, v = (_tensor.float32(x, n) for x, n in ((query, "query"), (key, "key"),
-                                                      (value, "value")))
+        q, k, v = (_tensor.floating(x, n) for x, n in ((query, "query"), (key, "key"),
+                                                       (value, "value")))
         for a, n in ((q, "query"), (k, "key"), (v, "value")):
             if a.ndim < 2:
                 raise ValueError(f"{n}: expected at least 2 dimensions (..., L, E), got {a.ndim}")

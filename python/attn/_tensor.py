@@ -1,7 +1,7 @@
 """NumPy arrays as attn_tensor views.
 
 attn_tensor holds a data pointer plus a shape and an ELEMENT stride per
-dimension, so any float32 (or bool) NumPy view whose byte strides are whole
+dimension, so any float32, float16 (or bool) NumPy view whose byte strides are whole
 elements passes without a copy: transposes, slices, broadcasts (stride 0) and,
 for inputs, reversed axes (negative strides). Anything else (other dtypes,
 unaligned data, strides that split an element) is converted once.
@@ -16,7 +16,8 @@ from . import _structs as S
 # tests use it to check that no copy was made.
 observer = None
 
-_DTYPES = {np.dtype(np.float32): S.F32, np.dtype(np.bool_): S.BOOL}
+_DTYPES = {np.dtype(np.float32): S.F32, np.dtype(np.bool_): S.BOOL,
+           np.dtype(np.float16): S.F16}
 
 
 def _passes_as_is(a, negative_ok):
@@ -47,6 +48,16 @@ def float32(x, name):
     return a
 
 
+def floating(x, name):
+    """x as the library stores it: float16 views as they are (the library
+    widens them exactly and computes in float32), everything else as
+    float32()."""
+    a = np.asarray(x)
+    if a.dtype == np.float16 and _passes_as_is(a, negative_ok=True):
+        return a
+    return float32(a, name)
+
+
 def mask(x, name):
     """A mask array: bool stays bool (one byte per element), floats become float32."""
     a = np.asarray(x)
@@ -68,9 +79,9 @@ def view(a, name):
     return t
 
 
-def output(shape, name):
-    """A new float32 array and its view, for the library to write."""
-    a = np.empty(shape, dtype=np.float32)
+def output(shape, name, dtype=np.float32):
+    """A new float32 (or float16) array and its view, for the library to write."""
+    a = np.empty(shape, dtype=dtype)
     return a, view(a, name)
 
 

@@ -6,7 +6,9 @@
 mirrors torch.nn.functional.scaled_dot_product_attention (torch >= 2.5): q
 (..., Hq, L, E), k (..., Hkv, S, E), v (..., Hkv, S, Ev) -> (..., Hq, L, Ev);
 bool masks True = may attend, float masks added to the scores. Computation is
-float32; outputs are new float32 arrays.
+float32; outputs are new float32 arrays, except that float16 inputs stay
+float16 (no copy) and give float16 results, as torch's do: the float32
+results on the same values, rounded to nearest even.
 """
 import ctypes as C
 
@@ -24,7 +26,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  need_weights=False, return_softmax_stats=False, window=None,
                                  alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
                                  dropout_offset=0, num_threads=None, path="auto"):
-    """Attention output (..., Hq, L, Ev), float32.
+    """Attention output (..., Hq, L, Ev): float32, or float16 for a float16 query.
 
     attn_mask may also be a tuple of two masks (say a key-padding mask and a
     causal or bias mask), combined without materialising their sum.
@@ -48,7 +50,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
                     dropout_offset, num_threads, path)
-    out = np.empty(call.out_shape(call.v.shape[3]), dtype=np.float32)
+    out = np.empty(call.out_shape(call.v.shape[3]), dtype=_result_dtype(call.q))
     out_t = _tensor.view(call.as4d(out), "out")
     lse = weights = stats = None
     if return_lse:
@@ -76,7 +78,8 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
                                           dropout_seed=None, dropout_offset=0, num_threads=None,
                                           path="auto"):
     """Gradients (dq, dk, dv) of <grad_out, attention(q, k, v)>, shaped like
-    query, key and value (summed over broadcast dimensions), float32.
+    query, key and value (summed over broadcast dimensions), float32 (float16
+    for a float16 input, summed in float32 first where it was broadcast).
 
     Same arguments as the forward, plus grad_out (..., Hq, L, Ev) and what the
     forward returned: out and lse (each optional, recomputed when missing) or
@@ -90,7 +93,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
                     dropout_offset, num_threads, path)
-    dout = _tensor.float32(grad_out, "grad_out")
+    dout = _tensor.floating(grad_out, "grad_out")
     if dout.shape != call.out_shape(call.v.shape[3]):
         raise ValueError(f"grad_out: shape {dout.shape}, expected the output's "
                          f"{call.out_shape(call.v.shape[3])}")
@@ -98,8 +101,10 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
         call.set_output("softmax_stats", call.as4d(_tensor.float32(softmax_stats,
                                                                    "softmax_stats")),
                         "softmax_stats")
-    grads = [np.empty(a.shape, dtype=np.float32) if wanted else None
-             for a, wanted in zip((call.q, call.k, call.v), needs_grad)]
+    # a broadcast input's gradient is summed (in float32) before it is rounded
+    grads = [np.empty(a.shape, dtype=_result_dtype(a) if int(np.prod(shape)) == a.size
+                      else np.float32) if wanted else None
+             for a, shape, wanted in zip((call.q, call.k, call.v), call.shapes, needs_grad)]
     dsinks = None
     if call.sinks is not None:
         dsinks = np.empty(call.sinks.shape, dtype=np.float32)
@@ -107,12 +112,14 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     err = new_error()
     check(lib.attn_sdpa_backward(
         _view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
-        _in(call, out, "out"), _in(call, lse, "lse"), _view(call.as4d(dout), "grad_out"),
+        _in(call, out, "out", _tensor.floating), _in(call, lse, "lse", _tensor.float32),
+        _view(call.as4d(dout), "grad_out"),
         *(_view(g, n) if g is not None else None
           for g, n in zip(grads, ("grad_query", "grad_key", "grad_value"))),
         C.byref(call.opts), C.byref(err)), err)
-    result = tuple(_unbroadcast(g, call.batch, shape) if g is not None else None
-                   for g, shape in zip(grads, call.shapes))
+    result = tuple(_unbroadcast(g, call.batch, shape).astype(_result_dtype(a), copy=False)
+                   if g is not None else None
+                   for g, a, shape in zip(grads, (call.q, call.k, call.v), call.shapes))
     return result + (dsinks,) if dsinks is not None else result
 
 
@@ -124,8 +131,13 @@ def _out(call, a, name):
     return _view(call.as4d(a), name) if a is not None else None
 
 
-def _in(call, a, name):
-    return _view(call.as4d(_tensor.float32(a, name)), name) if a is not None else None
+def _in(call, a, name, convert):
+    return _view(call.as4d(convert(a, name)), name) if a is not None else None
+
+
+def _result_dtype(a):
+    """Results follow a float16 input's dtype (as torch's); else float32."""
+    return np.float16 if a.dtype == np.float16 else np.float32
 
 
 def _unbroadcast(g, batch, shape):
