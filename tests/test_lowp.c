@@ -17,7 +17,8 @@
  *      u·mag), and the float32 computation;
  *   3. the conversions themselves: widening of all 65536 patterns of each
  *      format is exact and round-trips; narrowing rounds to nearest even
- *      against an independent float64 oracle over ~1M floats, every
+ *      against an independent float64 oracle over ~1M floats (~65k with
+ *      --quick / ATTN_TEST_QUICK=1, as the sanitizer runs use), every
  *      rounding boundary of both formats and the specials (and against
  *      F16C's vcvtps2ph where the CPU has it);
  *   4. bad dtypes (16-bit lse, weights, masks, stats; a bool query; a bool
@@ -151,7 +152,7 @@ static void check_narrow(tu_group *g, attn_dtype t, float f, int64_t *bad)
 #endif
 }
 
-static void group_conversions(tu_suite *suite)
+static void group_conversions(tu_suite *suite, uint64_t step)
 {
     tu_group g;
     tu_group_begin(&g, suite, "conversions");
@@ -183,7 +184,7 @@ static void group_conversions(tu_suite *suite)
             }
         }
         /* ~1M floats spread over every exponent, and the specials */
-        for (uint64_t u = 0; u < (1ull << 32); u += 4093) check_narrow(&g, t, bits_f32((uint32_t)u), &bad);
+        for (uint64_t u = 0; u < (1ull << 32); u += step) check_narrow(&g, t, bits_f32((uint32_t)u), &bad);
         const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX,
                                   FLT_MIN, FLT_TRUE_MIN, 65504.0f, 65519.99f, 65520.0f, 1e-8f};
         for (size_t k = 0; k < sizeof specials / sizeof specials[0]; ++k)
@@ -198,13 +199,13 @@ static void group_conversions(tu_suite *suite)
  * on unit-stride rows), on every ISA: every pattern widened, and ~1.4M
  * floats (every rounding boundary, a spread over all exponents, specials)
  * narrowed, each element against the scalar oracle above. */
-static void group_vector_conversions(tu_suite *suite)
+static void group_vector_conversions(tu_suite *suite, uint64_t step)
 {
     tu_group g;
     tu_group_begin(&g, suite, "vector conversions");
     sj_path paths[SJ_MAX_PATHS];
     const int npaths = sj_paths(paths);
-    const int64_t nsample = (1ll << 32) / 4093 + 1 + 6 * 32767 + 4;
+    const int64_t nsample = (int64_t)((1ull << 32) / step) + 1 + 4 * 32767 + 4;
     float *f = xcalloc(nsample, sizeof(float)), *wide = xcalloc(65536, sizeof(float));
     uint16_t *h = xcalloc(nsample, sizeof(uint16_t)), *pat = xcalloc(65536, sizeof(uint16_t));
     const attn_dtype types[2] = {ATTN_BF16, ATTN_F16};
@@ -218,7 +219,7 @@ static void group_vector_conversions(tu_suite *suite)
             f[n++] = nextafterf(mid, 0.0f), f[n++] = mid, f[n++] = nextafterf(mid, INFINITY);
             f[n++] = -mid;
         }
-        for (uint64_t u = 0; u < (1ull << 32); u += 4093) f[n++] = bits_f32((uint32_t)u);
+        for (uint64_t u = 0; u < (1ull << 32); u += step) f[n++] = bits_f32((uint32_t)u);
         f[n++] = INFINITY, f[n++] = -INFINITY, f[n++] = NAN, f[n++] = 65520.0f;
         for (uint32_t x = 0; x < 65536; ++x) pat[x] = (uint16_t)x;
         for (int pi = 1; pi < npaths; ++pi) { /* the fused paths: each ISA's kernels */
@@ -869,8 +870,10 @@ int main(int argc, char **argv)
     tu_install_crash_handler();
     tu_suite suite = {0};
     suite.verbose = opt.verbose;
-    if (tu_group_selected(&opt, "conversions")) group_conversions(&suite);
-    if (tu_group_selected(&opt, "vector")) group_vector_conversions(&suite);
+    /* floats sampled every `step` bit patterns (~1M; ~65k in quick mode) */
+    const uint64_t step = opt.quick ? 65521 : 4093;
+    if (tu_group_selected(&opt, "conversions")) group_conversions(&suite, step);
+    if (tu_group_selected(&opt, "vector")) group_vector_conversions(&suite, step);
     if (tu_group_selected(&opt, "bitwise") || tu_group_selected(&opt, "float64"))
         group_sdpa(&suite, &opt);
     if (tu_group_selected(&opt, "varlen")) group_varlen_cache(&suite, &opt);
