@@ -1,150 +1,252 @@
 #!/usr/bin/env python3
 """Turns one bench/run.sh results file (JSON lines) into markdown: the
-side-by-side table and the issue-3 target checks. Standard library only.
+machine, the sgemm roofline, the issue-11 summary table, its target checks
+and every measurement. Standard library only.
 
     python3 bench/make_table.py bench/results/<stamp>.jsonl
+
+Each row is rated against the mean of the sgemm measurements right before
+and after it at its thread count; a configuration measured in several
+rounds reports the median of its rounds (ratio and time alike).
 """
 import json
 import statistics
 import sys
 
+MEASURED = ("attn", "ggml", "torch")
+
 
 def load(path):
-    rows = []
     with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                rows.append(json.loads(line))
-    return rows
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def impl(r):
+    """The row's implementation: attn rows are `attn bench --json` lines (no "what")."""
+    return r.get("what", "attn")
+
+
+def variant(r):
+    """What ran: attn's kernel ISA, ggml's K/V type, or PyTorch."""
+    if impl(r) == "attn":
+        return r["isa"]
+    if impl(r) == "ggml":
+        return "ggml " + r["kv_type"]
+    return "PyTorch " + r["torch"]
 
 
 def key(r):
-    return (r.get("mode"), r.get("seq"), r.get("head_dim"), bool(r.get("causal")), r.get("threads"))
+    return (variant(r), r["mode"], r["batch"], r["heads"], r["seq"], r["head_dim"],
+            bool(r["causal"]), r["threads"])
+
+
+def rate_rows(rows):
+    """Gives every measurement its neighbouring sgemm rate and the load before it."""
+    last_load = None
+    for i, r in enumerate(rows):
+        w = impl(r)
+        if w == "load":
+            last_load = r["loadavg"]
+        if w not in MEASURED:
+            continue
+        r["_load"] = last_load
+        near = []
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(rows) and impl(rows[j]) not in MEASURED:
+                if impl(rows[j]) == "sgemm" and rows[j]["threads"] == r["threads"]:
+                    near.append(rows[j]["gflops"])
+                    break
+                j += step
+        r["_sgemm"] = sum(near) / len(near) if near else None
+
+
+class Config:
+    """One configuration over its rounds: medians of time, rate and share of sgemm."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self.r = runs[0]
+        self.ms = statistics.median(x["ms"] for x in runs)
+        self.gflops = statistics.median(x["gflops"] for x in runs)
+        shares = [x["gflops"] / x["_sgemm"] for x in runs if x.get("_sgemm")]
+        self.shares = shares
+        self.share = statistics.median(shares) if shares else None
+        beside = [x["_sgemm"] for x in runs if x.get("_sgemm")]
+        self.sgemm = statistics.median(beside) if beside else None
+        loads = [x["_load"] for x in runs if x.get("_load") is not None]
+        self.load = max(loads) if loads else None
+
+
+def fmt_share(c):
+    return "%.2f" % c.share if c and c.share is not None else "-"
 
 
 def main():
     rows = load(sys.argv[1])
-    machine = next((r for r in rows if r.get("what") == "machine"), {})
-    # Each measurement is rated against the mean of the sgemm runs right
-    # before and after it at the same thread count (bench/run.sh pairs them).
-    sgemm = {}
-    last_load = None
-    for i, r in enumerate(rows):
-        w = r.get("what")
-        if w == "sgemm":
-            sgemm.setdefault(r["threads"], []).append(r["gflops"])
-        elif w == "load":
-            last_load = r["loadavg"]
-        elif w in (None, "torch"):
-            r["_load"] = last_load
-            near = []
-            for step in (-1, 1):
-                j = i + step
-                while 0 <= j < len(rows) and rows[j].get("what") not in (None, "torch"):
-                    if rows[j].get("what") == "sgemm" and rows[j]["threads"] == r["threads"]:
-                        near.append(rows[j]["gflops"])
-                        break
-                    j += step
-            r["_sgemm"] = sum(near) / len(near) if near else None
-    rate = {t: statistics.median(v) for t, v in sgemm.items()}
-    attn = {}
-    ref = {}
-    torch = {}
+    rate_rows(rows)
+    machine = next((r for r in rows if impl(r) == "machine"), {})
+    end = next((r for r in rows if impl(r) == "end"), {})
+    T = machine.get("threads", 2)
+    isas = machine.get("isas", "").split()
+    groups = {}
     for r in rows:
-        if r.get("what") == "torch":
-            torch[key(r)] = r
-        elif "what" not in r:
-            (ref if r["path"] == "reference" else attn)[key(r)] = r
+        if impl(r) in MEASURED:
+            groups.setdefault(key(r), []).append(r)
+    cfg = {k: Config(v) for k, v in groups.items()}
+
+    def get(var, mode, n, d=64, causal=False, threads=T, heads=8):
+        batch = 8 if n == 128 else 1  # N = 128 rows run with B·H = 64
+        return cfg.get((var, mode, batch, heads, n, d, causal, threads))
 
     out = []
-    out.append("Machine: %s, %s cores; attn kernels: %s (%s)." % (
-        machine.get("cpu", "?"), machine.get("cores", "?"), machine.get("isa", "?"),
+    loads = [r["loadavg"] for r in rows if impl(r) == "load"]
+    out.append("Run: %s, bench/run.sh%s, %s round%s, %s; load average %s (1-minute, before each "
+               "row; the benchmark's own threads count in it)." % (
+                   machine.get("date", "?"), " --quick" if machine.get("quick") else "",
+                   machine.get("rounds", "?"), "" if machine.get("rounds") == 1 else "s",
+                   "%.0f min" % (end["seconds"] / 60) if end else "unfinished",
+                   "%.2f–%.2f" % (min(loads), max(loads)) if loads else "?"))
+    out.append("")
+    out.append("Machine: %s, %s cores, ISA: %s; %s." % (
+        machine.get("cpu", "?"), machine.get("cores", "?"), machine.get("isa_flags", "?"),
         machine.get("attn", "?")))
+    env = machine.get("env") or "neither OPENBLAS_CORETYPE nor OPENBLAS_L2_SIZE set"
     out.append("")
-    for t, v in sorted(sgemm.items()):
-        out.append("OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s over %d runs "
-                   "(min %.1f, max %.1f)." % (t, "" if t == 1 else "s", rate[t], len(v), min(v), max(v)))
+    out.append("OpenBLAS kernel (OPENBLAS_VERBOSE=2): **%s**, with OPENBLAS_CORETYPE and "
+               "OPENBLAS_L2_SIZE unset for the sgemm and PyTorch commands (environment: %s)." % (
+                   machine.get("openblas_core") or "?", env))
+    ggml = next((r for r in rows if impl(r) == "ggml"), None)
     out.append("")
-    out.append("B=1, H=8; times are medians; % = GFLOP/s as a share of the sgemm rate measured "
-               "right before and after the row at the same thread count; FLOPs forward "
-               "4·B·H·N²·D (causal half), backward 2.5×, MHA adds 8·B·L·E² for the projections; "
-               "load = 1-minute load average before the row (the machine is shared).")
+    if ggml:
+        out.append("ggml: `ggml_flash_attn_ext` of ggml %s (%s), built from source by "
+                   "bench/ggml/build.sh (Release, GGML_NATIVE, OpenMP)."
+                   % (ggml["ggml"], ggml.get("source", "source unknown")))
+    else:
+        out.append("ggml: no ggml rows.")
     out.append("")
-    out.append("| mode | N | D | causal | threads | attn fused ms | GFLOP/s | % sgemm "
-               "| attn reference ms | % sgemm | PyTorch 1.13 ms | % sgemm | fused vs PyTorch | load |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-
-    def pct(r):
-        s = r.get("_sgemm")
-        return "%.0f%%" % (100.0 * r["gflops"] / s) if s else "-"
-
-    order = {"forward": 0, "backward": 1, "mha": 2}
-    for k in sorted(attn, key=lambda k: (order.get(k[0], 3), -k[4], k[1], k[2], k[3])):
-        a = attn[k]
-        if a["seq"] >= 32768:
-            continue
-        rf, tr = ref.get(k), torch.get(k)
-        loads = [x["_load"] for x in (a, rf, tr) if x and x.get("_load") is not None]
-        out.append("| %s | %d | %d | %s | %d | %.2f | %.1f | %s | %s | %s | %s | %s | %s | %s |" % (
-            a["mode"], a["seq"], a["head_dim"], "yes" if a["causal"] else "no", a["threads"],
-            a["ms"], a["gflops"], pct(a),
-            "%.1f" % rf["ms"] if rf else "-", pct(rf) if rf else "-",
-            "%.1f" % tr["ms"] if tr else "-", pct(tr) if tr else "-",
-            "%.1f×" % (tr["ms"] / a["ms"]) if tr else "-",
-            "%.2f" % max(loads) if loads else "-"))
+    sg = {}
+    for r in rows:
+        if impl(r) == "sgemm":
+            sg.setdefault(r["threads"], []).append(r["gflops"])
+    for t, v in sorted(sg.items()):
+        out.append("- OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s over %d measurements "
+                   "(min %.1f, max %.1f)" % (t, "" if t == 1 else "s", statistics.median(v), len(v),
+                                             min(v), max(v)))
+    out.append("")
+    out.append("Shares of sgemm are a row's GFLOP/s over the mean of the sgemm runs right before "
+               "and after it at the same thread count. FLOPs: forward 4·B·H·N²·D (causal half), "
+               "backward 2.5× forward, MHA 8·B·L·E² for the four projections plus the attention. "
+               "B=1, H=8, D=64, %d threads, no mask unless stated; N=128 rows run B=8 (B·H=64)."
+               % T)
     out.append("")
 
-    # Issue-3 targets (2 threads unless stated).
-    T = max(rate) if rate else 2
+    # Summary: share of sgemm over N, one line per implementation and mode.
+    ns = sorted({k[4] for k in cfg})
+    variants = isas + ["generic", "ggml f32", "ggml f16"] + \
+        sorted({k[0] for k in cfg if k[0].startswith("PyTorch")})
+    out.append("| share of sgemm | " + " | ".join("N=%d" % n for n in ns) + " |")
+    out.append("|---|" + "---|" * len(ns))
+    for mode in ("forward", "backward"):
+        for var in variants:
+            cells = [get(var, mode, n) for n in ns]
+            if any(cells):
+                out.append("| %s %s | %s |" % (var, mode, " | ".join(fmt_share(c) for c in cells)))
+    best = isas[0] if isas else None
+    for var in [v for v in variants if v.startswith(("ggml", "PyTorch"))]:
+        pairs = [(get(var, "forward", n), get(best, "forward", n)) for n in ns]
+        if any(o and a for o, a in pairs):
+            out.append("| %s forward time ÷ attn %s | %s |" % (var, best, " | ".join(
+                "%.1f×" % (o.ms / a.ms) if o and a else "-" for o, a in pairs)))
+    out.append("")
 
-    def get(mode, n, d=64, causal=False, threads=T):
-        return attn.get((mode, n, d, causal, threads))
+    # Other shapes and ratios, one column per implementation.
+    cols = [v for v in variants if any(k[0] == v for k in cfg)]
+    lines = [
+        ("forward N=2048 D=128, share of sgemm", lambda v: fmt_share(get(v, "forward", 2048, 128))),
+        ("MHA E=512 L=2048 (projections included), share of sgemm",
+         lambda v: fmt_share(get(v, "mha", 2048))),
+        ("causal ÷ unmasked wall time, forward N=2048", lambda v: ratio(
+            get(v, "forward", 2048, causal=True), get(v, "forward", 2048))),
+        ("causal ÷ unmasked wall time, backward N=2048", lambda v: ratio(
+            get(v, "backward", 2048, causal=True), get(v, "backward", 2048))),
+        ("%d threads ÷ 1 thread speed, forward N=2048" % T, lambda v: ratio(
+            get(v, "forward", 2048, threads=1), get(v, "forward", 2048), "%.2f×")),
+        ("%d threads ÷ 1 thread speed, backward N=2048" % T, lambda v: ratio(
+            get(v, "backward", 2048, threads=1), get(v, "backward", 2048), "%.2f×")),
+    ]
+    out.append("| | " + " | ".join(cols) + " |")
+    out.append("|---|" + "---|" * len(cols))
+    for name, f in lines:
+        cells = [f(v) for v in cols]
+        if any(c != "-" for c in cells):
+            out.append("| %s | %s |" % (name, " | ".join(cells)))
+    out.append("")
 
+    # Issue 11's targets, on each ISA the machine has.
     checks = []
 
-    def share(r):
-        return r["gflops"] / r["_sgemm"] if (r and r.get("_sgemm")) else None
+    def share_at_least(name, var, c, limit):
+        if c and c.share is not None:
+            checks.append((name, var, "%.2f" % c.share, c.share >= limit))
 
-    f2048, f512 = get("forward", 2048), get("forward", 512)
-    f128, fc = get("forward", 2048, 128), get("forward", 2048, causal=True)
-    b2048, mha = get("backward", 2048), get("mha", 2048)
-    f1 = get("forward", 2048, threads=1)
-    mem = next((r for r in attn.values() if r["seq"] >= 32768), None)
-    if share(f2048) is not None:
-        checks.append(("forward N=2048 >= 70% of sgemm", "%.0f%%" % (100 * share(f2048)), share(f2048) >= 0.70))
-    if share(f512) is not None:
-        checks.append(("forward N=512 >= 50% of sgemm", "%.0f%%" % (100 * share(f512)), share(f512) >= 0.50))
-    if f128 and f2048:
-        ratio = f128["gflops"] / f2048["gflops"]
-        checks.append(("D=128 efficiency within 10% of D=64", "%.2f× of D=64" % ratio, ratio >= 0.90))
-    if fc and f2048:
-        ratio = fc["ms"] / f2048["ms"]
-        checks.append(("causal N=2048 time <= 0.55× unmasked", "%.3f×" % ratio, ratio <= 0.55))
-    if share(b2048) is not None:
-        checks.append(("backward N=2048 >= 50% of sgemm (2.5× fwd FLOPs)", "%.0f%%" % (100 * share(b2048)), share(b2048) >= 0.50))
-    if share(mha) is not None:
-        checks.append(("MHA E=512 L=2048 >= 65% of sgemm", "%.0f%%" % (100 * share(mha)), share(mha) >= 0.65))
-    tmha = torch.get(("mha", 2048, 64, False, T))
-    if mha and tmha:
-        checks.append(("MHA vs PyTorch nn.MultiheadAttention (~2× wanted)", "%.2f×" % (tmha["ms"] / mha["ms"]), tmha["ms"] / mha["ms"] >= 2.0))
-    if mem:
-        checks.append(("fwd+bwd N=32768 peak RSS < 1 GiB", "%.0f MiB" % (mem["peak_rss_bytes"] / 2**20), mem["peak_rss_bytes"] < 2**30))
-    if f1 and f2048:
-        ratio = f1["ms"] / f2048["ms"]
-        checks.append(("%d threads >= 1.8× one thread (forward N=2048)" % T, "%.2f×" % ratio, ratio >= 1.8))
-    b1 = get("backward", 2048, threads=1)
-    if b1 and b2048:
-        ratio = b1["ms"] / b2048["ms"]
-        checks.append(("%d threads >= 1.8× one thread (backward N=2048)" % T, "%.2f×" % ratio, ratio >= 1.8))
-    tf = torch.get(("forward", 2048, 64, False, T))
-    if tf and f2048:
-        checks.append(("forward vs PyTorch explicit ops (≈3.5× wanted)", "%.1f×" % (tf["ms"] / f2048["ms"]), tf["ms"] / f2048["ms"] >= 3.5))
-    out.append("| target | measured | met |")
-    out.append("|---|---|---|")
-    for name, val, ok in checks:
-        out.append("| %s | %s | %s |" % (name, val, "yes" if ok else "**no**"))
+    for var in isas:
+        fwd = [(n, get(var, "forward", n)) for n in ns if n >= 1024]
+        fwd = [(n, c) for n, c in fwd if c and c.share is not None]
+        if fwd:
+            worst = min(c.share for _, c in fwd)
+            checks.append(("forward ≥ 0.85 for N = 1024…%d, no drop at large N" % fwd[-1][0], var,
+                           ", ".join("%d: %.2f" % (n, c.share) for n, c in fwd), worst >= 0.85))
+        share_at_least("forward ≥ 0.75 at N = 512", var, get(var, "forward", 512), 0.75)
+        share_at_least("forward ≥ 0.60 at N = 128, B·H = 64", var, get(var, "forward", 128), 0.60)
+        bwd = [(n, get(var, "backward", n)) for n in ns if n >= 2048]
+        bwd = [(n, c) for n, c in bwd if c and c.share is not None]
+        if bwd:
+            checks.append(("backward ≥ 0.80 for N ≥ 2048", var,
+                           ", ".join("%d: %.2f" % (n, c.share) for n, c in bwd),
+                           min(c.share for _, c in bwd) >= 0.80))
+        share_at_least("backward ≥ 0.70 at N = 1024", var, get(var, "backward", 1024), 0.70)
+        for mode in ("forward", "backward"):
+            c, u = get(var, mode, 2048, causal=True), get(var, mode, 2048)
+            if c and u:
+                checks.append(("causal wall time ≤ 0.52 × unmasked (%s N=2048)" % mode, var,
+                               "%.3f" % (c.ms / u.ms), c.ms / u.ms <= 0.52))
+        share_at_least("MHA E=512 L=2048, projections included, ≥ 0.85", var, get(var, "mha", 2048), 0.85)
+        for mode in ("forward", "backward"):
+            one, many = get(var, mode, 2048, threads=1), get(var, mode, 2048)
+            if one and many:
+                checks.append(("%d threads ≥ 1.9× one (%s N=2048)" % (T, mode), var,
+                               "%.2f×" % (one.ms / many.ms), one.ms / many.ms >= 1.9))
+    for mode in ("forward", "backward", "mha"):
+        share_at_least("generic C kernel ≥ 0.25 of sgemm (%s N=2048)" % mode, "generic",
+                       get("generic", mode, 2048), 0.25)
+    out.append("| issue-11 target | kernels | measured | met |")
+    out.append("|---|---|---|---|")
+    for name, var, val, ok in checks:
+        out.append("| %s | %s | %s | %s |" % (name, var, val, "met" if ok else "**not met**"))
+    out.append("")
+
+    # Every configuration.
+    out.append("<details><summary>All measurements (medians of the rounds)</summary>")
+    out.append("")
+    out.append("| what | mode | B | H | N | D | causal | threads | rounds | ms | GFLOP/s "
+               "| sgemm beside | share (min–max) | load |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for k in sorted(cfg, key=lambda k: (k[1], k[0], k[7], k[5], k[6], k[4])):
+        c = cfg[k]
+        spread = " (%.2f–%.2f)" % (min(c.shares), max(c.shares)) if len(c.shares) > 1 else ""
+        out.append("| %s | %s | %d | %d | %d | %d | %s | %d | %d | %.2f | %.1f | %s | %s%s | %s |" % (
+            k[0], k[1], k[2], k[3], k[4], k[5], "yes" if k[6] else "no", k[7], len(c.runs), c.ms,
+            c.gflops, "%.1f" % c.sgemm if c.sgemm else "-", fmt_share(c), spread,
+            "%.2f" % c.load if c.load is not None else "-"))
+    out.append("")
+    out.append("</details>")
     print("\n".join(out))
+
+
+def ratio(a, b, fmt="%.3f"):
+    """a's wall time over b's, when both were measured."""
+    return fmt % (a.ms / b.ms) if a and b else "-"
 
 
 if __name__ == "__main__":
