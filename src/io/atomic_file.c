@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -52,13 +53,31 @@ static char *unique_name(const attn_destination *d, const char *suffix,
 typedef struct {
     int fd;
     mode_t mode;
+    attn_atomic_file *file;
 } create_ctx;
 
+/* Creates the temporary file and publishes its name to a signal handler at
+ * once (attn_atomic_remove_signal_safe): a SIGINT that arrives as soon as
+ * the file exists still removes it. */
 static int create_temp(const char *name, void *ctx)
 {
     create_ctx *c = ctx;
     c->fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, c->mode);
-    return c->fd < 0 ? -1 : 0;
+    if (c->fd < 0) return -1;
+    c->file->temp_path = (char *)name; /* unique_name returns this very buffer */
+    atomic_signal_fence(memory_order_seq_cst);
+    c->file->state = ATOMIC_WRITING;
+    return 0;
+}
+
+/* Drops the temporary file's name: hidden from a signal handler before the
+ * memory is freed. */
+static void forget_temp(attn_atomic_file *f)
+{
+    char *t = f->temp_path;
+    f->temp_path = NULL;
+    atomic_signal_fence(memory_order_seq_cst);
+    free(t);
 }
 
 static int link_backup(const char *name, void *ctx)
@@ -95,7 +114,7 @@ attn_status attn_atomic_open(attn_atomic_file *f, const char *path, attn_error *
     } else {
         /* A file that replaces another starts private and takes the old mode
          * at finish; a new one gets the usual 0666 & ~umask. */
-        create_ctx c = {.fd = -1, .mode = f->dest.exists ? 0600 : 0666};
+        create_ctx c = {.fd = -1, .mode = f->dest.exists ? 0600 : 0666, .file = f};
         int errnum = 0;
         f->temp_path = unique_name(&f->dest, "tmp", create_temp, &c, &errnum);
         if (!f->temp_path) {
@@ -108,8 +127,8 @@ attn_status attn_atomic_open(attn_atomic_file *f, const char *path, attn_error *
             errnum = errno;
             close(c.fd);
             unlink(f->temp_path);
-            free(f->temp_path);
-            f->temp_path = NULL;
+            forget_temp(f);
+            f->state = ATOMIC_DONE;
             fail_errno(f, err, errnum, "cannot open the temporary file");
             attn_destination_free(&f->dest);
             return f->status;
@@ -248,8 +267,7 @@ attn_status attn_atomic_swap(attn_atomic_file *f, attn_error *err)
         f->backup_path = NULL;
         return fail_errno(f, err, errnum, "cannot rename the temporary file into place");
     }
-    free(f->temp_path);
-    f->temp_path = NULL;
+    forget_temp(f);
     f->state = ATOMIC_SWAPPED;
     return ATTN_OK;
 }
@@ -289,8 +307,7 @@ void attn_atomic_abort(attn_atomic_file *f)
     if (f->fp) fclose(f->fp);
     f->fp = NULL;
     if (f->temp_path) unlink(f->temp_path);
-    free(f->temp_path);
-    f->temp_path = NULL;
+    forget_temp(f);
     free(f->backup_path);
     f->backup_path = NULL;
     attn_destination_free(&f->dest);
@@ -299,6 +316,6 @@ void attn_atomic_abort(attn_atomic_file *f)
 
 void attn_atomic_remove_signal_safe(const attn_atomic_file *f)
 {
-    if (f->temp_path && (f->state == ATOMIC_WRITING || f->state == ATOMIC_FINISHED))
-        unlink(f->temp_path);
+    const char *t = f->temp_path; /* read once: the main code may be dropping it */
+    if (t && (f->state == ATOMIC_WRITING || f->state == ATOMIC_FINISHED)) unlink(t);
 }

@@ -127,6 +127,7 @@ void attn_outputs_free(attn_outputs *o)
 void attn_outputs_remove_temporaries(const attn_outputs *o)
 {
     if (!o) return;
-    for (int i = 0; i < o->count && i < ATTN_MAX_OUTPUTS; ++i)
+    /* and the slot being added: its file exists before the count includes it */
+    for (int i = 0; i <= o->count && i < ATTN_MAX_OUTPUTS; ++i)
         attn_atomic_remove_signal_safe(&o->files[i]);
 }
