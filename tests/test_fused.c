@@ -3,6 +3,7 @@
  *   - the vectorised exp of every kernel table this CPU runs stays within
  *     its documented error bound (SDPA_EXP_MAX_ULP) over the whole range,
  *     and handles -inf / +inf / NaN / out-of-range inputs as documented;
+ *   - so does the soft-capping tanh (SDPA_TANH_MAX_ULP), with ±0, ±inf, NaN;
  *   - ATTN_ARCH overrides (generic, avx2, avx512, reference, unknown) pick
  *     what they should and never an ISA the CPU lacks;
  *   - every ISA available here agrees with the reference path, forward and
@@ -151,6 +152,74 @@ static void test_vexp(tu_suite *s, const tu_options *opt)
                           isas[k].name, n, e))
                 break;
         }
+    }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------ vtanh */
+
+/* The soft-capping tanh of every kernel table against double tanh: the
+ * polynomial below SDPA_TANH_SMALL, the exp quotient above (incl. the SIMD
+ * bodies' refined reciprocal), lanes of both kinds in one vector, and the
+ * special values. */
+static void test_vtanh(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "vtanh error bound");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { CHUNK = 4096 };
+    static float x[CHUNK], y[CHUNK];
+    const int64_t samples = opt->quick ? (1 << 18) : (1 << 22);
+    for (int k = 0; k < nisa; ++k) {
+        const sdpa_kernels *kern = isas[k].kern;
+        double worst = 0.0;
+        float worst_x = 0.0f;
+        int64_t done = 0;
+        /* Evenly spaced over [-12, 12] (saturated beyond), interleaved with
+         * a geometric sweep down to 1e-30 so every vector mixes both
+         * branches. */
+        while (done < samples) {
+            int n = 0;
+            for (; n < CHUNK && done < samples; ++n, ++done)
+                x[n] = n % 2 ? (float)(-12.0 + 24.0 * (double)done / (double)(samples - 1))
+                             : (float)((done % 4 ? -1.0 : 1.0) *
+                                       pow(10.0, -30.0 + 31.0 * (double)done / (double)samples));
+            kern->vtanh(x, y, n);
+            for (int i = 0; i < n; ++i) {
+                const double err = ulp_error(y[i], tanh((double)x[i]));
+                if (err > worst || err != err) worst = err, worst_x = x[i];
+            }
+        }
+        /* Every float in the last ulps around the branch point. */
+        for (int i = 0; i < 512; ++i) {
+            x[i] = i % 2 ? SDPA_TANH_SMALL : -SDPA_TANH_SMALL;
+            for (int j = 0; j < i / 2 - 128; ++j) x[i] = nextafterf(x[i], INFINITY);
+            for (int j = 0; j < 128 - i / 2; ++j) x[i] = nextafterf(x[i], 0.0f);
+        }
+        kern->vtanh(x, y, 512);
+        for (int i = 0; i < 512; ++i) {
+            const double err = ulp_error(y[i], tanh((double)x[i]));
+            if (err > worst || err != err) worst = err, worst_x = x[i];
+        }
+        tu_check(&g, worst <= SDPA_TANH_MAX_ULP, "%s: max error %.3f ulp at x=%.9g > bound %d",
+                 isas[k].name, worst, (double)worst_x, SDPA_TANH_MAX_ULP);
+        tu_group_note(&g, "%s: max error %.3f ulp (bound %d)", isas[k].name, worst,
+                      SDPA_TANH_MAX_ULP);
+
+        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 100.0f};
+        const int nsp = (int)(sizeof special / sizeof special[0]);
+        for (int i = 0; i < 64; ++i) x[i] = special[i % nsp];
+        kern->vtanh(x, y, 64);
+        bool ok = true;
+        for (int i = 0; i < 64; ++i) {
+            const float v = x[i];
+            if (v != v) ok &= y[i] != y[i];
+            else if (v == 0.0f) ok &= y[i] == 0.0f && signbit(y[i]) == signbit(v);
+            else ok &= y[i] == (v > 0.0f ? 1.0f : -1.0f);
+        }
+        tu_check(&g, ok, "%s: special values (±0 -> ±0, ±inf and huge -> ±1, NaN -> NaN)",
+                 isas[k].name);
     }
     tu_group_end(&g);
 }
@@ -733,6 +802,7 @@ int main(int argc, char **argv)
     s.verbose = opt.verbose;
     printf("test_fused: seed 0x%" PRIx64 ", CPU best ISA %s\n", opt.seed, best_isa_name());
     if (tu_group_selected(&opt, "vexp")) test_vexp(&s, &opt);
+    if (tu_group_selected(&opt, "vtanh")) test_vtanh(&s, &opt);
     if (tu_group_selected(&opt, "ATTN_ARCH")) test_arch_override(&s);
     if (tu_group_selected(&opt, "path")) test_path_selection(&s, &opt);
     if (tu_group_selected(&opt, "ISA")) test_isas_vs_reference(&s, &opt);

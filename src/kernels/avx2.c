@@ -30,6 +30,7 @@ typedef __m256 vf;
 #define V_MUL(a, b) _mm256_mul_ps(a, b)
 #define V_MAX(a, b) _mm256_max_ps(a, b)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
 /* 8 bfloat16 / half values widened: bfloat16 is a float's top half, F16C converts halves. */
 #define V_LOAD_BF16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
@@ -90,9 +91,10 @@ static inline vf v_exp(vf x)
 
 typedef __m256 vmask;
 #define V_CMP_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
-#define V_CMP_LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
 #define V_BLEND(m, a, b) _mm256_blendv_ps(a, b, m)
-#define V_DIV(a, b) _mm256_div_ps(a, b)
+#define V_CMP_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define v_any(m) (_mm256_movemask_ps(m) != 0)
+#define V_RCP(a) _mm256_rcp_ps(a) /* relative error <= 1.5·2^-12 */
 #define V_ABS(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
 
 static inline vf v_copysign(vf mag, vf sign)

@@ -31,6 +31,7 @@ typedef __m512 vf;
 #define V_MUL(a, b) _mm512_mul_ps(a, b)
 #define V_MAX(a, b) _mm512_max_ps(a, b)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_FNMA(a, b, c) _mm512_fnmadd_ps(a, b, c)
 /* 16 bfloat16 / half values widened (vcvtph2ps is AVX-512F on zmm). */
 #define V_LOAD_BF16(p) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
@@ -83,9 +84,10 @@ static inline vf v_exp(vf x)
 
 typedef __mmask16 vmask;
 #define V_CMP_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)
-#define V_CMP_LT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
 #define V_BLEND(m, a, b) _mm512_mask_blend_ps(m, a, b)
-#define V_DIV(a, b) _mm512_div_ps(a, b)
+#define V_CMP_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#define v_any(m) ((m) != 0)
+#define V_RCP(a) _mm512_rcp14_ps(a) /* relative error <= 2^-14 */
 #define V_ABS(a) _mm512_abs_ps(a)
 
 static inline vf v_copysign(vf mag, vf sign)

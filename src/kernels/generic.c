@@ -88,15 +88,15 @@ static float tanh_generic(float y)
     return copysignf(t, y);
 }
 
-/* Logit of column c of a row from its raw score s (see sdpa_logits); -inf
- * when hidden. *t receives tanh(scale·s / softcap) when softcapping. */
-static float logit_generic(const sdpa_logits *lg, const float *br, int64_t lo, int64_t hi,
-                           int64_t c, float s, float *t)
+/* Logit of column c of row r from its raw score s (see sdpa_logits), br
+ * the row's bias; -inf when hidden. *t receives the softcap's tanh. */
+static float logit_generic(const sdpa_logits *lg, const float *br, int64_t r, int64_t c, float s,
+                           float *t)
 {
-    if (c < lo || c >= hi || (br && br[c] == -INFINITY)) return -INFINITY;
+    if (c < lg->start[r] || c >= lg->end[r] || (br && br[c] == -INFINITY)) return -INFINITY;
     float x = s * lg->scale;
     if (lg->softcap > 0.0f) {
-        *t = tanh_generic(x / lg->softcap);
+        *t = tanh_generic(x * lg->inv_softcap);
         x = lg->softcap * *t;
     }
     return br ? x + br[c] : x;
@@ -122,7 +122,7 @@ static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
         float mx = -INFINITY, t;
         for (int64_t c = c0; c < n; ++c) {
-            sr[c] = logit_generic(lg, br, lg->start[r], lg->end[r], c, sr[c], &t);
+            sr[c] = logit_generic(lg, br, r, c, sr[c], &t);
             mx = sr[c] > mx ? sr[c] : mx;
         }
         const float old = rowmax[r], mnew = mx > old ? mx : old;
@@ -152,7 +152,7 @@ static void probs_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *l
         const float mx = rowmax[r], ll = rowll[r];
         for (int64_t c = c0; c < n; ++c) {
             float t = 0.0f;
-            const float x = logit_generic(lg, br, lg->start[r], lg->end[r], c, sr[c], &t);
+            const float x = logit_generic(lg, br, r, c, sr[c], &t);
             sr[c] = mx == -INFINITY || x == -INFINITY ? 0.0f : exp_generic(x - mx - ll);
             if (dfac && lg->softcap > 0.0f) dfac[r * lds + c] = lg->scale * (1.0f - t * t);
         }

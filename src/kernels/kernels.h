@@ -47,7 +47,8 @@ typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, in
  * every forward and backward primitive (so a probability recomputed in the
  * backward is the forward's, bit for bit):
  *   x = fl(scale·s)                         one rounding, never fused
- *   x = softcap·tanh(x / softcap)           when softcap > 0
+ *   x = softcap·tanh(x·inv_softcap)         when softcap > 0 (inv_softcap =
+ *                                           fl(1/softcap): no division per score)
  *   x = x + bias(r,c)                       when bias != NULL
  * Column c of row r is visible when start[r] <= c < end[r] and bias(r,c) is
  * not -inf; a hidden column is SELECTED to -inf (never added to, so a NaN
@@ -57,10 +58,10 @@ typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, in
  */
 typedef struct {
     float scale;
-    float softcap;             /* 0: off */
+    float softcap, inv_softcap; /* softcap 0: off */
     const int32_t *start, *end;
-    const float *bias;         /* (m, ldbias) or NULL */
-    int64_t ldbias;            /* 0: one row shared by all rows */
+    const float *bias;          /* (m, ldbias) or NULL */
+    int64_t ldbias;             /* 0: one row shared by all rows */
 } sdpa_logits;
 
 /*
@@ -253,8 +254,13 @@ const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa);
  * y + y³·P(y²) (coefficients fitted for relative error by least squares on
  * Chebyshev nodes, 0.77 ulp in float arithmetic), above it
  * (1 - e^{-2|y|}) / (1 + e^{-2|y|}) with the kernels' exp (no cancellation
- * there), sign restored. tests/test_fused.c checks it against double tanh.
+ * there), sign restored. The SIMD bodies form that quotient as
+ * 1 - 2e·r with r a Newton-refined approximate reciprocal of 1 + e (no
+ * division), and skip it when no lane needs it (logits well inside the cap,
+ * the common case). tests/test_fused.c checks it against double tanh:
+ * within SDPA_TANH_MAX_ULP units in the last place.
  */
+#define SDPA_TANH_MAX_ULP 2
 #define SDPA_TANH_SMALL 0.625f
 #define SDPA_TANH_P0 (-0.3333328366279602f)
 #define SDPA_TANH_P1 0.13331516087055206f

@@ -8,11 +8,13 @@
  *                              (a microtile is MR x NV·VW, NV·VW == npad)
  *   SIMD(name)                 prefixes names with the ISA
  *   V_ZERO() V_SET1(x) V_LOAD(p) V_STORE(p,v) V_BCAST(p)
- *   V_ADD V_SUB V_MUL V_MAX V_FMA(a,b,c)=a·b+c
+ *   V_ADD V_SUB V_MUL V_MAX V_FMA(a,b,c)=a·b+c V_FNMA(a,b,c)=c-a·b
+ *   V_RCP(a)                   approximate reciprocal (error bound in the ISA file)
  *   v_exp(vf)                  the exp documented in kernels.h
  *   v_exp_nonpos(vf)           the same for x <= 0, -inf or NaN only (cheaper)
- *   vmask, V_CMP_EQ V_CMP_LT (ordered), V_BLEND(m, a, b) = m ? b : a
- *   V_DIV V_ABS, v_copysign(mag, sign)
+ *   vmask, V_CMP_EQ V_CMP_GE (ordered), V_BLEND(m, a, b) = m ? b : a,
+ *   v_any(vmask)               whether any lane is set
+ *   V_ABS, v_copysign(mag, sign)
  *   v_cols_outside(c0, lo, hi) lanes whose column c0+lane is not in [lo, hi)
  *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
@@ -115,7 +117,8 @@ static inline float SIMD(exp1)(float x)
     return out[0];
 }
 
-/* tanh as documented in kernels.h (the generic kernel's tanh_generic). */
+/* tanh as documented in kernels.h (the generic kernel's tanh_generic, with
+ * a refined reciprocal for its quotient). */
 static inline vf SIMD(tanh)(vf y)
 {
     const vf a = V_ABS(y), z = V_MUL(a, a);
@@ -124,11 +127,18 @@ static inline vf SIMD(tanh)(vf y)
     q = V_FMA(q, z, V_SET1(SDPA_TANH_P2));
     q = V_FMA(q, z, V_SET1(SDPA_TANH_P1));
     q = V_FMA(q, z, V_SET1(SDPA_TANH_P0));
-    const vf small = V_FMA(V_MUL(a, z), q, a);
-    const vf e = v_exp_nonpos(V_MUL(V_SET1(-2.0f), a));
-    const vf one = V_SET1(1.0f);
-    const vf big = V_DIV(V_SUB(one, e), V_ADD(one, e));
-    return v_copysign(V_BLEND(V_CMP_LT(a, V_SET1(SDPA_TANH_SMALL)), big, small), y);
+    vf t = V_FMA(V_MUL(a, z), q, a);
+    const vmask big = V_CMP_GE(a, V_SET1(SDPA_TANH_SMALL)); /* not NaN */
+    if (v_any(big)) {
+        /* 1 - 2e/(1 + e), e = e^{-2|y|} in (0, 0.29]: one Newton step on the
+         * approximate reciprocal r0 of d = 1 + e leaves a relative error of
+         * about r0's squared, damped in the result by 2e/(1 + e) < 0.45. */
+        const vf one = V_SET1(1.0f), e = v_exp_nonpos(V_MUL(V_SET1(-2.0f), a));
+        const vf d = V_ADD(one, e), r0 = V_RCP(d);
+        const vf r = V_FMA(r0, V_FNMA(d, r0, one), r0);
+        t = V_BLEND(big, t, V_FNMA(V_ADD(e, e), r, one));
+    }
+    return v_copysign(t, y);
 }
 
 /* Logits of columns [c, c+VW) of one row from raw scores s (sdpa_logits);
@@ -139,7 +149,7 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
     const vf ninf = V_SET1(-INFINITY);
     vf x = V_MUL(s, V_SET1(lg->scale));
     if (lg->softcap > 0.0f) {
-        *t = SIMD(tanh)(V_DIV(x, V_SET1(lg->softcap)));
+        *t = SIMD(tanh)(V_MUL(x, V_SET1(lg->inv_softcap)));
         x = V_MUL(V_SET1(lg->softcap), *t);
     }
     if (br) {

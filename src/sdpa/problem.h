@@ -93,8 +93,17 @@ void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first
  * mask hides the key. (Causality and the window: sdpa_row_keys.) */
 float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
 
+/* fl(1/softcap): the soft-capping tanh's argument is fl(scale·s)·this on
+ * every path (a multiply per score, not a division). */
+static inline float sdpa_inv_softcap(const sdpa_problem *p)
+{
+    return p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
+}
+
 /* The logit of a raw score q·k before the bias: fl(scale·s), soft-capped. */
 float sdpa_capped_logit(const sdpa_problem *p, float s);
+/* The soft-capping tanh of a raw score (softcap > 0). */
+float sdpa_softcap_tanh(const sdpa_problem *p, float s);
 
 /* Dropout: multiplies s(r, c) of the tile rows [i0, i0+mi) × keys j0 + c,
  * c in [c0, n), by their keep factor (0 or 1/(1-p)), also stored in z (same
@@ -135,7 +144,8 @@ static inline sdpa_logits sdpa_tile_logits(const sdpa_problem *p, const sdpa_til
                                            const int32_t *start, const int32_t *end,
                                            const float *bias)
 {
-    sdpa_logits lg = {.scale = p->scale, .softcap = p->softcap, .start = start, .end = end,
+    sdpa_logits lg = {.scale = p->scale, .softcap = p->softcap,
+                      .inv_softcap = sdpa_inv_softcap(p), .start = start, .end = end,
                       .bias = t->use_bias ? bias : NULL, .ldbias = t->ldbias};
     return lg;
 }

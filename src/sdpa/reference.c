@@ -257,7 +257,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     if (prob[j] == 0.0f) continue;
                     float f = p->scale;
                     if (p->softcap > 0.0f) {
-                        const float tc = tanhf(row_dot(p, b, h, i, j) * p->scale / p->softcap);
+                        const float tc = sdpa_softcap_tanh(p, row_dot(p, b, h, i, j));
                         f *= 1.0f - tc * tc;
                     }
                     float ds = f * prob[j] * (dprob[j] - di);

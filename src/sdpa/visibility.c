@@ -52,10 +52,14 @@ float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int6
     return bias;
 }
 
+float sdpa_softcap_tanh(const sdpa_problem *p, float s)
+{
+    return tanhf(s * p->scale * sdpa_inv_softcap(p));
+}
+
 float sdpa_capped_logit(const sdpa_problem *p, float s)
 {
-    const float x = s * p->scale;
-    return p->softcap > 0.0f ? p->softcap * tanhf(x / p->softcap) : x;
+    return p->softcap > 0.0f ? p->softcap * sdpa_softcap_tanh(p, s) : s * p->scale;
 }
 
 /* Bias of all masks for row i over keys [j0, j0+n) into out (added to what
