@@ -99,7 +99,9 @@ static float logit_generic(const sdpa_logits *lg, const float *br, int64_t r, in
         *t = tanh_generic(x * lg->inv_softcap);
         x = lg->softcap * *t;
     }
-    return br ? x + br[c] : x;
+    if (br) x += br[c];
+    if (lg->alibi != 0.0f) x += -lg->alibi * fabsf((float)(lg->alibi_d0 + r) - (float)c);
+    return x;
 }
 
 /* Lanes of the partial row sums: as the SIMD bodies, a sum of many small

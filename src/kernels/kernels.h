@@ -50,6 +50,9 @@ typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, in
  *   x = softcap·tanh(x·inv_softcap)         when softcap > 0 (inv_softcap =
  *                                           fl(1/softcap): no division per score)
  *   x = x + bias(r,c)                       when bias != NULL
+ *   x = x + fl(-alibi·|alibi_d0 + r - c|)   when alibi != 0: ALiBi computed in
+ *                                           registers, no bias tile (never
+ *                                           together with bias)
  * Column c of row r is visible when start[r] <= c < end[r] and bias(r,c) is
  * not -inf; a hidden column is SELECTED to -inf (never added to, so a NaN
  * score of a hidden key cannot leak) and its probability is exactly 0.
@@ -62,6 +65,8 @@ typedef struct {
     const int32_t *start, *end;
     const float *bias;          /* (m, ldbias) or NULL */
     int64_t ldbias;             /* 0: one row shared by all rows */
+    float alibi;                /* ALiBi slope of every row; 0: none */
+    int32_t alibi_d0;           /* i + Nk - Nq - j of row 0, column 0 (|·| < 2^24) */
 } sdpa_logits;
 
 /*

@@ -141,10 +141,20 @@ static inline vf SIMD(tanh)(vf y)
     return v_copysign(t, y);
 }
 
+/* ALiBi distances alibi_d0 + r - (c + lane) of row r from column c (exact
+ * in float, as |·| < 2^24). */
+static inline vf SIMD(alibi_dist)(const sdpa_logits *lg, int64_t r, int64_t c)
+{
+    float lane[VW];
+    for (int l = 0; l < VW; ++l) lane[l] = (float)l;
+    return V_SUB(V_SET1((float)(lg->alibi_d0 + r - c)), V_LOAD(lane));
+}
+
 /* Logits of columns [c, c+VW) of one row from raw scores s (sdpa_logits);
- * hidden lanes are selected to -inf. *t receives the tanh when softcapping. */
+ * hidden lanes are selected to -inf. *t receives the tanh when softcapping;
+ * *dist holds the row's ALiBi distances at c and is advanced to c + VW. */
 static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo, int64_t hi,
-                             int64_t c, vf s, vf *t)
+                             int64_t c, vf s, vf *t, vf *dist)
 {
     const vf ninf = V_SET1(-INFINITY);
     vf x = V_MUL(s, V_SET1(lg->scale));
@@ -155,6 +165,10 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
     if (br) {
         const vf b = V_LOAD(br + c);
         x = V_BLEND(V_CMP_EQ(b, ninf), V_ADD(x, b), ninf);
+    }
+    if (lg->alibi != 0.0f) {
+        x = V_ADD(x, V_MUL(V_SET1(-lg->alibi), V_ABS(*dist)));
+        *dist = V_SUB(*dist, V_SET1((float)VW));
     }
     if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
     return x;
@@ -203,14 +217,14 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
     /* Plain logits (no bias, no cap) stay raw scores between the passes:
      * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
      * monotone, and pass 2 forms fl(scale·s) itself, so nothing is stored. */
-    const bool plain = !lg->bias && !(lg->softcap > 0.0f);
+    const bool plain = !lg->bias && !(lg->softcap > 0.0f) && lg->alibi == 0.0f;
     /* Pass 1, per row: the logits x (hidden columns -inf) replace the raw
      * scores; their max is kept in alpha[] for now. */
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
         const int64_t lo = lg->start[r], hi = lg->end[r];
-        vf vmax = ninf, t;
+        vf vmax = ninf;
         if (plain) {
             for (int64_t c = c0; c < n; c += VW) {
                 vf x = V_LOAD(sr + c);
@@ -218,8 +232,9 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
                 vmax = V_MAX(vmax, x);
             }
         } else {
+            vf t, dist = SIMD(alibi_dist)(lg, r, c0);
             for (int64_t c = c0; c < n; c += VW) {
-                const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
+                const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
                 V_STORE(sr + c, x);
                 vmax = V_MAX(vmax, x);
             }
@@ -278,9 +293,9 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
         }
         const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
         const bool has_ll = rowll[r] != 0.0f; /* x - m - 0 is x - m: one step less */
-        vf t = V_ZERO();
+        vf t = V_ZERO(), dist = SIMD(alibi_dist)(lg, r, c0);
         for (int64_t c = c0; c < n; c += VW) {
-            const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t);
+            const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
             const vf e = has_ll ? V_SUB(V_SUB(x, vm), vll) : V_SUB(x, vm);
             V_STORE(sr + c, v_exp(e));
             if (capped) V_STORE(dfac + r * lds + c, V_MUL(vscale, V_SUB(one, V_MUL(t, t))));

@@ -231,7 +231,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const int64_t kc = t.cols - c0; /* keys [j0 + c0, j0 + t.cols) */
-                const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
+                const sdpa_logits lg = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
 
                 /* In the forward pass P = exp(X - m - ll); recompute it. */
                 kern->gemm(mi, cn - c0, p->D, qb, ldq, 1, w->kt + c0, d->bcp, w->s + c0, d->bcp,

@@ -192,7 +192,7 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            w->bias, d->bcp);
         if (t.cols > 0) {
             const int64_t c0 = t.c0 - t.c0 % kern->npad, cn = sdpa_round_up(t.cols, kern->npad);
-            const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start, w->end, w->bias);
+            const sdpa_logits lg = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
             pack_kv(p, kern, d, b, hk, j0, nj, w, false);
             kern->gemm(mi, cn - c0, p->D, p->q + AT4(p->qs, b, h, i0, 0), p->qs[2], p->qs[3],
                        w->kt + c0, d->bcp, w->s + c0, d->bcp, NULL, SDPA_GEMM_SET);
@@ -374,8 +374,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 const int64_t rb = mi - r0 < step ? mi - r0 : step;
                 const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
                 const int64_t cn = sdpa_round_up(c1, npad);
-                const sdpa_logits lg = sdpa_tile_logits(p, &t, w->start + r0, w->end + r0,
-                                                        w->bias + r0 * t.ldbias);
+                const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
                 kern->softmax_online(rb, c0, cn, &lg, w->s + r0 * d->bcp, d->bcp, rowmax + r0,
                                      rowsum + r0, alpha + r0);
                 if (p->dropout_p > 0.0f)

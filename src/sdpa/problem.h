@@ -133,20 +133,29 @@ typedef struct {
     int64_t ldbias;    /* row stride of the bias: 0 when every row shares row 0 */
     bool ragged;       /* some row sees less than [c0, cols): products with its zero
                         * probabilities must not meet non-finite operand rows */
+    float alibi;       /* ALiBi slope the kernels apply themselves (no mask, one
+                        * head; else it is in the bias), 0: none */
+    int32_t alibi_d0;  /* i0 + Nk - Nq - j0: the distance at row 0, column 0 */
 } sdpa_tile;
 
 sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
                          int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *start,
                          int32_t *end, float *bias, int64_t ld);
 
-/* The kernels' view of a planned tile. */
-static inline sdpa_logits sdpa_tile_logits(const sdpa_problem *p, const sdpa_tile *t,
+/* The kernels' view of rows [r0, ...) of a planned tile. */
+static inline sdpa_logits sdpa_tile_logits(const sdpa_problem *p, const sdpa_tile *t, int64_t r0,
                                            const int32_t *start, const int32_t *end,
                                            const float *bias)
 {
-    sdpa_logits lg = {.scale = p->scale, .softcap = p->softcap,
-                      .inv_softcap = sdpa_inv_softcap(p), .start = start, .end = end,
-                      .bias = t->use_bias ? bias : NULL, .ldbias = t->ldbias};
+    sdpa_logits lg = {.scale = p->scale,
+                      .softcap = p->softcap,
+                      .inv_softcap = sdpa_inv_softcap(p),
+                      .start = start + r0,
+                      .end = end + r0,
+                      .bias = t->use_bias ? bias + r0 * t->ldbias : NULL,
+                      .ldbias = t->ldbias,
+                      .alibi = t->alibi,
+                      .alibi_d0 = t->alibi_d0 + (int32_t)r0};
     return lg;
 }
 

@@ -87,7 +87,8 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
                          int64_t i0, int64_t mi, int64_t j0, int64_t nj, int32_t *start,
                          int32_t *end, float *bias, int64_t ld)
 {
-    sdpa_tile t = {.c0 = nj, .cols = 0, .use_bias = false, .ldbias = ld, .ragged = false};
+    sdpa_tile t = {.c0 = nj, .cols = 0, .use_bias = false, .ldbias = ld, .ragged = false,
+                   .alibi = 0.0f, .alibi_d0 = 0};
     /* Row r is query row (i0 + r) % Nq of head h + (i0 + r) / Nq: a block of
      * one head's rows, or the stacked rows of a GQA group (decode). */
     const bool one_head = (i0 + mi - 1) / p->Nq == i0 / p->Nq;
@@ -106,7 +107,11 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
         start[r] = (int32_t)lo, end[r] = (int32_t)hi;
     }
 
-    if (p->nmask > 0 || p->alibi) {
+    if (p->alibi && p->nmask == 0 && one_head) {
+        /* ALiBi alone: the kernels add -slope·|i + Nk - Nq - j| themselves. */
+        t.alibi = alibi_slope(p, b, h + i0 / p->Nq);
+        t.alibi_d0 = (int32_t)(i0 % p->Nq + p->Nk - p->Nq - j0);
+    } else if (p->nmask > 0 || p->alibi) {
         /* one bias row when every mask broadcasts over the tile's rows */
         bool rows_shared = !p->alibi;
         for (int m = 0; m < p->nmask; ++m)
