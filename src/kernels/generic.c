@@ -12,14 +12,22 @@
 #include <string.h>
 
 /* e^x as documented in kernels.h, with fused multiply-adds as the SIMD
- * bodies use (libm's fmaf where the CPU has no FMA: slower, same result). */
+ * bodies use (libm's fmaf where the CPU has no FMA: slower, same result).
+ * Only the polynomial calls fmaf; the steps around it are written so that
+ * they give fmaf's and nearbyintf's and ldexpf's results exactly, without
+ * the calls. */
 static float exp_generic(float x)
 {
     if (x != x) return x;
     if (x < SDPA_EXP_MIN) return 0.0f; /* also -inf */
     if (x > SDPA_EXP_MAX) return INFINITY;
-    float n = nearbyintf(x * SDPA_LOG2E);
-    float r = fmaf(-n, SDPA_LN2_LO, fmaf(-n, SDPA_LN2_HI, x));
+    /* nearbyintf: adding 1.5·2^23 rounds to an integer (|x·log2e| < 128). */
+    const float n = (x * SDPA_LOG2E + 12582912.0f) - 12582912.0f;
+    /* fmaf(-n, hi, x): n·hi is exact (8 + 15 significant bits). fmaf(-n, lo,
+     * r1): in double n·lo is exact and so is r1 - n·lo (all its bits lie in
+     * [2^-43, 2^-1), 42 < 53), so the one rounding is fmaf's. */
+    const float r1 = x - n * SDPA_LN2_HI;
+    const float r = (float)((double)r1 - (double)n * (double)SDPA_LN2_LO);
     float p = SDPA_EXP_C6;
     p = fmaf(p, r, SDPA_EXP_C5);
     p = fmaf(p, r, SDPA_EXP_C4);
@@ -27,7 +35,12 @@ static float exp_generic(float x)
     p = fmaf(p, r, SDPA_EXP_C2);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    return ldexpf(p, (int)n);
+    /* ldexpf: n is in [-125, 127], so 2^n and p·2^n (p in [0.7, 1.42]) are
+     * normal floats and the product is exact. */
+    const uint32_t pow2n_bits = (uint32_t)((int32_t)n + 127) << 23;
+    float pow2n;
+    memcpy(&pow2n, &pow2n_bits, sizeof pow2n);
+    return p * pow2n;
 }
 
 /*
