@@ -116,18 +116,14 @@ static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
 /* 32-bit integer lanes for the dropout generator. */
 typedef __m256i vi;
 #define VI_SET1(x) _mm256_set1_epi32((int)(x))
-#define VI_IOTA() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define VI_IOTA2() _mm256_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0) /* 64-bit lanes 0, 2, 4, 6 */
 #define VI_ADD(a, b) _mm256_add_epi32(a, b)
-#define VI_XOR(a, b) _mm256_xor_si256(a, b)
-
-/* hi, lo: the halves of the 64-bit products x·m per 32-bit lane. */
-static inline void v_mulhilo(vi x, uint32_t m, vi *hi, vi *lo)
-{
-    const vi vm = _mm256_set1_epi32((int)m);
-    const vi even = _mm256_mul_epu32(x, vm), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), vm);
-    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-}
+#define VI_XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
+/* low words of the 64-bit lanes: products, high words; two vectors' low
+ * words interleaved into 32-bit lanes */
+#define VI_MULU(x, m) _mm256_mul_epu32(x, _mm256_set1_epi32((int)(m)))
+#define VI_HI64(x) _mm256_srli_epi64(x, 32)
+#define VI_ZIP(even, odd) _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA)
 
 /* Words w_q of counter lanes L -> column order 4L + q (a 4 x 8 transpose). */
 static inline void v_words_to_columns(vi w0, vi w1, vi w2, vi w3, vi cols[4])

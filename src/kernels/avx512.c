@@ -110,18 +110,15 @@ static inline vmask v_cols_outside(int64_t c0, int64_t lo, int64_t hi)
 /* 32-bit integer lanes for the dropout generator. */
 typedef __m512i vi;
 #define VI_SET1(x) _mm512_set1_epi32((int)(x))
-#define VI_IOTA() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define VI_IOTA2() /* 64-bit lanes 0, 2, ..., 14 */ \
+    _mm512_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0, 8, 0, 10, 0, 12, 0, 14, 0)
 #define VI_ADD(a, b) _mm512_add_epi32(a, b)
-#define VI_XOR(a, b) _mm512_xor_si512(a, b)
-
-/* hi, lo: the halves of the 64-bit products x·m per 32-bit lane. */
-static inline void v_mulhilo(vi x, uint32_t m, vi *hi, vi *lo)
-{
-    const vi vm = _mm512_set1_epi32((int)m);
-    const vi even = _mm512_mul_epu32(x, vm), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), vm);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
+#define VI_XOR3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
+/* low words of the 64-bit lanes: products, high words; two vectors' low
+ * words interleaved into 32-bit lanes */
+#define VI_MULU(x, m) _mm512_mul_epu32(x, _mm512_set1_epi32((int)(m)))
+#define VI_HI64(x) _mm512_srli_epi64(x, 32)
+#define VI_ZIP(even, odd) _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32))
 
 /* Words w_q of counter lanes L -> column order 4L + q (a 4 x 16 transpose). */
 static inline void v_words_to_columns(vi w0, vi w1, vi w2, vi w3, vi cols[4])

@@ -320,27 +320,37 @@ static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const 
     }
 }
 
+enum { PHILOX_ROUNDS = 10 };
+
 /* Philox4x32-10 on VW counters at once (lane L: counter word 0 = base + L),
  * the words of every lane regrouped into column order: cols[v] holds the
- * words of columns 4·base + v·VW .. + VW - 1. */
-static inline void SIMD(philox_cols)(const sdpa_dropout_args *d, uint32_t base, uint32_t row,
-                                     vi cols[4])
+ * words of columns 4·base + v·VW .. + VW - 1.
+ * The state lives in the low halves of 64-bit lanes, the even counters in
+ * one vector and the odd ones in another: VI_MULU then yields the whole
+ * 64-bit product, the low word in place and the high word one shift away,
+ * with no shuffling. The high halves carry garbage that only VI_MULU (which
+ * ignores them) and XORs (lane-wise) ever see. rk0, rk1: the round keys,
+ * broadcast. */
+static inline void SIMD(philox_cols)(const sdpa_dropout_args *d, const vi *rk0, const vi *rk1,
+                                     uint32_t base, uint32_t row, vi cols[4])
 {
-    vi x0 = VI_ADD(VI_SET1(base), VI_IOTA()), x1 = VI_SET1(row), x2 = VI_SET1(d->bh),
-       x3 = VI_SET1(d->ctr3);
-    uint32_t k0 = d->key[0], k1 = d->key[1];
-    for (int round = 0; round < 10; ++round) {
-        vi hi0, lo0, hi1, lo1;
-        v_mulhilo(x0, 0xD2511F53u, &hi0, &lo0);
-        v_mulhilo(x2, 0xCD9E8D57u, &hi1, &lo1);
-        x0 = VI_XOR(VI_XOR(hi1, x1), VI_SET1(k0));
-        x2 = VI_XOR(VI_XOR(hi0, x3), VI_SET1(k1));
-        x1 = lo1;
-        x3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+    vi x0[2], x1[2], x2[2], x3[2];
+    for (int h = 0; h < 2; ++h) {
+        x0[h] = VI_ADD(VI_SET1(base + (uint32_t)h), VI_IOTA2());
+        x1[h] = VI_SET1(row);
+        x2[h] = VI_SET1(d->bh);
+        x3[h] = VI_SET1(d->ctr3);
     }
-    v_words_to_columns(x0, x1, x2, x3, cols);
+    for (int round = 0; round < PHILOX_ROUNDS; ++round)
+        for (int h = 0; h < 2; ++h) {
+            const vi p0 = VI_MULU(x0[h], 0xD2511F53u), p2 = VI_MULU(x2[h], 0xCD9E8D57u);
+            x0[h] = VI_XOR3(VI_HI64(p2), x1[h], rk0[round]);
+            x2[h] = VI_XOR3(VI_HI64(p0), x3[h], rk1[round]);
+            x1[h] = p2;
+            x3[h] = p0;
+        }
+    v_words_to_columns(VI_ZIP(x0[0], x0[1]), VI_ZIP(x1[0], x1[1]), VI_ZIP(x2[0], x2[1]),
+                       VI_ZIP(x3[0], x3[1]), cols);
 }
 
 static void SIMD(dropout)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int64_t j0,
@@ -348,11 +358,18 @@ static void SIMD(dropout)(const sdpa_dropout_args *d, int64_t m, int64_t i0, int
 {
     const vf scale = V_SET1(d->scale), zero = V_ZERO();
     const vi keep = VI_SET1(d->keep);
+    /* The round keys, broadcast once for the whole tile. */
+    vi rk0[PHILOX_ROUNDS], rk1[PHILOX_ROUNDS];
+    for (uint32_t round = 0, k0 = d->key[0], k1 = d->key[1]; round < PHILOX_ROUNDS;
+         ++round, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
+        rk0[round] = VI_SET1(k0);
+        rk1[round] = VI_SET1(k1);
+    }
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds, *zr = z ? z + r * lds : NULL;
         for (int64_t c = c0; c < n; c += 4 * VW) {
             vi cols[4];
-            SIMD(philox_cols)(d, (uint32_t)((j0 + c) / 4), (uint32_t)(i0 + r), cols);
+            SIMD(philox_cols)(d, rk0, rk1, (uint32_t)((j0 + c) / 4), (uint32_t)(i0 + r), cols);
             for (int v = 0; v < 4 && c + v * VW < n; ++v) {
                 const int64_t at = c + v * VW;
                 const vf f = V_BLEND(v_keep(cols[v], keep), zero, scale);
