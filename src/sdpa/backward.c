@@ -35,6 +35,10 @@
 enum {
     BWD_ROWS = 64, /* query rows per tile */
     BWD_KEYS = 96, /* keys per tile */
+    BWD_BAND = 12, /* rows (and keys) whose visible columns (rows) a banded tile
+                    * trims together (a multiple of every MR) */
+    BWD_MAX_BANDS = (BWD_ROWS + BWD_BAND - 1) / BWD_BAND,
+    BWD_MAX_KBLOCKS = (BWD_KEYS + BWD_BAND - 1) / BWD_BAND,
     /* Aim for this many (b, kv head, chunk) tasks so small batches still
      * spread over threads; a function of the shape alone. */
     BWD_TARGET_TASKS = 24,
@@ -184,6 +188,62 @@ static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const 
     return t->ragged && !sdpa_rows_finite(b, ldb, 1, rows, w) ? sdpa_gemm_skip_zeros : kern->gemm;
 }
 
+/*
+ * How a tile's products are cut. Row band e (rows [e·rows, ...)) sees
+ * columns [c0[e], c1[e]): S, P, dP and dS are formed there and dQ sums over
+ * those keys only. Key block e (keys [k0[e], k1[e])) is seen by rows
+ * [r0[e], r1[e]) only: dV and dK sum over those rows. Everything skipped is
+ * an exact zero (or a term the zero-skipping GEMM leaves out), so the sums
+ * are those of the whole tile, bit for bit. A tile whose rows all see the
+ * same columns [c0, cols) is one band and one key block.
+ */
+typedef struct {
+    int64_t n, rows;
+    int64_t c0[BWD_MAX_BANDS], c1[BWD_MAX_BANDS];
+    int64_t nk;
+    int64_t k0[BWD_MAX_KBLOCKS], k1[BWD_MAX_KBLOCKS], r0[BWD_MAX_KBLOCKS], r1[BWD_MAX_KBLOCKS];
+} bwd_bands;
+
+static bwd_bands backward_bands(const bwd_scratch *w, int64_t mi, int64_t c0, int64_t cols,
+                                int64_t npad)
+{
+    bwd_bands bd = {.n = 1, .rows = mi, .c0 = {c0}, .c1 = {cols}, .nk = 1, .k0 = {c0},
+                    .k1 = {cols}, .r0 = {0}, .r1 = {mi}};
+    bwd_bands cut = {.n = 0, .rows = BWD_BAND, .nk = 0};
+    bool uniform = true;
+    for (int64_t r0 = 0; r0 < mi; r0 += BWD_BAND, ++cut.n) {
+        const int64_t rb = mi - r0 < BWD_BAND ? mi - r0 : BWD_BAND;
+        sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &cut.c0[cut.n], &cut.c1[cut.n]);
+        uniform &= cut.c0[cut.n] == c0 && cut.c1[cut.n] == cols;
+    }
+    if (uniform) return bd;
+    for (int64_t k0 = c0; k0 < cols; k0 += BWD_BAND) {
+        const int64_t k1 = cols - k0 < BWD_BAND ? cols : k0 + BWD_BAND;
+        int64_t first = mi, last = 0;
+        for (int64_t r = 0; r < mi; ++r)
+            if (w->start[r] < k1 && w->end[r] > k0 && w->end[r] > w->start[r]) {
+                first = r < first ? r : first;
+                last = r + 1;
+            }
+        if (last <= first) continue;
+        cut.k0[cut.nk] = k0, cut.k1[cut.nk] = k1, cut.r0[cut.nk] = first, cut.r1[cut.nk] = last;
+        ++cut.nk;
+    }
+    return cut;
+}
+
+/* Zeros of rows [0, rows) of buf over columns [c0, cn) outside [b0, bn). */
+static void zero_outside(float *buf, int64_t ld, int64_t rows, int64_t c0, int64_t cn, int64_t b0,
+                         int64_t bn)
+{
+    const int64_t lo = b0 > c0 ? b0 : c0, hi = bn > lo ? bn : lo;
+    if (lo == c0 && hi == cn) return;
+    for (int64_t r = 0; r < rows; ++r) {
+        memset(buf + r * ld + c0, 0, (size_t)(lo - c0) * sizeof(float));
+        memset(buf + r * ld + hi, 0, (size_t)(cn - hi) * sizeof(float));
+    }
+}
+
 /* One task: key tiles [kb0, kb1) of kv head (b, hk); dQ into part. */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
                           int64_t b, int64_t hk, int64_t kb0, int64_t kb1, const float *rm,
@@ -230,50 +290,76 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                                      w->dob, d->dvp, &lddo);
                 const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
-                const int64_t kc = t.cols - c0; /* keys [j0 + c0, j0 + t.cols) */
-                const sdpa_logits lg = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
+                const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
+                const sdpa_gemm_fn gemm_dv = p->dv ? guarded(kern, &t, dob, lddo, mi, p->Dv) : NULL;
 
-                /* In the forward pass P = exp(X - m - ll); recompute it. */
-                kern->gemm(mi, cn - c0, p->D, qb, ldq, 1, w->kt + c0, d->bcp, w->s + c0, d->bcp,
-                           NULL, SDPA_GEMM_SET);
-                kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rm + row0, rll + row0, w->dfac);
-                /* With dropout the forward used P∘Z (Z: 0 or 1/(1-p)); regenerate
-                 * Z and form P∘Z in dps, free until dP. */
-                const float *pz = w->s;
-                if (w->z) {
-                    for (int64_t r = 0; r < mi; ++r)
-                        memcpy(w->dps + r * d->bcp + c0, w->s + r * d->bcp + c0,
-                               (size_t)(cn - c0) * sizeof(float));
-                    sdpa_dropout_tile(p, kern, b, h, i0, mi, j0, c0, cn, w->dps, d->bcp, w->z);
-                    pz = w->dps;
+                /* In the forward pass P = exp(X - m - ll); recompute it, band
+                 * by band over the columns each band's rows may see (zeros
+                 * elsewhere in [c0, cn), for the products over whole columns). */
+                for (int64_t e = 0; e < bd.n; ++e) {
+                    const int64_t r0 = e * bd.rows, rb = mi - r0 < bd.rows ? mi - r0 : bd.rows;
+                    const int64_t b0 = bd.c0[e], bn = sdpa_round_up(bd.c1[e], npad);
+                    float *sb = w->s + r0 * d->bcp, *db = w->dps + r0 * d->bcp;
+                    const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
+                    if (bn > b0)
+                        kern->gemm(rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1, w->kt + b0, d->bcp,
+                                   sb + b0, d->bcp, NULL, SDPA_GEMM_SET);
+                    kern->probs(rb, b0, bn, &lg, sb, d->bcp, rm + row0 + r0, rll + row0 + r0,
+                                w->dfac ? w->dfac + r0 * d->bcp : NULL);
+                    zero_outside(sb, d->bcp, rb, c0, cn, b0, bn);
+                    /* With dropout the forward used P∘Z (Z: 0 or 1/(1-p));
+                     * regenerate Z and form P∘Z in dps, free until dP. */
+                    if (w->z) {
+                        for (int64_t r = 0; r < rb; ++r)
+                            memcpy(db + r * d->bcp + b0, sb + r * d->bcp + b0,
+                                   (size_t)(bn - b0) * sizeof(float));
+                        sdpa_dropout_tile(p, kern, b, h, i0 + r0, rb, j0, b0, bn, db, d->bcp,
+                                          w->z + r0 * d->bcp);
+                        zero_outside(db, d->bcp, rb, c0, cn, b0, bn);
+                    }
                 }
+                const float *pz = w->z ? w->dps : w->s;
                 /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */
                 if (p->dv)
-                    guarded(kern, &t, dob, lddo, mi, p->Dv)(kc, dvn, mi, pz + c0, 1, d->bcp, dob,
-                                                            lddo, w->dv + c0 * d->dvp, d->dvp,
-                                                            NULL, SDPA_GEMM_ADD);
+                    for (int64_t e = 0; e < bd.nk; ++e)
+                        gemm_dv(bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
+                                pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
+                                dob + bd.r0[e] * lddo, lddo, w->dv + bd.k0[e] * d->dvp, d->dvp,
+                                NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
-                /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
-                kern->gemm(mi, cn - c0, p->Dv, dob, lddo, 1, w->vt + c0, d->bcp, w->dps + c0,
-                           d->bcp, NULL, SDPA_GEMM_SET);
-                if (w->z)
-                    for (int64_t r = 0; r < mi; ++r)
-                        for (int64_t c = c0; c < cn; ++c) w->dps[r * d->bcp + c] *= w->z[r * d->bcp + c];
-                /* Only ragged tiles hold hidden keys between visible ones. */
-                kern->dsoftmax(mi, c0, cn, p->scale, w->s, d->bcp, w->dps, d->bcp, di + row0,
-                               p->softcap > 0.0f ? w->dfac : NULL, t.ragged);
-                /* Forward S = Q·Kᵀ (f is inside dS): dK_j += dSᵀ·Q_i, dQ_i += dS·K_j. */
-                if (p->dk)
-                    guarded(kern, &t, qb, ldq, mi, p->D)(kc, dn, mi, w->dps + c0, 1, d->bcp, qb,
-                                                         ldq, w->dk + c0 * d->dp, d->dp, NULL,
-                                                         SDPA_GEMM_ADD);
-                if (p->dq) {
-                    if (t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
-                    const sdpa_gemm_fn gemm =
-                        t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
-                    gemm(mi, dn, kc, w->dps + c0, d->bcp, 1, kr + c0 * ldk, ldk,
-                         part + row0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
+                const sdpa_gemm_fn gemm_dk = p->dk ? guarded(kern, &t, qb, ldq, mi, p->D) : NULL;
+                if (p->dq && t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
+                const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
+                for (int64_t e = 0; e < bd.n; ++e) {
+                    const int64_t r0 = e * bd.rows, rb = mi - r0 < bd.rows ? mi - r0 : bd.rows;
+                    const int64_t b0 = bd.c0[e], b1 = bd.c1[e], bn = sdpa_round_up(b1, npad);
+                    float *db = w->dps + r0 * d->bcp;
+                    /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
+                    if (bn > b0)
+                        kern->gemm(rb, bn - b0, p->Dv, dob + r0 * lddo, lddo, 1, w->vt + b0,
+                                   d->bcp, db + b0, d->bcp, NULL, SDPA_GEMM_SET);
+                    if (w->z)
+                        for (int64_t r = 0; r < rb; ++r)
+                            for (int64_t c = b0; c < bn; ++c)
+                                db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
+                    /* Only ragged tiles hold hidden keys between visible ones. */
+                    kern->dsoftmax(rb, b0, bn, p->scale, w->s + r0 * d->bcp, d->bcp, db, d->bcp,
+                                   di + row0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,
+                                   t.ragged);
+                    zero_outside(db, d->bcp, rb, c0, cn, b0, bn);
+                    /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
+                     * band's keys (its other dS are 0). */
+                    if (p->dq && b1 > b0)
+                        gemm_dq(rb, dn, b1 - b0, db + b0, d->bcp, 1, kr + b0 * ldk, ldk,
+                                part + (row0 + r0) * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
                 }
+                /* ... and dK_j += dSᵀ·Q_i. */
+                if (p->dk)
+                    for (int64_t e = 0; e < bd.nk; ++e)
+                        gemm_dk(bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
+                                w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
+                                qb + bd.r0[e] * ldq, ldq, w->dk + bd.k0[e] * d->dp, d->dp, NULL,
+                                SDPA_GEMM_ADD);
             }
         }
         for (int64_t r = 0; r < nj; ++r) {

@@ -346,17 +346,13 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             int64_t band_c0[FWD_ROWS / FWD_BAND], band_c1[FWD_ROWS / FWD_BAND];
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
-                int64_t lo = nj, hi = 0;
-                for (int64_t r = r0; r < r0 + rb; ++r) {
-                    if (w->end[r] <= w->start[r]) continue;
-                    lo = w->start[r] < lo ? w->start[r] : lo;
-                    hi = w->end[r] > hi ? w->end[r] : hi;
-                }
                 /* P·V reads V rows [c0, hi) only: rows past the tile's keys
                  * may hold anything (poisoned memory, NaN). */
-                const int64_t c0 = hi > 0 ? lo - lo % npad : 0, c1 = sdpa_round_up(hi, npad);
+                int64_t c0, hi;
+                sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &c0, &hi);
+                const int64_t c1 = sdpa_round_up(hi, npad);
                 band_c0[r0 / FWD_BAND] = c0;
-                band_c1[r0 / FWD_BAND] = hi > c0 ? hi : c0;
+                band_c1[r0 / FWD_BAND] = hi;
                 const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
                 if (c1 > c0)
                     kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,

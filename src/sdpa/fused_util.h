@@ -88,6 +88,21 @@ static inline bool sdpa_rows_finite(const float *src, int64_t rs, int64_t cs, in
     return all == 0.0f;
 }
 
+/* The columns rows [0, rb) of a tile see, per their start/end: [*c0, *c1)
+ * with c0 rounded down to npad; 0 and 0 when no row sees any. */
+static inline void sdpa_band_cols(const int32_t *start, const int32_t *end, int64_t rb,
+                                  int64_t npad, int64_t *c0, int64_t *c1)
+{
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int64_t r = 0; r < rb; ++r) {
+        if (end[r] <= start[r]) continue;
+        lo = start[r] < lo ? start[r] : lo;
+        hi = end[r] > hi ? end[r] : hi;
+    }
+    *c0 = hi > 0 ? lo - lo % npad : 0;
+    *c1 = hi > *c0 ? hi : *c0;
+}
+
 /* Slack a caller-provided workspace needs for our alignment. */
 #define SDPA_WORKSPACE_SLACK SDPA_ALIGN
 
