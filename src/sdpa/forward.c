@@ -94,10 +94,16 @@ typedef struct {
     int v_finite;     /* of the current V tile: 1, 0, or -1 not yet known */
 } fwd_scratch;
 
+/* Query rows of one task's units: the accumulators a thread needs. */
+static int64_t task_rows(const fwd_dims *d)
+{
+    return (d->units < d->per_task ? d->units : d->per_task) * FWD_ROWS;
+}
+
 static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
-    const int64_t rows = d->units * FWD_ROWS;
+    const int64_t rows = task_rows(d);
     sdpa_size_add(&s, p->D, d->bcp, sizeof(float));    /* kt */
     sdpa_size_add(&s, FWD_KEYS, d->dvp, sizeof(float)); /* v */
     sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* s */
@@ -114,7 +120,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
 static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char *base)
 {
     fwd_scratch w;
-    const int64_t rows = d->units * FWD_ROWS;
+    const int64_t rows = task_rows(d);
     w.kt = sdpa_take(&base, p->D * d->bcp, sizeof(float));
     w.v = sdpa_take(&base, FWD_KEYS * d->dvp, sizeof(float));
     w.s = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));

@@ -97,6 +97,10 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
     int64_t lo0, hi0, lo1, hi1;
     sdpa_row_keys(p, i0 % p->Nq, &lo0, &hi0);
     sdpa_row_keys(p, (i0 + mi - 1) % p->Nq, &lo1, &hi1);
+    if (one_head && (hi1 <= j0 || lo0 >= j0 + nj)) { /* no row reaches the tile */
+        t.c0 = 0;
+        return t;
+    }
     const bool same = one_head && lo0 == lo1 && hi0 == hi1;
     for (int64_t r = 0; r < mi; ++r) {
         int64_t lo = lo0, hi = hi0;
