@@ -479,12 +479,13 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t row = 0; row < d.rows; ++row) {
             const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-            float *dst = p->dq + AT4(p->dqs, b, h, i, 0);
-            for (int64_t x = 0; x < p->D; ++x) {
-                float acc = part[row * d.dp + x];
-                for (int64_t c = 1; c < d.chunks; ++c) acc += part[(c * d.rows + row) * d.dp + x];
-                dst[x * p->dqs[3]] = acc;
+            float *dst = p->dq + AT4(p->dqs, b, h, i, 0), *restrict acc = part + row * d.dp;
+            /* chunk by chunk into the first partial: contiguous, vectorised */
+            for (int64_t c = 1; c < d.chunks; ++c) {
+                const float *restrict pc = part + (c * d.rows + row) * d.dp;
+                for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
             }
+            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc[x];
         }
     }
     free(owned);
