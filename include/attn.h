@@ -136,7 +136,8 @@ typedef struct {
  *
  * The score of query i and key j of head h, in this order:
  *   x = scale·(q_i·k_j)                       (rounded to float once)
- *   x = softcap·tanh(x / softcap)              if softcap > 0
+ *   x = softcap·tanh(x / softcap)              if softcap > 0 (x / softcap taken
+ *                                              as x·fl(1/softcap) on every path)
  *   x = x - slope_h·|i + Nk - Nq - j|          if alibi_slopes
  *   x = x + mask values                        (bool false / -inf: key hidden)
  * and key j is hidden outright by causal, window and bool masks.
