@@ -74,6 +74,27 @@ static merge_row merge_stats(double m1, double ll1, double m2, double ll2, doubl
     return r;
 }
 
+/* Rows of the output, Dv elements with element strides. Each element is read
+ * before its write, so out may be the same view as out1 or out2. */
+static void fill_row(float *z, int64_t sz, float value, int64_t n)
+{
+    for (int64_t d = 0; d < n; ++d) z[d * sz] = value;
+}
+
+static void copy_row(float *z, int64_t sz, const float *x, int64_t sx, int64_t n)
+{
+    if (z == x && sz == sx) return;
+    for (int64_t d = 0; d < n; ++d) z[d * sz] = x[d * sx];
+}
+
+/* z = w1·x + w2·y in double, rounded once. (The compiler vectorises the
+ * unit-stride case: the same operations lane by lane, the same bits.) */
+static void mix_row(float *z, int64_t sz, const float *x, int64_t sx, double w1, const float *y,
+                    int64_t sy, double w2, int64_t n)
+{
+    for (int64_t d = 0; d < n; ++d) z[d * sz] = (float)(w1 * (double)x[d * sx] + w2 * (double)y[d * sy]);
+}
+
 static attn_status check_same(const attn_tensor *t, const attn_tensor *ref, const char *name,
                               const char *ref_name, int ndim, bool is_output, attn_error *err)
 {
@@ -139,17 +160,10 @@ attn_status attn_lse_merge(const attn_tensor *out1, const attn_tensor *lse1,
                 const float *x = o1 + b * s1[0] + h * s1[1] + i * s1[2];
                 const float *y = o2 + b * s2[0] + h * s2[1] + i * s2[2];
                 float *z = o + b * so[0] + h * so[1] + i * so[2];
-                /* Element by element, each read before its write: out may
-                 * alias out1 or out2 (the same view). */
-                for (int64_t d = 0; d < Dv; ++d) {
-                    float v;
-                    if (w.nan) v = NAN;
-                    else if (w.zero) v = 0.0f;
-                    else if (w.w2 == 0.0) v = x[d * s1[3]]; /* exact copy, also where out2 is junk */
-                    else if (w.w1 == 0.0) v = y[d * s2[3]];
-                    else v = (float)(w.w1 * (double)x[d * s1[3]] + w.w2 * (double)y[d * s2[3]]);
-                    z[d * so[3]] = v;
-                }
+                if (w.nan || w.zero) fill_row(z, so[3], w.nan ? NAN : 0.0f, Dv);
+                else if (w.w2 == 0.0) copy_row(z, so[3], x, s1[3], Dv); /* exact, also where out2 is junk */
+                else if (w.w1 == 0.0) copy_row(z, so[3], y, s2[3], Dv);
+                else mix_row(z, so[3], x, s1[3], w.w1, y, s2[3], w.w2, Dv);
                 if (l) {
                     float *q = l + b * tl[0] + h * tl[1] + i * tl[2];
                     q[0] = (float)r0;
