@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Ring attention benchmarks (issue 14): speed of 2 ranks x 1 thread against
-# one process x 1 thread, communication wait, peak memory per rank, and the
-# P = 1..4 runs the scaling model (scripts/ring_model.py, docs/SCALING.md)
-# is checked against. Appends one JSON object per measurement to $OUT, then
+# one process x 1 thread (and against two independent processes at once,
+# the most two cores give here), communication wait, peak memory per rank,
+# and the P = 1..4 runs the scaling model (scripts/ring_model.py,
+# docs/SCALING.md) is checked against. Appends one JSON object per measurement to $OUT, then
 # prints the summary and the model's tables.
 #
 #   bench/ring.sh                 everything (long: N = 65536 runs for memory)
 #   PARTS="speed check" bench/ring.sh   a subset: speed, memory, check
 #
 # Variables: ATTN (the attn binary), OUT (results file), N (speed runs,
-# 16384), NMEM (memory runs, 65536), NCHK (model check, 8192), RUNS (3).
+# 16384), NMEM (memory runs, 65536), NCHK (model check, 8192), RUNS (3),
+# REPS (speed: rounds of the interleaved runs, 3; the summary takes medians).
 # The machine's other load matters: every result carries the load average
 # and the CPU seconds of all ranks.
 set -euo pipefail
@@ -20,6 +22,7 @@ N=${N:-16384}
 NMEM=${NMEM:-65536}
 NCHK=${NCHK:-8192}
 RUNS=${RUNS:-3}
+REPS=${REPS:-3}
 PARTS=${PARTS:-speed memory check}
 # OpenMPI: allowed as root (CI, containers), more ranks than cores for the
 # P = 3, 4 check; idle OpenMP workers sleep.
@@ -31,9 +34,13 @@ run() {
 for part in $PARTS; do
   case $part in
   speed)
-    for mode in forward backward; do
-      run mpirun -np 1 "$ATTN" ring bench --seq "$N" --causal --single --mode $mode --runs "$RUNS"
-      run mpirun -np 2 "$ATTN" ring bench --seq "$N" --causal --mode $mode --runs "$RUNS"
+    # interleaved, so a change in the machine's load hits all three alike
+    for _ in $(seq "$REPS"); do
+      for mode in forward backward; do
+        run mpirun -np 1 "$ATTN" ring bench --seq "$N" --causal --single --mode $mode --runs "$RUNS"
+        run mpirun -np 2 "$ATTN" ring bench --seq "$N" --causal --single --mode $mode --runs "$RUNS"
+        run mpirun -np 2 "$ATTN" ring bench --seq "$N" --causal --mode $mode --runs "$RUNS"
+      done
     done ;;
   memory)
     # one process per mode, so each peak is that mode's alone

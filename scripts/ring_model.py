@@ -48,8 +48,14 @@ def pieces(N, P, causal, block_keys=2048):
 
 
 def find(rows, **kw):
-    out = [r for r in rows if all(r.get(k) == v for k, v in kw.items())]
-    return out[-1] if out else None
+    """The matching run with the median step time (the lower middle of an even count)."""
+    out = sorted((r for r in rows if all(r.get(k) == v for k, v in kw.items())),
+                 key=lambda r: r["step_s"])
+    return out[(len(out) - 1) // 2] if out else None
+
+
+def count(rows, **kw):
+    return sum(all(r.get(k) == v for k, v in kw.items()) for r in rows)
 
 
 def mib(b):
@@ -74,13 +80,18 @@ def main():
               f"{mib(r['peak_rss_max_bytes']):9.1f} {r.get('cpu_sum_s', 0):8.3f} "
               f"{r.get('load_avg', -1):5.2f}")
 
-    print("\n== 2 ranks x 1 thread vs 1 process x 1 thread ==")
+    print("\n== 2 ranks x 1 thread vs 1 process x 1 thread (medians of the repeated runs) ==")
+    print("ceiling: 2 x the one-process step over the step of two independent processes run at")
+    print("once (--single on 2 ranks), the most 2 cores give here to twice the work")
     for N in sorted({r["seq"] for r in rows}):
         for mode in ("forward", "backward"):
             s = find(rows, mode=mode, seq=N, single=True, ranks=1)
             p = find(rows, mode=mode, seq=N, single=False, ranks=2)
             if not s or not p:
                 continue
+            two = find(rows, mode=mode, seq=N, single=True, ranks=2)
+            ceiling = (f", ceiling {2 * s['step_s'] / two['step_s']:.2f}x "
+                       f"(two processes {two['step_s']:.3f} s)" if two else "")
             print(f"N={N} {mode:8}: speedup {s['step_s'] / p['step_s']:.2f}x "
                   f"(wall, {s['step_s']:.3f} s -> {p['step_s']:.3f} s), comm wait "
                   f"{100 * p['comm_fraction']:.2f}% of the step, CPU seconds ring/single "
@@ -88,7 +99,9 @@ def main():
                   f"peak memory per rank {mib(p['peak_rss_max_bytes']):.1f} MiB vs "
                   f"{mib(s['peak_rss_max_bytes']):.1f} MiB = "
                   f"{p['peak_rss_max_bytes'] / s['peak_rss_max_bytes']:.3f}x "
-                  f"(load average {s.get('load_avg', -1):.2f} / {p.get('load_avg', -1):.2f})")
+                  f"(load average {s.get('load_avg', -1):.2f} / {p.get('load_avg', -1):.2f})"
+                  f"{ceiling}, runs {count(rows, mode=mode, seq=N, single=True, ranks=1)}/"
+                  f"{count(rows, mode=mode, seq=N, single=False, ranks=2)}")
 
     # ---------------------------------------------------------- the model
     base = {}
