@@ -11,7 +11,9 @@
 #
 # Variables: ATTN (the attn binary), OUT (results file), N (speed runs,
 # 16384), NMEM (memory runs, 65536), NCHK (model check, 8192), RUNS (3),
-# REPS (speed: rounds of the interleaved runs, 3; the summary takes medians).
+# REPS (speed: rounds of the interleaved runs, 3; the summary takes medians),
+# IDLE (a percentage: before each run, wait until the machine's cores were
+# idle that much of 3 seconds, for shared machines; 0 = do not wait).
 # The machine's other load matters: every result carries the load average
 # and the CPU seconds of all ranks.
 set -euo pipefail
@@ -23,12 +25,30 @@ NMEM=${NMEM:-65536}
 NCHK=${NCHK:-8192}
 RUNS=${RUNS:-3}
 REPS=${REPS:-3}
+IDLE=${IDLE:-0}
 PARTS=${PARTS:-speed memory check}
 # OpenMPI: allowed as root (CI, containers), more ranks than cores for the
 # P = 3, 4 check; idle OpenMP workers sleep.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+# Percentage of the cores' time spent idle over 3 seconds (/proc/stat).
+idle() {
+  local a b
+  read -ra a </proc/stat
+  sleep 3
+  read -ra b </proc/stat
+  local busy=0 all=0 i
+  for i in 1 2 3 4 5 6 7 8; do
+    all=$((all + b[i] - a[i]))
+    [ "$i" = 4 ] || [ "$i" = 5 ] || busy=$((busy + b[i] - a[i]))
+  done
+  echo $((100 - 100 * busy / (all > 0 ? all : 1)))
+}
 run() {
-  echo "+ $*" >&2
+  if [ "$IDLE" -gt 0 ]; then
+    local x
+    while x=$(idle) && [ "$x" -lt "$IDLE" ]; do echo "  (machine ${x}% idle, waiting)" >&2; sleep 20; done
+  fi
+  echo "+ $* ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
   "$@" --json >>"$OUT"
 }
 for part in $PARTS; do
