@@ -62,11 +62,15 @@ attn_status attn_ring_unshard(const attn_tensor *local, int dim, int ranks, int 
 /* What one call spent, on this rank. */
 typedef struct {
     double compute_s; /* attn_sdpa / backward calls, merges and gradient sums */
+    double merge_s;   /* the part of compute_s spent merging partial outputs
+                         (forward) or adding partial gradients (backward) */
     double comm_s;    /* inside MPI calls: posting, testing and waiting on transfers */
     double pack_s;    /* copying blocks into and out of message buffers */
     double total_s;   /* the whole call, agreement included */
     int64_t bytes_sent;
     int64_t blocks;   /* key/value pieces this rank computed with */
+    int64_t pairs;    /* (query, key) pairs it scored, per batch and query head
+                         summed: the work causality leaves it */
     size_t buffer_bytes; /* memory the call allocated (messages, temporaries, workspace) */
 } attn_ring_timing;
 

@@ -90,6 +90,8 @@ ring_piece ring_piece_of(const ring_ctx *c, int src, int64_t j);
 int ring_calls(const ring_ctx *c, int src, ring_piece pc, ring_call *out);
 /* Row chunk number `i` of a call (chunks of c->rows rows); false past the end. */
 bool ring_subcall_at(const ring_ctx *c, const ring_call *call, int64_t i, ring_subcall *sc);
+/* (query, key) pairs a row chunk scores, over all batches and query heads. */
+int64_t ring_subcall_pairs(const ring_ctx *c, const ring_subcall *sc);
 
 /* Floats of a key/value piece message (K, V, then the additive mask) and of
  * a gradient piece message (dK, dV), for a piece of len keys. */

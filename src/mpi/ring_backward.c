@@ -185,11 +185,15 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
                     attn_status cs = attn_sdpa_backward(&Qs, &Ks, &Vs, &Os, lse ? &Ls : NULL, &dOs,
                                                         dq ? &dQt : NULL, want_kv ? &dKt : NULL,
                                                         want_kv ? &dVt : NULL, &o, &ce);
+                    const double t1 = ring_now();
                     if (cs == ATTN_OK && dq) {
                         attn_tensor dQa = ring_slice(*dq, 2, sc.r0, m);
                         ring_add(&dQa, &dQt);
                     }
-                    c.tm.compute_s += ring_now() - t0;
+                    const double t2 = ring_now();
+                    c.tm.compute_s += t2 - t0;
+                    c.tm.merge_s += t2 - t1;
+                    c.tm.pairs += ring_subcall_pairs(&c, &sc);
                     if (cs != ATTN_OK) {
                         c.failed = cs;
                         c.fail_err = ce;
@@ -200,11 +204,13 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
                         ring_wait(&c, &acc_recv); /* the accumulator so far, from the left */
                         acc_ready = true;
                     }
-                    const double t1 = ring_now();
+                    const double t3 = ring_now();
                     attn_tensor ka = ring_slice(dKa, 2, sc.k0, nk), va = ring_slice(dVa, 2, sc.k0, nk);
                     ring_add(&ka, &dKt);
                     ring_add(&va, &dVt);
-                    c.tm.compute_s += ring_now() - t1;
+                    const double t4 = ring_now();
+                    c.tm.compute_s += t4 - t3;
+                    c.tm.merge_s += t4 - t3;
                 }
             }
             c.tm.blocks++;

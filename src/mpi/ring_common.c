@@ -361,6 +361,14 @@ bool ring_subcall_at(const ring_ctx *c, const ring_call *call, int64_t i, ring_s
     return true;
 }
 
+int64_t ring_subcall_pairs(const ring_ctx *c, const ring_subcall *sc)
+{
+    const int64_t m = sc->r1 - sc->r0, nk = sc->k1 - sc->k0;
+    /* bottom-right: row i of m sees nk - m + 1 + i keys */
+    const int64_t per_head = sc->causal == ATTN_CAUSAL_NONE ? m * nk : m * (nk - m) + m * (m + 1) / 2;
+    return c->B * c->Hq * per_head;
+}
+
 /* -------------------------------------------------------------- buffers */
 
 int64_t ring_kv_floats(const ring_ctx *c, int64_t len)

@@ -167,9 +167,13 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_tensor *q, const attn_tenso
                     if (stats) o.softmax_stats = &Lt;
                     attn_error ce = {0};
                     attn_status cs = attn_sdpa(&Qs, &Ks, &Vs, &Ot, stats ? NULL : &Lt, NULL, &o, &ce);
+                    const double t1 = ring_now();
                     attn_tensor Oa = ring_slice(*out, 2, sc.r0, m), La = ring_slice(lacc, 2, sc.r0, m);
                     if (cs == ATTN_OK) cs = attn_lse_merge(&Oa, &La, &Ot, &Lt, &Oa, &La, &ce);
-                    c.tm.compute_s += ring_now() - t0;
+                    const double t2 = ring_now();
+                    c.tm.compute_s += t2 - t0;
+                    c.tm.merge_s += t2 - t1;
+                    c.tm.pairs += ring_subcall_pairs(&c, &sc);
                     if (cs != ATTN_OK) {
                         c.failed = cs;
                         c.fail_err = ce;

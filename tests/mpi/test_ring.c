@@ -134,6 +134,7 @@ static void floor_mag(double *m, int64_t n)
 typedef struct {
     float *o, *l, *dq, *dk, *dv, *st;
     attn_tensor O, L, dQ, dK, dV, S;
+    int64_t pairs[2]; /* (query, key) pairs this rank scored: forward, backward */
 } ring_out;
 
 static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor *k,
@@ -164,9 +165,14 @@ static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor
     o.block_keys = c->block_keys;
     o.block_queries = c->block_queries;
     if (c->stats) o.softmax_stats = &r->S;
+    attn_ring_timing tm;
+    o.timing = &tm;
     if (attn_ring_sdpa(MPI_COMM_WORLD, q, k, v, &r->O, &r->L, &o, err) != ATTN_OK) return false;
-    return attn_ring_sdpa_backward(MPI_COMM_WORLD, q, k, v, &r->O, c->stats ? NULL : &r->L, dout,
-                                   &r->dQ, &r->dK, &r->dV, &o, err) == ATTN_OK;
+    r->pairs[0] = tm.pairs;
+    const bool ok = attn_ring_sdpa_backward(MPI_COMM_WORLD, q, k, v, &r->O, c->stats ? NULL : &r->L,
+                                            dout, &r->dQ, &r->dK, &r->dV, &o, err) == ATTN_OK;
+    r->pairs[1] = tm.pairs;
+    return ok;
 }
 
 static void ring_out_free(ring_out *r)
@@ -282,6 +288,13 @@ static void run_case(const ring_case *c, uint64_t seed)
         compare(c, "dq", &r1.dQ, o.dq, o.mag_dq, Nq, D, &sq, TOL_UNITS, false, o.kappa, "ring");
         compare(c, "dk", &r1.dK, o.dk, o.mag_dk, Nk, D, &sk, TOL_UNITS, false, o.kappa, "ring");
         compare(c, "dv", &r1.dV, o.dv, o.mag_dv, Nk, Dv, &sk, TOL_UNITS, false, o.kappa, "ring");
+        /* The ranks together score every visible (query, key) pair once. */
+        int64_t pairs[2];
+        MPI_Allreduce(r1.pairs, pairs, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        const int64_t visible = B * Hq * (c->causal ? Nq * (Nq + 1) / 2 : Nq * Nk);
+        check(pairs[0] == visible && pairs[1] == visible,
+              "%s: the ranks scored %lld (forward) and %lld (backward) pairs, want %lld", c->name,
+              (long long)pairs[0], (long long)pairs[1], (long long)visible);
         if (c->stats) {
             /* (m, ll): m + ll is the oracle's lse, and the lse output is it rounded once */
             bool st_ok = true;
