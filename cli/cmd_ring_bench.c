@@ -36,9 +36,13 @@ static const cli_option bench_options[] = {
 
 static const char bench_details[] =
     "Run as mpirun -np P attn ring bench ... Each rank reports the median over\n"
-    "--runs of its time per call: compute (attn_sdpa calls, merges, sums), comm\n"
-    "(inside MPI: posting, testing, waiting), pack (message copies), and its peak\n"
-    "resident memory (VmHWM) at the end. 'step' is the slowest rank's total.\n"
+    "--runs of its time per call: compute (attn_sdpa calls, merges, sums), of which\n"
+    "merge (merging partial outputs, adding partial gradients), comm (inside MPI:\n"
+    "posting, testing, waiting), pack (message copies), and its peak resident\n"
+    "memory (VmHWM) at the end. 'step' is the slowest rank's total.\n"
+    "ns/pair: the attn_sdpa time (compute - merge) per (query, key) pair scored\n"
+    "(per head; the same measure for the single process), the kernels' efficiency\n"
+    "on the rank's calls; Mpairs: the pairs, the rank's share of the work.\n"
     "transfer: a ring exchange of one piece-sized message, timed alone.\n"
     "per-piece compute: median compute / pieces computed with, per rank.\n"
     "cpu: CPU seconds of all ranks (getrusage), which a busy machine does not\n"
@@ -117,7 +121,7 @@ static double cpu_seconds(void)
            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
-enum { F_TOTAL, F_COMPUTE, F_COMM, F_PACK, F_PIECE, F_CPU, F_PEAK, F_N };
+enum { F_TOTAL, F_COMPUTE, F_MERGE, F_COMM, F_PACK, F_PIECE, F_CPU, F_NS_PAIR, F_PAIRS, F_PEAK, F_N };
 
 /* The 1-minute load average: benchmarks on a shared machine say how busy it was. */
 static double load_average(void)
@@ -208,6 +212,7 @@ static int run_bench(int argc, char **argv)
     const int64_t piece_floats = B * Hkv * piece * 2 * D;
     const double t_xfer = single ? 0 : transfer_time(comm, piece_floats);
     const double flops_fwd = 4.0 * (double)B * H * (double)N * (double)N * D * (causal ? 0.5 : 1.0);
+    const double single_pairs = (double)B * H * (causal ? (double)N * (N + 1) / 2 : (double)N * N);
     for (int pass = 0; pass < 2; ++pass) {
         const bool backward = pass == 1;
         if ((backward && !bwd) || (!backward && !fwd)) continue;
@@ -232,6 +237,9 @@ static int run_bench(int argc, char **argv)
             f[F_CPU][r] = cpu_seconds() - c0;
             f[F_TOTAL][r] = single ? wall : tm.total_s;
             f[F_COMPUTE][r] = single ? wall : tm.compute_s;
+            f[F_MERGE][r] = tm.merge_s;
+            f[F_PAIRS][r] = single ? single_pairs : (double)tm.pairs;
+            f[F_NS_PAIR][r] = f[F_PAIRS][r] > 0 ? 1e9 * (f[F_COMPUTE][r] - tm.merge_s) / f[F_PAIRS][r] : 0;
             f[F_COMM][r] = tm.comm_s;
             f[F_PACK][r] = tm.pack_s;
             f[F_PIECE][r] = tm.blocks ? tm.compute_s / (double)tm.blocks : 0;
@@ -270,10 +278,12 @@ static int run_bench(int argc, char **argv)
                        t_xfer > 0 ? 8.0 * 4.0 * (double)piece_floats / t_xfer * 1e-9 : 0.0,
                        peak_max, cpu_sum, load_average());
                 for (int r = 0; r < P; ++r)
-                    printf("%s{\"total_s\":%.6f,\"compute_s\":%.6f,\"comm_s\":%.6f,\"pack_s\":%.6f,"
-                           "\"cpu_s\":%.6f,\"peak_rss_bytes\":%.0f}",
+                    printf("%s{\"total_s\":%.6f,\"compute_s\":%.6f,\"merge_s\":%.6f,\"comm_s\":%.6f,"
+                           "\"pack_s\":%.6f,\"cpu_s\":%.6f,\"pairs\":%.0f,\"ns_per_pair\":%.4f,"
+                           "\"peak_rss_bytes\":%.0f}",
                            r ? "," : "", all[r * F_N + F_TOTAL], all[r * F_N + F_COMPUTE],
-                           all[r * F_N + F_COMM], all[r * F_N + F_PACK], all[r * F_N + F_CPU],
+                           all[r * F_N + F_MERGE], all[r * F_N + F_COMM], all[r * F_N + F_PACK],
+                           all[r * F_N + F_CPU], all[r * F_N + F_PAIRS], all[r * F_N + F_NS_PAIR],
                            all[r * F_N + F_PEAK]);
                 printf("]}\n");
             } else {
@@ -281,11 +291,13 @@ static int run_bench(int argc, char **argv)
                        "(median of %ld)\n",
                        mname, single ? " (single attn_sdpa)" : "", P, N, B, H, Hkv, D,
                        causal ? (single ? "causal" : "causal (zigzag)") : "full", threads, runs);
-                printf("  rank   total s  compute s   comm s   pack s    cpu s   peak MiB\n");
+                printf("  rank   total s  compute s  merge s   comm s   pack s    cpu s  ns/pair"
+                       "   Mpairs   peak MiB\n");
                 for (int r = 0; r < P; ++r)
-                    printf("  %4d  %8.3f  %9.3f  %7.4f  %7.4f  %7.3f  %9.1f\n", r,
-                           all[r * F_N + F_TOTAL], all[r * F_N + F_COMPUTE], all[r * F_N + F_COMM],
-                           all[r * F_N + F_PACK], all[r * F_N + F_CPU],
+                    printf("  %4d  %8.3f  %9.3f  %7.4f  %7.4f  %7.4f  %7.3f  %7.3f  %7.1f  %9.1f\n", r,
+                           all[r * F_N + F_TOTAL], all[r * F_N + F_COMPUTE], all[r * F_N + F_MERGE],
+                           all[r * F_N + F_COMM], all[r * F_N + F_PACK], all[r * F_N + F_CPU],
+                           all[r * F_N + F_NS_PAIR], all[r * F_N + F_PAIRS] * 1e-6,
                            all[r * F_N + F_PEAK] / 1048576.0);
                 printf("  step %.3f s  %.1f GFLOP/s  comm wait %.2f%% of the step  cpu %.3f s "
                        "(all ranks)  load average %.2f\n",
