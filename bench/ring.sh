@@ -75,4 +75,4 @@ for part in $PARTS; do
   *) echo "bench/ring.sh: unknown part '$part' (speed, memory, check)" >&2; exit 2 ;;
   esac
 done
-python3 scripts/ring_model.py "$OUT"
+python3 scripts/ring_model.py "$OUT" "$N"  # the model's inputs: the speed runs

@@ -2,7 +2,10 @@
 """Summary of `attn ring bench --json` results and the ring-attention scaling
 model of docs/SCALING.md.
 
-    python3 scripts/ring_model.py bench/ring-results.jsonl
+    python3 scripts/ring_model.py bench/ring-results.jsonl [N]
+
+The model's inputs come from the 2-rank runs at sequence length N (their
+median run; default: the longest sequence measured).
 
 Model. A rank holds n = N/P queries. A tick computes with one piece of
 `piece` keys (causal: half of them visible on average) while the next piece
@@ -63,7 +66,7 @@ def mib(b):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__)
         return 2
     rows = load(sys.argv[1])
@@ -109,7 +112,8 @@ def main():
         cands = [r for r in rows if r["mode"] == mode and r["ranks"] == 2 and not r["single"]
                  and r["piece_compute_s"] > 0]
         if cands:
-            base[mode] = max(cands, key=lambda r: r["seq"])
+            seq = int(sys.argv[2]) if len(sys.argv) == 3 else max(r["seq"] for r in cands)
+            base[mode] = find(cands, seq=seq)
     if not base:
         print("\n(no 2-rank ring runs: no model)")
         return 0
