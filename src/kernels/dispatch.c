@@ -6,15 +6,25 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+
+/* F16C (CPUID.1:ECX bit 29), which both SIMD tables use for float16; every
+ * AVX2 and AVX-512 CPU has it. (clang's __builtin_cpu_supports lacks the
+ * name.) */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
 
 sdpa_isa sdpa_isa_best(void)
 {
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
-    /* F16C converts float16 in both SIMD tables (every AVX2/AVX-512 CPU has it). */
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) return SDPA_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx512f") && cpu_has_f16c()) return SDPA_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return SDPA_ISA_AVX2;
 #endif
     return SDPA_ISA_GENERIC;
