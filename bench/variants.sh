@@ -24,7 +24,7 @@ while [ $r -lt "$ROUNDS" ]; do
             [ "$v" = plain ] && opt=
             # shellcheck disable=SC2086
             "$ATTN" bench --mode $mode --seq "$SEQ" --heads 8 --threads 2 --runs "$RUNS" $opt --json |
-                sed "s|^|$mode|$v|" >>"$TMP"
+                sed "s#^#$mode|$v|#" >>"$TMP"
         done
     done
     r=$((r + 1))

@@ -8,7 +8,7 @@ from .mha import MultiheadAttention
 from .sdpa import (alibi_slopes, scaled_dot_product_attention,
                    scaled_dot_product_attention_backward)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def isa():
