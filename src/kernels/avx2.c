@@ -201,6 +201,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .alibi_row = avx2_alibi_row,
     .pack_transposed = avx2_pack_transposed,
     .pack_transposed16 = avx2_pack_transposed16,
+    .scores_rows = avx2_scores_rows,
     .widen = avx2_widen,
     .narrow = avx2_narrow,
     .vexp = avx2_vexp,

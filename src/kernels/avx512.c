@@ -1,4 +1,4 @@
-/* AVX-512F (+ F16C) kernels: the SIMD body with 16-lane vectors and a 12 × 32
+/* AVX-512F (+ FMA, F16C) kernels: the SIMD body with 16-lane vectors and a 12 × 32
  * microtile (24 accumulators + 2 B vectors + 1 broadcast of 32 registers).
  * Only ever selected when CPUID (and the OS, via XCR0) report AVX-512F. */
 #include "kernels.h"
@@ -8,10 +8,10 @@
 #include <math.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,fma,f16c"))), apply_to = function)
 #elif defined(__GNUC__)
 #pragma GCC push_options
-#pragma GCC target("avx512f,f16c")
+#pragma GCC target("avx512f,fma,f16c")
 #endif
 
 #include <immintrin.h>
@@ -201,6 +201,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .alibi_row = avx512_alibi_row,
     .pack_transposed = avx512_pack_transposed,
     .pack_transposed16 = avx512_pack_transposed16,
+    .scores_rows = avx512_scores_rows,
     .widen = avx512_widen,
     .narrow = avx512_narrow,
     .vexp = avx512_vexp,

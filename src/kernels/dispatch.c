@@ -23,7 +23,8 @@ sdpa_isa sdpa_isa_best(void)
 {
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
-    if (__builtin_cpu_supports("avx512f") && cpu_has_f16c()) return SDPA_ISA_AVX512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && cpu_has_f16c())
+        return SDPA_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return SDPA_ISA_AVX2;
 #endif

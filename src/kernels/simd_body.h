@@ -423,9 +423,10 @@ static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dty
     return last;
 }
 
-/* 8 × 8 block transpose of eight loaded rows (AVX, available under both
- * SIMD targets): dst[i*ld + j] = r[j][i]. */
-static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t ld)
+/* 8 × 8 block transpose in registers (AVX, available under both SIMD
+ * targets): o[i][j] = r[j][i]. */
+static inline __attribute__((always_inline)) void SIMD(transpose8_regs)(const __m256 r[8],
+                                                                         __m256 o[8])
 {
     __m256 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
@@ -439,9 +440,96 @@ static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t 
         u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
     for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+        o[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        o[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
     }
+}
+
+/* The same, stored: dst[i*ld + j] = r[j][i]. */
+static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t ld)
+{
+    __m256 o[8];
+    SIMD(transpose8_regs)(r, o);
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ld, o[i]);
+}
+
+/* Eight consecutive values of a float32 or 16-bit row, widened exactly. */
+static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, const void *p,
+                                                                 int64_t at)
+{
+    if (t == ATTN_F32) return _mm256_loadu_ps((const float *)p + at);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + at));
+    return t == ATTN_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                          : _mm256_cvtph_ps(h);
+}
+
+/* sdpa_scores_rows_fn for a compile-time dtype t and row count m. Shape:
+ * per block of 8 keys, per 8 features l0…l0+7: 8 row loads, a register
+ * transpose (lanes = keys), then m·8 fused multiply-adds against qb. */
+static inline __attribute__((always_inline)) void
+SIMD(scores_rows_tm)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out,
+                     int64_t D, const float *qb, float *s, int64_t lds, const sdpa_prefetch *pf,
+                     const int m)
+{
+    const int64_t es = t == ATTN_F32 ? 4 : 2, per_line = 64 / es;
+    const char *kb = (const char *)k;
+    int64_t j = 0;
+    for (; j < n; j += 8) {
+        const int64_t keys = n - j < 8 ? n - j : 8;
+        int64_t off[8]; /* missing keys reread the last one; their lanes are dropped */
+        for (int i = 0; i < 8; ++i) off[i] = (j + (i < keys ? i : keys - 1)) * rs;
+        __m256 acc[SDPA_SCORES_ROWS];
+        for (int r = 0; r < m; ++r) acc[r] = _mm256_setzero_ps();
+        /* The rows ahead are wanted soon: the hardware prefetchers do not
+         * follow eight interleaved row streams far enough, and a decoding
+         * step has nothing to hide a miss behind. */
+        for (int i = 0; i < 8; ++i)
+            for (int64_t x = 0; pf && x < pf->row_bytes; x += 64)
+                __builtin_prefetch(pf->rows + (j + i) * pf->rs + x, 0, 3);
+        for (int64_t l0 = 0; l0 < D; l0 += 8) {
+            if (l0 % per_line == 0)
+                for (int i = 0; i < 8; ++i)
+                    __builtin_prefetch(kb + ((j + SDPA_SCORES_AHEAD + i) * rs + l0) * es, 0, 3);
+            __m256 rows[8], cols[8];
+            for (int i = 0; i < 8; ++i) rows[i] = SIMD(load8)(t, k, off[i] + l0);
+            SIMD(transpose8_regs)(rows, cols);
+            const float *ql = qb + l0 * SDPA_SCORES_ROWS * 8;
+            for (int x = 0; x < 8; ++x)
+                for (int r = 0; r < m; ++r)
+                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(ql + (x * SDPA_SCORES_ROWS + r) * 8),
+                                             cols[x], acc[r]);
+        }
+        for (int r = 0; r < m; ++r) {
+            if (keys < 8) {
+                float lanes[8];
+                _mm256_storeu_ps(lanes, acc[r]);
+                for (int i = (int)keys; i < 8; ++i) lanes[i] = 0.0f;
+                acc[r] = _mm256_loadu_ps(lanes);
+            }
+            _mm256_storeu_ps(s + r * lds + j, acc[r]);
+        }
+    }
+    for (; j < n_out; j += 8)
+        for (int r = 0; r < m; ++r) _mm256_storeu_ps(s + r * lds + j, _mm256_setzero_ps());
+}
+
+static inline __attribute__((always_inline)) void
+SIMD(scores_rows_t)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out, int64_t D,
+                    const float *qb, int m, float *s, int64_t lds, const sdpa_prefetch *pf)
+{
+    if (m == 1) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 1);
+    else if (m == 2) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 2);
+    else if (m == 3) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 3);
+    else SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 4);
+}
+
+static void SIMD(scores_rows)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out,
+                              int64_t D, const float *qb, int m, float *s, int64_t lds,
+                              const sdpa_prefetch *pf)
+{
+    if (t == ATTN_F32) SIMD(scores_rows_t)(ATTN_F32, k, rs, n, n_out, D, qb, m, s, lds, pf);
+    else if (t == ATTN_BF16) SIMD(scores_rows_t)(ATTN_BF16, k, rs, n, n_out, D, qb, m, s, lds, pf);
+    else SIMD(scores_rows_t)(ATTN_F16, k, rs, n, n_out, D, qb, m, s, lds, pf);
 }
 
 /* dst[i*ld + j] = src[j*rs + i] for an 8 × 8 block. */

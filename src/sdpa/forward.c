@@ -49,6 +49,7 @@ _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels
 
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
+    bool direct;      /* scores straight from K's rows (kernels' scores_rows), no Kᵀ tile */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -65,6 +66,11 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
+    /* A decoding step's few rows per unit read K in place: transposing a
+     * tile of K only to multiply it by one to four rows costs as much as
+     * the product. */
+    const int64_t unit_rows = d.stacked ? p->group * p->Nq : p->Nq;
+    d.direct = decode && unit_rows <= SDPA_SCORES_ROWS && p->D % 8 == 0 && p->ks[3] == 1;
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
@@ -88,6 +94,7 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
+    float *qb; /* direct: each unit's Q rows broadcast (sdpa_scores_rows_fn) */
     int32_t *start, *end;
     const float *vop; /* V operand of the current tile: w->v or V in place */
     int64_t ldv;
@@ -114,6 +121,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size_add(&s, rows, 1, sizeof(float));          /* alpha */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* end */
+    sdpa_size_add(&s, d->direct ? FWD_UNITS * p->D : 0, SDPA_SCORES_ROWS * 8, sizeof(float)); /* qb */
     return s;
 }
 
@@ -131,6 +139,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.alpha = sdpa_take(&base, rows, sizeof(float));
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
+    w.qb = sdpa_take(&base, d->direct ? FWD_UNITS * p->D * SDPA_SCORES_ROWS * 8 : 0, sizeof(float));
     return w;
 }
 
@@ -165,7 +174,9 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (p->kt == ATTN_F32) {
+    if (d->direct && kern->scores_rows) {
+        /* K is read in place */
+    } else if (p->kt == ATTN_F32) {
         kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
                               d->bcp);
     } else {
@@ -314,6 +325,17 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
     memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
+    const bool direct = d->direct && kern->scores_rows;
+    for (int64_t e = 0; direct && e < nu; ++e) {
+        int64_t h, i0, mi;
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+        const float *q = p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        float *qb = w->qb + e * p->D * SDPA_SCORES_ROWS * 8;
+        for (int64_t l = 0; l < p->D; ++l)
+            for (int64_t r = 0; r < mi; ++r)
+                for (int x = 0; x < 8; ++x)
+                    qb[(l * SDPA_SCORES_ROWS + r) * 8 + x] = q[r * d->q_rs + l * p->qs[3]];
+    }
 
     /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
     int64_t kbeg = key1, kend = key0;
@@ -360,9 +382,20 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 band_c0[r0 / FWD_BAND] = c0;
                 band_c1[r0 / FWD_BAND] = hi;
                 const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
-                if (c1 > c0)
+                if (c1 > c0 && direct) { /* one band: mi <= SDPA_SCORES_ROWS */
+                    const char *kr = (const char *)p->k + (size_t)AT4(p->ks, b, hk, j0 + c0, 0) *
+                                                              attn_dtype_size(p->kt);
+                    const size_t ve = attn_dtype_size(p->vt);
+                    const sdpa_prefetch vpf = {
+                        (const char *)p->v + (size_t)AT4(p->vs, b, hk, j0 + c0, 0) * ve,
+                        p->vs[2] * (int64_t)ve, p->Dv * (int64_t)ve};
+                    kern->scores_rows(p->kt, kr, p->ks[2], (hi < nj ? hi : nj) - c0, c1 - c0,
+                                      p->D, w->qb + e * p->D * SDPA_SCORES_ROWS * 8, (int)rb,
+                                      w->s + c0, d->bcp, p->vs[3] == 1 ? &vpf : NULL);
+                } else if (c1 > c0) {
                     kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
+                }
             }
             /* Per band: the online softmax over the band's columns, dropout
              * (on P after the row sums took it whole), O = alpha∘O + P·V
