@@ -193,6 +193,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .name = "avx512",
     .npad = NV * VW,
     .gemm = avx512_gemm,
+    .gemm16 = avx512_gemm16,
     .softmax_online = avx512_softmax_online,
     .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,

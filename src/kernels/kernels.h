@@ -42,6 +42,15 @@ typedef void (*sdpa_gemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, in
                              int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
                              const float *row_scale, sdpa_gemm_mode mode);
 
+/* sdpa_gemm_fn with a 16-bit B (bt = ATTN_BF16 or ATTN_F16, ldb in
+ * elements), widened exactly as it is loaded: the bits of gemm on B's
+ * float32 widening. (A decoding step's P·V reads a 16-bit V in place.)
+ * NULL in tables that do not have it. */
+typedef void (*sdpa_gemm16_fn)(attn_dtype bt, int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t a_rs, int64_t a_cs, const uint16_t *b, int64_t ldb,
+                               float *c, int64_t ldc, const float *row_scale,
+                               sdpa_gemm_mode mode);
+
 /*
  * How the raw dot products of a score tile become logits, the same way in
  * every forward and backward primitive (so a probability recomputed in the
@@ -207,6 +216,7 @@ typedef struct {
     const char *name; /* "generic", "avx2", "avx512" */
     int npad;         /* gemm column counts are multiples of this */
     sdpa_gemm_fn gemm;
+    sdpa_gemm16_fn gemm16;
     sdpa_softmax_fn softmax_online;
     sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;

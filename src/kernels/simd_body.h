@@ -34,10 +34,20 @@
  * stored row's sum runs over l in the same order for every mr: the choice
  * of instance never changes a bit.
  */
+/* One vector of B's row: float32, or 16-bit widened exactly (bt is a
+ * compile-time constant at every call site). */
+static inline __attribute__((always_inline)) vf SIMD(load_b)(const void *b, int64_t at,
+                                                              attn_dtype bt)
+{
+    if (bt == ATTN_BF16) return V_LOAD_BF16((const uint16_t *)b + at);
+    if (bt == ATTN_F16) return V_LOAD_F16((const uint16_t *)b + at);
+    return V_LOAD((const float *)b + at);
+}
+
 static inline __attribute__((always_inline)) void
-SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
-                int64_t ldb, float *c, int64_t ldc, int64_t rows, const float *row_scale,
-                sdpa_gemm_mode mode, const int mr)
+SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
+                attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
+                const float *row_scale, sdpa_gemm_mode mode, const int mr)
 {
     vf acc[MR][NV];
     const float *ar[MR];
@@ -46,9 +56,8 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const flo
         for (int v = 0; v < NV; ++v) acc[r][v] = V_ZERO();
     }
     for (int64_t l = 0; l < k; ++l) {
-        const float *bl = b + l * ldb;
         vf bv[NV];
-        for (int v = 0; v < NV; ++v) bv[v] = V_LOAD(bl + v * VW);
+        for (int v = 0; v < NV; ++v) bv[v] = SIMD(load_b)(b, l * ldb + v * VW, bt);
         const int64_t off = l * a_cs;
         for (int r = 0; r < mr; ++r) {
             const vf x = V_BCAST(ar[r] + off);
@@ -74,39 +83,60 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const flo
  * (1, 2, 4 or MR rows of accumulators): a decoding step's one to four
  * stacked rows do not pay for MR. */
 static inline __attribute__((always_inline)) void
-SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
-                    int64_t ldb, float *c, int64_t ldc, int64_t rows, const float *row_scale,
-                    sdpa_gemm_mode mode)
+SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
+                    attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
+                    const float *row_scale, sdpa_gemm_mode mode)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 1);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 2);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2);
     else if (rows <= 4)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, 4);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 4);
     else
-        SIMD(microtile)(k, a, a_rs, a_cs, b, ldb, c, ldc, rows, row_scale, mode, MR);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, MR);
+}
+
+/* The GEMM body for B of dtype bt (a compile-time constant). Column panels
+ * outer: the k × NR panel of B stays in L1 across rows. Unit a_cs (A rows
+ * contiguous) gets its own instance: one index register then walks all MR
+ * rows. */
+static inline __attribute__((always_inline)) void
+SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+             const void *b, attn_dtype bt, int64_t ldb, float *c, int64_t ldc,
+             const float *row_scale, sdpa_gemm_mode mode)
+{
+    if (m <= 0) return;
+    const size_t es = bt == ATTN_F32 ? sizeof(float) : sizeof(uint16_t);
+    for (int64_t j = 0; j < n; j += NR)
+        for (int64_t i = 0; i < m; i += MR) {
+            const int64_t rows = m - i < MR ? m - i : MR;
+            const float *rs = row_scale ? row_scale + i : NULL;
+            const void *bj = (const char *)b + (size_t)j * es;
+            if (a_cs == 1)
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, c + i * ldc + j, ldc,
+                                    rows, rs, mode);
+            else
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, c + i * ldc + j,
+                                    ldc, rows, rs, mode);
+        }
 }
 
 static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
                        int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
                        const float *row_scale, sdpa_gemm_mode mode)
 {
-    if (m <= 0) return;
-    /* Column panels outer: the k × NR panel of B stays in L1 across rows.
-     * Unit a_cs (A rows contiguous) gets its own instance: one index
-     * register then walks all MR rows. */
-    for (int64_t j = 0; j < n; j += NR)
-        for (int64_t i = 0; i < m; i += MR) {
-            const int64_t rows = m - i < MR ? m - i : MR;
-            const float *rs = row_scale ? row_scale + i : NULL;
-            if (a_cs == 1)
-                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, b + j, ldb, c + i * ldc + j, ldc,
-                                    rows, rs, mode);
-            else
-                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c + i * ldc + j,
-                                    ldc, rows, rs, mode);
-        }
+    SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, row_scale, mode);
+}
+
+static void SIMD(gemm16)(attn_dtype bt, int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t a_rs, int64_t a_cs, const uint16_t *b, int64_t ldb, float *c,
+                         int64_t ldc, const float *row_scale, sdpa_gemm_mode mode)
+{
+    if (bt == ATTN_BF16)
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_BF16, ldb, c, ldc, row_scale, mode);
+    else
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F16, ldb, c, ldc, row_scale, mode);
 }
 
 /* First lane of v_exp: scalar exp with the same error bound. */

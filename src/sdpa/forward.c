@@ -98,6 +98,8 @@ typedef struct {
     int32_t *start, *end;
     const float *vop; /* V operand of the current tile: w->v or V in place */
     int64_t ldv;
+    const uint16_t *v16; /* direct decoding: a 16-bit V tile read in place (vop NULL until widened) */
+    int64_t ldv16;
     int v_finite;     /* of the current V tile: 1, 0, or -1 not yet known */
 } fwd_scratch;
 
@@ -185,7 +187,15 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     }
     if (!with_v) return;
     w->v_finite = -1;
-    if (p->vt == ATTN_F32) {
+    w->v16 = NULL;
+    if (p->vt != ATTN_F32 && d->direct && kern->gemm16 && p->vs[3] == 1 &&
+        p->Dv % kern->npad == 0 && p->vs[2] >= p->Dv) {
+        /* P·V widens V as it loads it; a ragged tile widens it first (band_pv) */
+        w->v16 = (const uint16_t *)p->v + vo;
+        w->ldv16 = p->vs[2];
+        w->vop = NULL;
+        w->ldv = d->dvp;
+    } else if (p->vt == ATTN_F32) {
         w->vop = sdpa_rows_operand((const float *)p->v + vo, p->vs[2], p->vs[3], nj, p->Dv,
                                    kern->npad, w->v, d->dvp, &w->ldv);
     } else {
@@ -265,6 +275,15 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
                     const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
                     int64_t nj)
 {
+    if (w->v16 && !t->ragged) {
+        kern->gemm16(p->vt, rows, n, c1 - c0, pb + c0, ldp, 1, w->v16 + c0 * w->ldv16, w->ldv16,
+                     o, ldo, alpha, SDPA_GEMM_SCALE_ADD);
+        return;
+    }
+    if (w->v16 && !w->vop) { /* the float32 tile, for the finiteness check */
+        kern->widen(p->vt, w->v16, w->ldv16, 1, nj, p->Dv, w->v, w->ldv);
+        w->vop = w->v;
+    }
     if (t->ragged && w->v_finite < 0)
         w->v_finite = sdpa_rows_finite(w->vop, w->ldv, 1, nj, p->Dv);
     const sdpa_gemm_fn gemm = t->ragged && !w->v_finite ? sdpa_gemm_skip_zeros : kern->gemm;
