@@ -269,15 +269,17 @@ static void unit_dropout(const sdpa_problem *p, const sdpa_kernels *kern, int64_
 
 /* The P·V product of one band: the kernels' GEMM, or, when a zero
  * probability would meet a non-finite value of a key the row does not see,
- * the GEMM that skips zero probabilities (hidden keys never influence). */
+ * the GEMM that skips zero probabilities (hidden keys never influence).
+ * mode: SET on a unit's first tile (O need not be zeroed first), then
+ * SCALE_ADD (O = alpha∘O + P·V). */
 static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_tile *t,
                     fwd_scratch *w, int64_t rows, int64_t n, int64_t c0, int64_t c1,
                     const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
-                    int64_t nj)
+                    int64_t nj, sdpa_gemm_mode mode)
 {
     if (w->v16 && !t->ragged) {
         kern->gemm16(p->vt, rows, n, c1 - c0, pb + c0, ldp, 1, w->v16 + c0 * w->ldv16, w->ldv16,
-                     o, ldo, alpha, SDPA_GEMM_SCALE_ADD);
+                     o, ldo, alpha, mode);
         return;
     }
     if (w->v16 && !w->vop) { /* the float32 tile, for the finiteness check */
@@ -287,8 +289,7 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
     if (t->ragged && w->v_finite < 0)
         w->v_finite = sdpa_rows_finite(w->vop, w->ldv, 1, nj, p->Dv);
     const sdpa_gemm_fn gemm = t->ragged && !w->v_finite ? sdpa_gemm_skip_zeros : kern->gemm;
-    gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo, alpha,
-         SDPA_GEMM_SCALE_ADD);
+    gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo, alpha, mode);
 }
 
 /* out, lse and stats of query row i of head h from its accumulated output
@@ -302,7 +303,12 @@ static void finish_row(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, c
      * its scores were all NaN: then NaN, as everywhere else. */
     const bool empty = l == 0.0f;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
+    if (empty)
+        for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = fill;
+    else if (p->os[3] == 1) /* the common layout: a loop the compiler vectorises */
+        for (int64_t c = 0; c < p->Dv; ++c) dst[c] = o[c] / l;
+    else
+        for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = o[c] / l;
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
@@ -343,7 +349,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             w->rowsum[e * FWD_ROWS + r] = sink == -INFINITY ? 0.0f : 1.0f;
         }
     }
-    memset(w->o, 0, (size_t)(nu * FWD_ROWS * d->dvp) * sizeof(float));
+    bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
     const bool direct = d->direct && kern->scores_rows;
     for (int64_t e = 0; direct && e < nu; ++e) {
         int64_t h, i0, mi;
@@ -435,10 +441,16 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                     unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, cn, w->s + r0 * d->bcp,
                                  d->bcp);
                 band_pv(kern, p, &t, w, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
-                        o + r0 * d->dvp, d->dvp, alpha + r0, nj);
+                        o + r0 * d->dvp, d->dvp, alpha + r0, nj,
+                        o_set[e] ? SDPA_GEMM_SCALE_ADD : SDPA_GEMM_SET);
             }
+            o_set[e] = true;
         }
     }
+    /* A unit no tile reached still finishes from O = 0 (a row with a sink
+     * has sum 1 and no key). */
+    for (int64_t e = 0; e < nu; ++e)
+        if (!o_set[e]) memset(w->o + e * FWD_ROWS * d->dvp, 0, (size_t)(FWD_ROWS * d->dvp) * sizeof(float));
 
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi;
