@@ -18,7 +18,7 @@
  * sweep over the key tiles of the task from the final LSE
  * (w = exp(scale·s + bias - lse)), which costs one more Q·Kᵀ.
  *
- * Decoding (a few query rows against many keys) changes two things, both
+ * Decoding (a few query rows against many keys) changes three things, all
  * chosen from the shapes alone:
  *   - stacked units: the query rows of all heads of a GQA group form one
  *     unit (row g = row g % Nq of head g / Nq, one row stride when Q's heads
@@ -26,7 +26,10 @@
  *     rows and each K/V tile is read once for the whole group;
  *   - split-KV: the keys are cut into `split` chunks, each task
  *     accumulating (O, max, sum) over one chunk; the partials are merged in
- *     chunk order afterwards (the sink counted in chunk 0 only).
+ *     chunk order afterwards (the sink counted in chunk 0 only);
+ *   - direct scores: units of at most SDPA_SCORES_ROWS rows take their
+ *     scores straight from K's rows (kernels' scores_rows, no Kᵀ tile; the
+ *     same bits) and P·V reads a 16-bit V in place (gemm16).
  *
  * Every output element is produced by one task (or one merge) in a fixed
  * order, so results do not depend on the thread count or scheduling.
