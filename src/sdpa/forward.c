@@ -306,12 +306,7 @@ static void finish_row(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, c
      * its scores were all NaN: then NaN, as everywhere else. */
     const bool empty = l == 0.0f;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    if (empty)
-        for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = fill;
-    else if (p->os[3] == 1) /* the common layout: a loop the compiler vectorises */
-        for (int64_t c = 0; c < p->Dv; ++c) dst[c] = o[c] / l;
-    else
-        for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = o[c] / l;
+    for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
