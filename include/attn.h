@@ -246,7 +246,9 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                                const attn_sdpa_opts *opts, attn_error *err);
 
 /* Bytes of workspace attn_sdpa / attn_sdpa_backward need for these inputs
- * (without a workspace they allocate it themselves). */
+ * (without a workspace they allocate it themselves). A forward's figure also
+ * serves every call on the same keys and options with fewer query rows
+ * (slices of q), so one workspace sized for the largest call serves them all. */
 attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *v, bool backward,
                                      const attn_sdpa_opts *opts, size_t *bytes,

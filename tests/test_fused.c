@@ -760,6 +760,39 @@ static void test_workspace(tu_suite *s, const tu_options *opt)
         snap_free(&own);
         fdata_free(&f);
     }
+    /* The forward's figure for Nq rows serves every slice of fewer rows,
+     * decoding shapes (split-KV partials, direct scores) among them: a
+     * caller sizes once for its largest call. */
+    enum { B = 1, HQ = 8, HKV = 2, NQ = 40, NK = 9000, D = 64 };
+    float *q = calloc((size_t)B * HQ * NQ * D, sizeof(float));
+    float *kv = calloc((size_t)B * HKV * NK * D, sizeof(float));
+    float *o = calloc((size_t)B * HQ * NQ * D, sizeof(float));
+    const int64_t counts[] = {NQ, 17, 16, 9, 4, 3, 1};
+    size_t bytes = 0;
+    attn_error err;
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.num_threads = 2;
+    opts.path = ATTN_PATH_FUSED;
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    attn_tensor Q = attn_tensor_4d(q, B, HQ, NQ, D), K = attn_tensor_4d(kv, B, HKV, NK, D);
+    attn_tensor O = attn_tensor_4d(o, B, HQ, NQ, D);
+    tu_check(&g, q && kv && o && attn_sdpa_workspace_size(&Q, &K, &K, false, &opts, &bytes,
+                                                          &err) == ATTN_OK,
+             "workspace_size (Nq=%d, Nk=%d): %s", NQ, NK, err.message);
+    char *mem = malloc(bytes ? bytes : 1);
+    opts.workspace = mem;
+    opts.workspace_size = bytes;
+    for (size_t i = 0; mem && i < sizeof counts / sizeof *counts; ++i) {
+        attn_tensor Qs = Q, Os = O;
+        Qs.shape[2] = Os.shape[2] = counts[i];
+        tu_check(&g, attn_sdpa(&Qs, &K, &K, &Os, NULL, NULL, &opts, &err) == ATTN_OK,
+                 "forward on %lld of %d rows in the workspace sized for %d: %s",
+                 (long long)counts[i], NQ, NQ, err.message);
+    }
+    free(mem);
+    free(q);
+    free(kv);
+    free(o);
     tu_group_end(&g);
 }
 

@@ -126,7 +126,9 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size_add(&s, rows, 1, sizeof(float));          /* alpha */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* end */
-    sdpa_size_add(&s, d->direct ? FWD_UNITS * p->D : 0, SDPA_SCORES_ROWS * 8, sizeof(float)); /* qb */
+    /* qb, sized whether or not this shape decodes: a workspace sized for Nq
+     * rows then serves every call with fewer (the ring's sub-calls rely on it) */
+    sdpa_size_add(&s, FWD_UNITS * p->D, SDPA_SCORES_ROWS * 8, sizeof(float));
     return s;
 }
 
@@ -144,7 +146,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.alpha = sdpa_take(&base, rows, sizeof(float));
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
-    w.qb = sdpa_take(&base, d->direct ? FWD_UNITS * p->D * SDPA_SCORES_ROWS * 8 : 0, sizeof(float));
+    w.qb = sdpa_take(&base, FWD_UNITS * p->D * SDPA_SCORES_ROWS * 8, sizeof(float));
     return w;
 }
 
@@ -159,7 +161,8 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
     return s;
 }
 
-bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
+/* Bytes this very call needs. */
+static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
 {
     const fwd_dims d = forward_dims(p);
     sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d);
@@ -169,6 +172,20 @@ bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
     *bytes = (size_t)total;
+    return true;
+}
+
+/* Enough for this call and for any on the same keys with fewer query rows
+ * (a caller sizing once for its largest call, as the ring does): fewer rows
+ * may make a decoding shape, whose split-KV partials grow with its rows up
+ * to FWD_DECODE_ROWS. */
+bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
+{
+    sdpa_problem fewer = *p;
+    fewer.Nq = p->Nq < FWD_DECODE_ROWS ? p->Nq : FWD_DECODE_ROWS;
+    size_t all, few;
+    if (!workspace_exact(p, &all) || !workspace_exact(&fewer, &few)) return false;
+    *bytes = all > few ? all : few;
     return true;
 }
 
@@ -500,8 +517,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
 {
     const fwd_dims d = forward_dims(p);
     size_t need;
-    RETURN_IF(!sdpa_fused_forward_workspace(p, &need), err, ATTN_ERR_OVERFLOW,
-              "workspace size overflows");
+    RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
     void *owned;
     char *ws;

@@ -199,7 +199,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err);
  * sdpa_fused_*_workspace report), else allocated per call. */
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err);
 attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err);
-/* Bytes the fused forward / backward need (false on size overflow). */
+/* Bytes the fused forward / backward need (false on size overflow); the
+ * forward's figure also covers every call with fewer query rows. */
 bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes);
 bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes);
 
