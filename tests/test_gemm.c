@@ -238,7 +238,7 @@ static stored run_engine(const engine *e, const problem *p, int threads, bool *o
     case ENG_PACKED:
     case ENG_PACKED_NO_HEAP:
         gemm_packed(e->kern, c->ta, c->tb, c->M, c->N, c->K, c->alpha, p->a.data, c->lda,
-                    p->b.data, c->ldb, c->beta, out.data, c->ldc, c->N, 0, threads,
+                    p->b.data, c->ldb, c->beta, out.data, c->ldc, c->N, 0, NULL, 0, threads,
                     e->kind == ENG_PACKED);
         break;
     case ENG_CBLAS:

@@ -45,6 +45,20 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc, int
     }
 }
 
+/* C += bias in every row, C in groups as above (the engines that cannot
+ * add it while storing: a CBLAS, and the K == 0 / alpha == 0 case). */
+static void add_bias(int64_t M, int64_t N, float *C, int64_t ldc, int64_t c_cols,
+                     int64_t c_stride, const float *bias, int64_t bias_s)
+{
+    for (int64_t j0 = 0; j0 < N; j0 += c_cols) {
+        const int64_t n = N - j0 < c_cols ? N - j0 : c_cols;
+        for (int64_t i = 0; i < M; ++i) {
+            float *c = C + (j0 / c_cols) * c_stride + i * ldc;
+            for (int64_t j = 0; j < n; ++j) c[j] += bias[(j0 + j) * bias_s];
+        }
+    }
+}
+
 /* A CBLAS once per column group (op(B)'s columns j0.. start at row j0 of a
  * transposed B, column j0 of a plain one). False when it declines. */
 static bool grouped_cblas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -63,22 +77,25 @@ static bool grouped_cblas(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 void attn_sgemm_grouped(bool reference, bool trans_a, bool trans_b, int64_t M, int64_t N,
                         int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc, int64_t c_cols,
-                        int64_t c_stride, int threads)
+                        int64_t c_stride, const float *bias, int64_t bias_s, int threads)
 {
     if (M <= 0 || N <= 0) return;
     if (c_cols > N) c_cols = N;
     /* C = beta·C without reading A and B (K == 0, alpha == 0). */
     if (K <= 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc, c_cols, c_stride);
+        if (bias) add_bias(M, N, C, ldc, c_cols, c_stride, bias, bias_s);
         return;
     }
     if (!reference && want_cblas() &&
         grouped_cblas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_cols,
-                      c_stride))
+                      c_stride)) {
+        if (bias) add_bias(M, N, C, ldc, c_cols, c_stride, bias, bias_s);
         return;
+    }
     gemm_packed(reference ? &sdpa_kernels_generic : sdpa_kernels_for(sdpa_isa_select()), trans_a,
-                trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_cols, c_stride, threads,
-                true);
+                trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_cols, c_stride, bias,
+                bias_s, threads, true);
 }
 
 void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -86,7 +103,7 @@ void attn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 int64_t ldc, int threads)
 {
     attn_sgemm_grouped(false, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, N,
-                       0, threads);
+                       0, NULL, 0, threads);
 }
 
 void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -94,5 +111,5 @@ void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           float beta, float *C, int64_t ldc, int threads)
 {
     attn_sgemm_grouped(true, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, N, 0,
-                       threads);
+                       NULL, 0, threads);
 }

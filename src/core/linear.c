@@ -29,16 +29,9 @@ void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const
     for (int64_t b = 0; b < calls; ++b) {
         const float *xb = x->data + b * x->batch;
         float *yb = y->data + b * y->batch;
-        /* y (rows,N) = x (rows,K) · Wᵀ, then the bias row added. */
+        /* y (rows,N) = x (rows,K) · Wᵀ + the bias row. */
         attn_sgemm_grouped(g.reference, false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb,
-                           y->ld, gc, y->group_stride, g.threads);
-        if (bias)
-            for (int64_t n0 = 0; n0 < N; n0 += gc) {
-                float *yg = yb + n0 / gc * y->group_stride;
-                const int64_t nn = N - n0 < gc ? N - n0 : gc;
-                for (int64_t i = 0; i < rows; ++i)
-                    for (int64_t n = 0; n < nn; ++n) yg[i * y->ld + n] += bias[(n0 + n) * bias_s];
-            }
+                           y->ld, gc, y->group_stride, bias, bias_s, g.threads);
     }
 }
 
