@@ -34,6 +34,7 @@ enum {
                        partial microtile */
     MC_MAX = 144,   /* rows per A block: 144 × 256 floats = 144 KiB, in L2 */
     NC_MAX = 2048,  /* columns per B block (bounds the per-thread tile buffer) */
+    TILE_FLOATS = 1 << 16, /* an item's partial sums: at most 256 KiB, in L2 */
     ALIGN = 64,     /* cache line: packed panels start on one */
     SERIAL_WORK = 1 << 17, /* M·N·K below which threads cost more than they save */
 };
@@ -93,14 +94,17 @@ static gemm_plan make_plan(const sdpa_kernels *kern, bool trans_a, bool trans_b,
     int64_t t = threads < 1 ? 1 : threads;
     if ((double)M * (double)N * (double)K < (double)SERIAL_WORK) t = 1;
     /* Enough row blocks for A blocks of at most MC_MAX rows, rounded up to a
-     * multiple of the threads; when rows are too few for every thread, the
-     * panels of a B block are split into column groups as well. */
+     * multiple of the threads. The panels of a B block are split into column
+     * groups when rows are too few for every thread, and so that an item's
+     * partial sums (its rows × its columns) stay in L2 beside its A block:
+     * with a short K, one B block is thousands of columns wide. */
     int64_t rb = ceil_div(p.units, MC_MAX / ROW_UNIT);
     if (rb >= t) rb = min64(p.units, ceil_div(rb, t) * t);
-    const int64_t panels = p.nc / p.np;
-    p.col_groups = rb < t ? min64(panels, ceil_div(t, rb)) : 1;
     p.row_blocks = rb;
     p.mc_max = ceil_div(p.units, rb) * ROW_UNIT;
+    const int64_t panels = p.nc / p.np;
+    const int64_t tile_panels = max64(1, TILE_FLOATS / (p.mc_max * p.np));
+    p.col_groups = min64(panels, max64(rb < t ? ceil_div(t, rb) : 1, ceil_div(panels, tile_panels)));
     p.threads = (int)min64(t, rb * p.col_groups);
     return p;
 }
