@@ -153,12 +153,15 @@ static void store_tile(const gemm_plan *p, int64_t i0, int64_t mb, int64_t j0, i
         for (int64_t i = 0; i < mb; ++i) {
             float *restrict c = cg + (i0 + i) * p->ldc;
             const float *restrict a = acc + i * ldacc + (js - j0);
-            if (beta == 0.0f)
+            if (beta == 0.0f && bias) { /* a linear layer's store, in one pass */
+                for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + bias[j * bs];
+            } else if (beta == 0.0f) {
                 for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j];
-            else
+            } else {
                 for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + beta * c[j];
-            if (bias)
-                for (int64_t j = 0; j < n; ++j) c[j] += bias[j * bs];
+                if (bias)
+                    for (int64_t j = 0; j < n; ++j) c[j] += bias[j * bs];
+            }
         }
         js = je;
     }
