@@ -59,19 +59,31 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
     const mha_rows q = head_major_rows(act->q, c, L), k = head_major_rows(act->k, c, Sp),
                    v = head_major_rows(act->v, c, Sp);
 
-    /* In-projections (the packed in_proj_weight's rows are q, k, v). When
-     * query = key = value and no key is appended, q, k and v are 3H
-     * consecutive heads: one GEMM over in_proj_weight reads the input once
-     * (the same bits as three). */
-    if (c->self && m->packed && Sp == L && act->k == act->q + B * L * E &&
-        act->v == act->k + B * L * E) {
-        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, 3 * E, mha_gemm_of(c));
+    /* In-projections (the packed in_proj_weight's rows are q, k, v). Outputs
+     * that are consecutive heads of one buffer, projected from one input with
+     * consecutive weight rows, are one GEMM: the input is read once, and the
+     * bits are those of separate GEMMs (each element's K order is the same).
+     * q, k and v so when query = key = value and no key is appended; k and v
+     * so when key = value. */
+    const linear_engine g = mha_gemm_of(c);
+    const bool kv_one_input = c->key.data == c->value.data && c->key.ld == c->value.ld &&
+                              c->key.batch == c->value.batch && c->kdim == c->vdim;
+    const bool kv_one_gemm = kv_one_input && m->w_v == m->w_k + (size_t)(E * c->kdim) &&
+                             act->v == act->k + B * Sp * E;
+    if (c->self && kv_one_gemm && Sp == L && m->w_k == m->w_q + (size_t)(E * E) &&
+        act->k == act->q + B * L * E) {
+        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, 3 * E, g);
     } else {
-        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, mha_gemm_of(c));
-        linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k, E,
-                       mha_gemm_of(c));
-        linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL, 1,
-                       &v, E, mha_gemm_of(c));
+        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, g);
+        if (kv_one_gemm) {
+            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
+                           2 * E, g);
+        } else {
+            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
+                           E, g);
+            linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL,
+                           1, &v, E, g);
+        }
     }
 
     /* Appended keys: bias_k/bias_v first, then the zero row (zeros in every
