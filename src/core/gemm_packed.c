@@ -83,8 +83,8 @@ static gemm_plan make_plan(const sdpa_kernels *kern, bool trans_a, bool trans_b,
     gemm_plan p = {
         .kern = kern, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K,
         .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb,
-        .ldc = ldc, .c_cols = c_cols < N ? c_cols : N, .c_stride = c_stride, .bias = bias, .bias_s = bias_s,
-        .np = kern->npad,
+        .ldc = ldc, .c_cols = c_cols < N ? c_cols : N, .c_stride = c_stride, .bias = bias,
+        .bias_s = bias_s, .np = kern->npad,
     };
     const int64_t n_pad = ceil_div(N, p.np) * p.np;
     const int64_t nc_fit = B_BLOCK_BYTES / ((int64_t)sizeof(float) * K) / p.np * p.np;
@@ -104,7 +104,8 @@ static gemm_plan make_plan(const sdpa_kernels *kern, bool trans_a, bool trans_b,
     p.mc_max = ceil_div(p.units, rb) * ROW_UNIT;
     const int64_t panels = p.nc / p.np;
     const int64_t tile_panels = max64(1, TILE_FLOATS / (p.mc_max * p.np));
-    p.col_groups = min64(panels, max64(rb < t ? ceil_div(t, rb) : 1, ceil_div(panels, tile_panels)));
+    const int64_t for_threads = rb < t ? ceil_div(t, rb) : 1;
+    p.col_groups = min64(panels, max64(for_threads, ceil_div(panels, tile_panels)));
     p.threads = (int)min64(t, rb * p.col_groups);
     return p;
 }

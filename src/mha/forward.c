@@ -63,8 +63,8 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
      * that are consecutive heads of one buffer, projected from one input with
      * consecutive weight rows, are one GEMM: the input is read once, and the
      * bits are those of separate GEMMs (each element's K order is the same).
-     * q, k and v so when query = key = value and no key is appended; k and v
-     * so when key = value. */
+     * That is q, k and v when query = key = value and no key is appended,
+     * else k and v when key = value. */
     const linear_engine g = mha_gemm_of(c);
     const bool kv_one_input = c->key.data == c->value.data && c->key.ld == c->value.ld &&
                               c->key.batch == c->value.batch && c->kdim == c->vdim;
