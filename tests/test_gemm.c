@@ -12,6 +12,9 @@
  *     reads A and B, nothing is written outside C's view;
  *   - results are bit-identical for 1, 2 and 3 threads, for the heap and
  *     no-heap paths, and across reruns;
+ *   - attn_sgemm_grouped (C in column groups, a bias row) gives the plain
+ *     call's bits, scattered, with the bias added afterwards; it writes
+ *     nothing outside the groups;
  *   - ATTN_GEMM / ATTN_ARCH select the engine attn_sgemm_engine names;
  *     attn_sgemm_reference is the generic packed engine whatever they say.
  * The tolerance is the worst-case bound for a length-K dot product in
@@ -238,7 +241,7 @@ static stored run_engine(const engine *e, const problem *p, int threads, bool *o
     case ENG_PACKED:
     case ENG_PACKED_NO_HEAP:
         gemm_packed(e->kern, c->ta, c->tb, c->M, c->N, c->K, c->alpha, p->a.data, c->lda,
-                    p->b.data, c->ldb, c->beta, out.data, c->ldc, threads,
+                    p->b.data, c->ldb, c->beta, out.data, c->ldc, c->N, 0, NULL, 0, threads,
                     e->kind == ENG_PACKED);
         break;
     case ENG_CBLAS:
@@ -419,6 +422,87 @@ static void group_blas_rules(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* attn_sgemm_grouped, reference or not, any thread count: C in groups of
+ * gc columns (the last one narrower, gaps between groups and rows hold NaN
+ * and must stay NaN) plus a strided bias row, bit for bit the plain call
+ * followed by a scatter and the bias added. Under ATTN_GEMM=packed, since a
+ * CBLAS runs per group and may round differently. */
+static void group_grouped(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "grouped");
+    const char *saved = getenv("ATTN_GEMM");
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("ATTN_GEMM", "packed", 1);
+    tu_rng r;
+    tu_rng_seed(&r, 0x6A0Bull);
+    static const int64_t shapes[][4] = {/* M, N, K, group columns */
+                                        {1, 1, 1, 1},     {7, 30, 5, 8},     {50, 96, 300, 16},
+                                        {37, 100, 513, 24}, {130, 192, 64, 64}, {13, 40, 17, 100}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
+        for (int variant = 0; variant < 4; ++variant) {
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const int64_t gc = shapes[si][3], ldc = gc + 3, groups = (N + gc - 1) / gc;
+            const int64_t gstride = M * ldc + 5, csize = groups * gstride;
+            const bool reference = variant & 1, tb = variant & 2, with_bias = variant != 1;
+            const float beta = variant == 3 ? 0.5f : 0.0f;
+            float *A = malloc(sizeof(float) * (size_t)(M * K)),
+                  *B = malloc(sizeof(float) * (size_t)(N * K)),
+                  *bias = malloc(sizeof(float) * (size_t)(2 * N)),
+                  *plain = malloc(sizeof(float) * (size_t)(M * N)),
+                  *C0 = malloc(sizeof(float) * (size_t)csize),
+                  *C = malloc(sizeof(float) * (size_t)csize);
+            if (!A || !B || !bias || !plain || !C0 || !C) {
+                tu_group_fail(&g, "out of memory");
+            } else {
+                for (int64_t i = 0; i < M * K; ++i) A[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+                for (int64_t i = 0; i < N * K; ++i) B[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+                for (int64_t i = 0; i < 2 * N; ++i) bias[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+                for (int64_t i = 0; i < csize; ++i) C0[i] = poison();
+                for (int64_t i = 0; i < M; ++i)
+                    for (int64_t j = 0; j < N; ++j) {
+                        const float c0 = (float)tu_rng_range(&r, -1.0, 1.0);
+                        plain[i * N + j] = c0;
+                        C0[(j / gc) * gstride + i * ldc + j % gc] = c0;
+                    }
+                (reference ? attn_sgemm_reference : attn_sgemm)(false, tb, M, N, K, 1.5f, A, K, B,
+                                                                tb ? K : N, beta, plain, N, 1);
+                if (with_bias)
+                    for (int64_t i = 0; i < M; ++i)
+                        for (int64_t j = 0; j < N; ++j) plain[i * N + j] += bias[2 * j];
+                for (int threads = 1; threads <= 3; ++threads) {
+                    memcpy(C, C0, sizeof(float) * (size_t)csize);
+                    attn_sgemm_grouped(reference, false, tb, M, N, K, 1.5f, A, K, B, tb ? K : N,
+                                       beta, C, ldc, gc, gstride, with_bias ? bias : NULL, 2,
+                                       threads);
+                    bool same = true, gaps = true;
+                    for (int64_t i = 0; i < csize; ++i) {
+                        const int64_t grp = i / gstride, i_row = i % gstride / ldc,
+                                      col = i % gstride % ldc, j = grp * gc + col;
+                        const bool inside = i % gstride < M * ldc && col < gc && j < N;
+                        if (inside)
+                            same &= memcmp(&C[i], &plain[i_row * N + j], sizeof(float)) == 0;
+                        else
+                            gaps &= isnan(C[i]);
+                    }
+                    tu_check(&g, same && gaps,
+                             "M %" PRId64 " N %" PRId64 " K %" PRId64 " groups of %" PRId64
+                             " reference %d tb %d bias %d beta %g threads %d: %s",
+                             M, N, K, gc, reference, tb, with_bias, (double)beta, threads,
+                             !same ? "differs from the plain call" : "wrote outside the groups");
+                }
+            }
+            free(A), free(B), free(bias), free(plain), free(C0), free(C);
+        }
+    if (keep) {
+        setenv("ATTN_GEMM", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("ATTN_GEMM");
+    }
+    tu_group_end(&g);
+}
+
 /* ATTN_GEMM and ATTN_ARCH choose the engine that attn_sgemm_engine names, and
  * attn_sgemm then really runs it (same bits as calling it directly). */
 static void group_selection(tu_suite *s)
@@ -507,6 +591,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "random")) group_random(&suite, &opt, engines, n);
     if (!opt.replay && tu_group_selected(&opt, "shapes")) group_shapes(&suite, &opt, engines, n);
     if (!opt.replay && tu_group_selected(&opt, "blas-rules")) group_blas_rules(&suite);
+    if (!opt.replay && tu_group_selected(&opt, "grouped")) group_grouped(&suite);
     if (!opt.replay && tu_group_selected(&opt, "selection")) group_selection(&suite);
     return tu_suite_finish(&suite);
 }

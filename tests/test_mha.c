@@ -925,6 +925,83 @@ static void test_threads(tu_suite *suite)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------- fused projections */
+
+/* Self-attention (q, k, v in one GEMM, or k and v when keys are appended)
+ * and key = value (k and v in one GEMM) give the bits of the same call on
+ * separate copies of the inputs (one GEMM per projection): out, and the
+ * parameter gradients of a backward. Both paths, 1 and 3 threads. */
+static void test_fused_projections(tu_suite *suite)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "fused-projections");
+    const int64_t B = 2, L = 19, E = 24, S = 19;
+    for (int variant = 0; variant < 12; ++variant) {
+        const bool self = variant % 3 != 2, reference = variant / 6, appended = variant % 3 == 1;
+        const int threads = variant % 2 ? 3 : 1;
+        const attn_mha_config cfg = {.embed_dim = E, .num_heads = 3, .bias = true,
+                                     .add_bias_kv = appended, .add_zero_attn = appended};
+        float *x = malloc(sizeof(float) * (size_t)(4 * B * L * E));
+        float *kv = x + B * L * E, *kcopy = kv + B * L * E, *vcopy = kcopy + B * L * E;
+        float *out = malloc(sizeof(float) * (size_t)(2 * B * L * E)), *dout = out + B * L * E;
+        float *dx = malloc(sizeof(float) * (size_t)(3 * B * L * E));
+        float *grads[2] = {NULL, NULL};
+        float *outs[2] = {malloc(sizeof(float) * (size_t)(B * L * E)),
+                          malloc(sizeof(float) * (size_t)(B * L * E))};
+        size_t np = 0;
+        tu_rng r;
+        tu_rng_seed(&r, 0xF05Eull + (uint64_t)variant);
+        for (int64_t i = 0; i < 4 * B * L * E; ++i) x[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+        for (int64_t i = 0; i < B * L * E; ++i) dout[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+        /* run 0: the fused call; run 1: the same inputs as separate copies */
+        for (int run = 0; run < 2; ++run) {
+            attn_mha *m = NULL;
+            attn_error e;
+            if (!tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK, "create: %s", e.message))
+                break;
+            /* every parameter random, biases too (init zeroes them) */
+            size_t count;
+            float *P = attn_mha_params_flat(m, &count);
+            tu_rng pr;
+            tu_rng_seed(&pr, 0x5EEDull);
+            for (size_t i = 0; i < count; ++i) P[i] = (float)tu_rng_range(&pr, -0.5, 0.5);
+            const float *src = self ? x : kv;
+            memcpy(kcopy, src, sizeof(float) * (size_t)(B * S * E));
+            memcpy(vcopy, src, sizeof(float) * (size_t)(B * S * E));
+            attn_tensor q = attn_tensor_3d(x, B, L, E), k = attn_tensor_3d(kv, B, S, E),
+                        kc = attn_tensor_3d(kcopy, B, S, E), vc = attn_tensor_3d(vcopy, B, S, E),
+                        o = attn_tensor_3d(out, B, L, E), dy = attn_tensor_3d(dout, B, L, E),
+                        dq = attn_tensor_3d(dx, B, L, E),
+                        dk = attn_tensor_3d(dx + B * L * E, B, S, E),
+                        dv = attn_tensor_3d(dx + 2 * B * L * E, B, S, E);
+            const attn_tensor *key = run ? &kc : self ? NULL : &k;
+            const attn_tensor *value = run ? &vc : self ? NULL : &k;
+            attn_mha_opts opts = attn_mha_opts_default();
+            opts.num_threads = threads;
+            opts.path = reference ? ATTN_PATH_REFERENCE : ATTN_PATH_AUTO;
+            bool ok = attn_mha_forward(m, &q, key, value, &o, &opts, &e) == ATTN_OK;
+            if (ok) memcpy(outs[run], out, sizeof(float) * (size_t)(B * L * E));
+            ok = ok && attn_mha_backward(m, &q, key, value, &dy, &dq, key ? &dk : NULL,
+                                         value ? &dv : NULL, &opts, &e) == ATTN_OK;
+            if (tu_check(&g, ok, "variant %d run %d: %s", variant, run, e.message)) {
+                const float *G = attn_mha_grads_flat(m, &np);
+                grads[run] = malloc(np * sizeof(float));
+                memcpy(grads[run], G, np * sizeof(float));
+            }
+            attn_mha_free(m);
+        }
+        if (grads[0] && grads[1])
+            tu_check(&g,
+                     memcmp(outs[0], outs[1], sizeof(float) * (size_t)(B * L * E)) == 0 &&
+                         memcmp(grads[0], grads[1], np * sizeof(float)) == 0,
+                     "%s%s, %s path, %d threads: the fused projections differ from separate ones",
+                     self ? "self-attention" : "key = value", appended ? " with appended keys" : "",
+                     reference ? "reference" : "fused", threads);
+        free(x), free(out), free(dx), free(grads[0]), free(grads[1]), free(outs[0]), free(outs[1]);
+    }
+    tu_group_end(&g);
+}
+
 /* ----------------------------------------------------------- validation */
 
 static void expect_error(tu_group *g, const char *what, attn_status got, const attn_error *e,
@@ -1179,6 +1256,7 @@ int main(int argc, char **argv)
 
     if (tu_group_selected(&opt, "params")) test_params(&suite);
     if (tu_group_selected(&opt, "init")) test_init(&suite);
+    if (tu_group_selected(&opt, "fused-projections")) test_fused_projections(&suite);
 
     if (tu_group_selected(&opt, "oracle-fd")) {
         tu_group g;

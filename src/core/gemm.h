@@ -41,6 +41,24 @@ void attn_sgemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           float beta, float *C, int64_t ldc, int threads);
 
 /*
+ * Either of the above (reference picks attn_sgemm_reference), with C's
+ * columns in groups and an optional bias row:
+ *   - column j of C lives in group j / c_cols, an (M, c_cols) row matrix at
+ *     C + (j / c_cols)·c_stride with row stride ldc (the last group may be
+ *     narrower); c_cols >= N is plain C. A projection writes attention heads
+ *     head-major this way, with no copy.
+ *   - bias (N values, bias_s apart) or NULL is added to every row of the
+ *     result: C = (alpha·op(A)·op(B) + beta·C) + bias, the bits of adding it
+ *     after the product, without another pass over C.
+ * The packed engine gives the bits of the plain call; a CBLAS runs once per
+ * group.
+ */
+void attn_sgemm_grouped(bool reference, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc, int64_t c_cols,
+                        int64_t c_stride, const float *bias, int64_t bias_s, int threads);
+
+/*
  * The engine attn_sgemm uses: "cblas" when the build links a CBLAS and the
  * environment variable ATTN_GEMM is not "packed"; otherwise "packed-<isa>"
  * (the SDPA kernel table it runs on, e.g. "packed-avx2"). Like ATTN_ARCH,

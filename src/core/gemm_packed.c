@@ -34,6 +34,7 @@ enum {
                        partial microtile */
     MC_MAX = 144,   /* rows per A block: 144 × 256 floats = 144 KiB, in L2 */
     NC_MAX = 2048,  /* columns per B block (bounds the per-thread tile buffer) */
+    TILE_FLOATS = 1 << 16, /* an item's partial sums: at most 256 KiB, in L2 */
     ALIGN = 64,     /* cache line: packed panels start on one */
     SERIAL_WORK = 1 << 17, /* M·N·K below which threads cost more than they save */
 };
@@ -51,6 +52,9 @@ typedef struct {
     const float *A, *B;
     float *C;
     int64_t lda, ldb, ldc;
+    int64_t c_cols, c_stride; /* C's column groups (c_cols >= N: one) */
+    const float *bias;        /* added to every row of C, or NULL */
+    int64_t bias_s;
     int64_t np;         /* microkernel columns (kern->npad) */
     int64_t nc;         /* columns per B block, a multiple of np */
     int64_t units;      /* ROW_UNIT-row units covering M */
@@ -73,12 +77,14 @@ static void row_block(const gemm_plan *p, int64_t b, int64_t *i0, int64_t *mb)
 static gemm_plan make_plan(const sdpa_kernels *kern, bool trans_a, bool trans_b, int64_t M,
                            int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                           int64_t c_cols, int64_t c_stride, const float *bias, int64_t bias_s,
                            int threads)
 {
     gemm_plan p = {
         .kern = kern, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K,
         .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb,
-        .ldc = ldc, .np = kern->npad,
+        .ldc = ldc, .c_cols = c_cols < N ? c_cols : N, .c_stride = c_stride, .bias = bias,
+        .bias_s = bias_s, .np = kern->npad,
     };
     const int64_t n_pad = ceil_div(N, p.np) * p.np;
     const int64_t nc_fit = B_BLOCK_BYTES / ((int64_t)sizeof(float) * K) / p.np * p.np;
@@ -88,14 +94,18 @@ static gemm_plan make_plan(const sdpa_kernels *kern, bool trans_a, bool trans_b,
     int64_t t = threads < 1 ? 1 : threads;
     if ((double)M * (double)N * (double)K < (double)SERIAL_WORK) t = 1;
     /* Enough row blocks for A blocks of at most MC_MAX rows, rounded up to a
-     * multiple of the threads; when rows are too few for every thread, the
-     * panels of a B block are split into column groups as well. */
+     * multiple of the threads. The panels of a B block are split into column
+     * groups when rows are too few for every thread, and so that an item's
+     * partial sums (its rows × its columns) stay in L2 beside its A block:
+     * with a short K, one B block is thousands of columns wide. */
     int64_t rb = ceil_div(p.units, MC_MAX / ROW_UNIT);
     if (rb >= t) rb = min64(p.units, ceil_div(rb, t) * t);
-    const int64_t panels = p.nc / p.np;
-    p.col_groups = rb < t ? min64(panels, ceil_div(t, rb)) : 1;
     p.row_blocks = rb;
     p.mc_max = ceil_div(p.units, rb) * ROW_UNIT;
+    const int64_t panels = p.nc / p.np;
+    const int64_t tile_panels = max64(1, TILE_FLOATS / (p.mc_max * p.np));
+    const int64_t for_threads = rb < t ? ceil_div(t, rb) : 1;
+    p.col_groups = min64(panels, max64(for_threads, ceil_div(panels, tile_panels)));
     p.threads = (int)min64(t, rb * p.col_groups);
     return p;
 }
@@ -129,19 +139,32 @@ static void pack_b(const gemm_plan *p, int64_t pc, int64_t kb, int64_t j0, float
     }
 }
 
-/* C[i0.., j0..] (mb × nn) = alpha·acc + beta·C; acc has row stride ldacc.
- * beta == 0 never reads C (BLAS). */
+/* C[i0.., j0..] (mb × nn) = alpha·acc + beta·C (+ bias); acc has row stride
+ * ldacc. The columns are cut where C's column groups end. beta == 0 never
+ * reads C (BLAS). */
 static void store_tile(const gemm_plan *p, int64_t i0, int64_t mb, int64_t j0, int64_t nn,
                        const float *acc, int64_t ldacc)
 {
     const float alpha = p->alpha, beta = p->beta;
-    for (int64_t i = 0; i < mb; ++i) {
-        float *restrict c = p->C + (i0 + i) * p->ldc + j0;
-        const float *restrict a = acc + i * ldacc;
-        if (beta == 0.0f)
-            for (int64_t j = 0; j < nn; ++j) c[j] = alpha * a[j];
-        else
-            for (int64_t j = 0; j < nn; ++j) c[j] = alpha * a[j] + beta * c[j];
+    for (int64_t js = j0; js < j0 + nn;) {
+        const int64_t group = js / p->c_cols, je = min64(j0 + nn, (group + 1) * p->c_cols);
+        const int64_t n = je - js, bs = p->bias_s;
+        float *const cg = p->C + group * p->c_stride + (js - group * p->c_cols);
+        const float *const bias = p->bias ? p->bias + js * bs : NULL;
+        for (int64_t i = 0; i < mb; ++i) {
+            float *restrict c = cg + (i0 + i) * p->ldc;
+            const float *restrict a = acc + i * ldacc + (js - j0);
+            if (beta == 0.0f && bias) { /* a linear layer's store, in one pass */
+                for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + bias[j * bs];
+            } else if (beta == 0.0f) {
+                for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j];
+            } else {
+                for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + beta * c[j];
+                if (bias)
+                    for (int64_t j = 0; j < n; ++j) c[j] += bias[j * bs];
+            }
+        }
+        js = je;
     }
 }
 
@@ -238,10 +261,11 @@ static void gemm_unbuffered(const gemm_plan *p)
 
 void gemm_packed(const sdpa_kernels *kern, bool trans_a, bool trans_b, int64_t M, int64_t N,
                  int64_t K, float alpha, const float *A, int64_t lda, const float *B,
-                 int64_t ldb, float beta, float *C, int64_t ldc, int threads, bool use_heap)
+                 int64_t ldb, float beta, float *C, int64_t ldc, int64_t c_cols, int64_t c_stride,
+                 const float *bias, int64_t bias_s, int threads, bool use_heap)
 {
     gemm_plan p = make_plan(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                            threads);
+                            c_cols, c_stride, bias, bias_s, threads);
     if (use_heap) {
         size_t per_thread = 0;
         void *mem = alloc_workspace(&p, &per_thread);

@@ -25,14 +25,13 @@ void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const
 {
     const bool one = flat(x, B, M) && flat(y, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
+    const int64_t gc = y->group_cols > 0 && y->group_cols < N ? y->group_cols : N;
     for (int64_t b = 0; b < calls; ++b) {
         const float *xb = x->data + b * x->batch;
         float *yb = y->data + b * y->batch;
-        /* y (rows,N) = x (rows,K) · Wᵀ, then the bias row added. */
-        gemm(g, false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb, y->ld);
-        if (bias)
-            for (int64_t i = 0; i < rows; ++i)
-                for (int64_t n = 0; n < N; ++n) yb[i * y->ld + n] += bias[n * bias_s];
+        /* y (rows,N) = x (rows,K) · Wᵀ + the bias row. */
+        attn_sgemm_grouped(g.reference, false, true, rows, N, K, 1.0f, xb, x->ld, W, ldw, 0.0f, yb,
+                           y->ld, gc, y->group_stride, bias, bias_s, g.threads);
     }
 }
 

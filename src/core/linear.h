@@ -7,10 +7,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A batch of row matrices: row i of matrix b at data + b*batch + i*ld. */
+/* A batch of row matrices: row i of matrix b at data + b*batch + i*ld.
+ * linear_forward's output may have its columns in groups of group_cols
+ * (0: no groups), group g at data + g*group_stride (attention heads laid
+ * out head-major). */
 typedef struct {
     float *data;
     int64_t batch, ld;
+    int64_t group_cols, group_stride;
 } linear_rows;
 
 /* How to multiply: threads, and the plain GEMM on the reference path (so a
@@ -20,8 +24,9 @@ typedef struct {
     bool reference;
 } linear_engine;
 
-/* y[b] = x[b] · Wᵀ + bias : x (B,M,K), W (N,K) row stride ldw, y (B,M,N);
- * bias (N) at stride bias_s, or NULL. */
+/* y[b] = x[b] · Wᵀ + bias : x (B,M,K), W (N,K) row stride ldw, y (B,M,N)
+ * (in column groups when y->group_cols > 0); bias (N) at stride bias_s, or
+ * NULL. */
 void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const float *W,
                     int64_t ldw, const float *bias, int64_t bias_s, const linear_rows *y,
                     int64_t N, linear_engine g);

@@ -22,7 +22,7 @@ static attn_status bind_grad(mha_call *c, attn_tensor *t, const char *name, int6
     if (mha_rows_direct(t, c->batched, C, &g->rows)) return ATTN_OK;
     float *p = mha_call_alloc(c, (size_t)(c->B * M * C) * sizeof(float), name, err);
     if (!p) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
-    g->rows = (mha_rows){p, M * C, C};
+    g->rows = mha_rows_dense(p, M, C);
     g->scatter = true;
     return ATTN_OK;
 }
@@ -73,12 +73,13 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
         return ATTN_OK;
     }
 
-    /* Workspace: q, a, da, dq (B,L,E); k, v, dk, dv (B,Sp,E); the softmax
-     * statistics (B,H,L,2). */
+    /* Workspace: q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see
+     * mha_acts); da, dq (B,L,E); dk, dv (B,Sp,E); the softmax statistics
+     * (B,H,L,2). */
     const size_t nq = (size_t)(B * L * E), nk = (size_t)(B * Sp * E), nl = (size_t)(2 * B * H * L);
     float *buf = mha_call_alloc(c, (4 * nq + 4 * nk + nl) * sizeof(float), "workspace", err);
     if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
-    mha_acts act = {.q = buf, .a = buf + nq, .k = buf + 2 * nq, .v = buf + 2 * nq + nk};
+    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk};
     float *da = buf + 2 * nq + 2 * nk, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
     float *stats = dv + nk;
 
@@ -94,15 +95,15 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
 
     /* In the forward pass out = a·Woᵀ + bo, so dWo += doutᵀ·a, dbo += Σ dout
      * and da = dout·Wo. */
-    const mha_rows a = {act.a, L * E, E}, dar = {da, L * E, E};
+    const mha_rows a = mha_rows_dense(act.a, L, E), dar = mha_rows_dense(da, L, E);
     linear_backward_params(&dy, &a, B, L, E, E, G + m->w_out, E,
                                m->b_out != SIZE_MAX ? G + m->b_out : NULL, 1, th);
     linear_backward_input(&dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
 
     /* In the forward pass a = SDPA(q, k, v) per head; SDPA's backward gives
      * dq, dk, dv for every key row, appended ones included. */
-    attn_tensor qh = mha_head_view(act.q, c, L), kh = mha_head_view(act.k, c, Sp),
-                vh = mha_head_view(act.v, c, Sp), ah = mha_head_view(act.a, c, L),
+    attn_tensor qh = mha_head_major_view(act.q, c, L), kh = mha_head_major_view(act.k, c, Sp),
+                vh = mha_head_major_view(act.v, c, Sp), ah = mha_head_view(act.a, c, L),
                 dah = mha_head_view(da, c, L), dqh = mha_head_view(dq, c, L),
                 dkh = mha_head_view(dk, c, Sp), dvh = mha_head_view(dv, c, Sp);
     attn_sdpa_opts o = mha_sdpa_opts(c);
@@ -124,7 +125,8 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
 
     /* In the forward pass q = query·Wqᵀ + bq (k, v likewise over their first
      * S rows), so dW += dᵀ·input, db += Σ d, dinput = d·W. */
-    const mha_rows dqr = {dq, L * E, E}, dkr = {dk, Sp * E, E}, dvr = {dv, Sp * E, E};
+    const mha_rows dqr = mha_rows_dense(dq, L, E), dkr = mha_rows_dense(dk, Sp, E),
+                   dvr = mha_rows_dense(dv, Sp, E);
     linear_backward_params(&dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
     linear_backward_params(&dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
                                has_bias ? gb_in + E : NULL, 1, th);

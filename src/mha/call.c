@@ -66,9 +66,8 @@ bool mha_rows_direct(const attn_tensor *t, bool batched, int64_t C, mha_rows *ou
     if (C > 1 && sc != 1) return false;
     if (M > 1 && sm < C) return false; /* overlapping, broadcast or reversed rows */
     if (B > 1 && sb < 0) return false;
-    out->data = t->data;
-    out->ld = M > 1 ? sm : C;
-    out->batch = B > 1 ? sb : M * out->ld;
+    const int64_t ld = M > 1 ? sm : C;
+    *out = (mha_rows){.data = t->data, .batch = B > 1 ? sb : M * ld, .ld = ld};
     return true;
 }
 
@@ -87,9 +86,7 @@ attn_status mha_rows_input(mha_call *c, const attn_tensor *t, int64_t M, int64_t
         for (int64_t i = 0; i < M; ++i)
             for (int64_t x = 0; x < C; ++x)
                 p[(b * M + i) * C + x] = src[b * sb + i * sm + x * sc];
-    out->data = p;
-    out->ld = C;
-    out->batch = M * C;
+    *out = mha_rows_dense(p, M, C);
     return ATTN_OK;
 }
 

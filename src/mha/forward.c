@@ -20,6 +20,22 @@ attn_tensor mha_head_view(float *buf, const mha_call *c, int64_t N)
     return t;
 }
 
+attn_tensor mha_head_major_view(float *buf, const mha_call *c, int64_t N)
+{
+    attn_tensor t = attn_tensor_4d(buf, c->B, c->H, N, c->hd);
+    t.stride[0] = (N > 0 ? N : 1) * c->hd; /* positive even when empty */
+    t.stride[1] = c->B * t.stride[0];
+    return t;
+}
+
+/* A projection's output rows for an (H,B,N,hd) buffer: N rows per batch,
+ * columns in heads of hd, one (B,N,hd) block per head. */
+static mha_rows head_major_rows(float *buf, const mha_call *c, int64_t N)
+{
+    return (mha_rows){.data = buf, .batch = N * c->hd, .ld = c->hd, .group_cols = c->hd,
+                      .group_stride = c->B * N * c->hd};
+}
+
 attn_sdpa_opts mha_sdpa_opts(const mha_call *c)
 {
     attn_sdpa_opts o = attn_sdpa_opts_default();
@@ -39,32 +55,56 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
     const int64_t B = c->B, L = c->L, S = c->S, Sp = c->Sp, E = c->E;
     const float *P = m->params;
     const float *bq = m->b_in != SIZE_MAX ? P + m->b_in : NULL;
-    const mha_rows q = {act->q, L * E, E}, k = {act->k, Sp * E, E}, v = {act->v, Sp * E, E};
+    const int64_t hd = c->hd, H = c->H;
+    const mha_rows q = head_major_rows(act->q, c, L), k = head_major_rows(act->k, c, Sp),
+                   v = head_major_rows(act->v, c, Sp);
 
-    /* In-projections (the packed in_proj_weight's rows are q, k, v). */
-    linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, mha_gemm_of(c));
-    linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k, E,
-                       mha_gemm_of(c));
-    linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL, 1, &v,
-                       E, mha_gemm_of(c));
-
-    /* Appended keys: bias_k/bias_v first, then the zero row (zeros in every
-     * head's slice of the row). */
-    for (int64_t b = 0; b < B; ++b) {
-        int64_t j = S;
-        if (m->bias_k != SIZE_MAX) {
-            memcpy(act->k + (b * Sp + j) * E, P + m->bias_k, (size_t)E * sizeof(float));
-            memcpy(act->v + (b * Sp + j) * E, P + m->bias_v, (size_t)E * sizeof(float));
-            ++j;
-        }
-        if (m->cfg.add_zero_attn) {
-            memset(act->k + (b * Sp + j) * E, 0, (size_t)E * sizeof(float));
-            memset(act->v + (b * Sp + j) * E, 0, (size_t)E * sizeof(float));
+    /* In-projections (the packed in_proj_weight's rows are q, k, v). Outputs
+     * that are consecutive heads of one buffer, projected from one input with
+     * consecutive weight rows, are one GEMM: the input is read once, and the
+     * bits are those of separate GEMMs (each element's K order is the same).
+     * That is q, k and v when query = key = value and no key is appended,
+     * else k and v when key = value. */
+    const linear_engine g = mha_gemm_of(c);
+    const bool kv_one_input = c->key.data == c->value.data && c->key.ld == c->value.ld &&
+                              c->key.batch == c->value.batch && c->kdim == c->vdim;
+    const bool kv_one_gemm = kv_one_input && m->w_v == m->w_k + (size_t)(E * c->kdim) &&
+                             act->v == act->k + B * Sp * E;
+    if (c->self && kv_one_gemm && Sp == L && m->w_k == m->w_q + (size_t)(E * E) &&
+        act->k == act->q + B * L * E) {
+        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, 3 * E, g);
+    } else {
+        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, g);
+        if (kv_one_gemm) {
+            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
+                           2 * E, g);
+        } else {
+            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
+                           E, g);
+            linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL,
+                           1, &v, E, g);
         }
     }
 
-    attn_tensor qh = mha_head_view(act->q, c, L), kh = mha_head_view(act->k, c, Sp),
-                vh = mha_head_view(act->v, c, Sp), ah = mha_head_view(act->a, c, L);
+    /* Appended keys: bias_k/bias_v first, then the zero row (zeros in every
+     * head's slice of the row). */
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t row = ((h * B + b) * Sp + S) * hd;
+            int64_t j = 0;
+            if (m->bias_k != SIZE_MAX) {
+                memcpy(act->k + row, P + m->bias_k + h * hd, (size_t)hd * sizeof(float));
+                memcpy(act->v + row, P + m->bias_v + h * hd, (size_t)hd * sizeof(float));
+                ++j;
+            }
+            if (m->cfg.add_zero_attn) {
+                memset(act->k + row + j * hd, 0, (size_t)hd * sizeof(float));
+                memset(act->v + row + j * hd, 0, (size_t)hd * sizeof(float));
+            }
+        }
+
+    attn_tensor qh = mha_head_major_view(act->q, c, L), kh = mha_head_major_view(act->k, c, Sp),
+                vh = mha_head_major_view(act->v, c, Sp), ah = mha_head_view(act->a, c, L);
     attn_sdpa_opts o = mha_sdpa_opts(c);
     o.softmax_stats = stats;
     return attn_sdpa(&qh, &kh, &vh, &ah, NULL, weights, &o, err);
@@ -116,12 +156,13 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     if (w) RETURN_IF_ERROR(check_weights(w, per_head, c, err));
     if (c->B == 0 || c->L == 0) return ATTN_OK; /* out and weights are empty */
 
-    /* Workspace: q, a (B,L,E) and k, v (B,Sp,E), plus (B,H,L,Sp) only when
-     * averaged weights are requested. Sizes were overflow-checked. */
+    /* Workspace: q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see
+     * mha_acts), plus (B,H,L,Sp) only when averaged weights are requested.
+     * Sizes were overflow-checked. */
     const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
     float *buf = mha_call_alloc(c, (2 * nq + 2 * nk) * sizeof(float), "workspace", err);
     if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
-    mha_acts act = {.q = buf, .a = buf + nq, .k = buf + 2 * nq, .v = buf + 2 * nq + nk};
+    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk};
 
     attn_tensor heads_w, *sdpa_w = NULL;
     float *avg = NULL;
@@ -156,12 +197,12 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     /* out = a·Woᵀ + bo, straight into out when its layout allows. */
     const float *P = m->params;
     const float *bo = m->b_out != SIZE_MAX ? P + m->b_out : NULL;
-    const mha_rows a = {act.a, c->L * c->E, c->E};
+    const mha_rows a = mha_rows_dense(act.a, c->L, c->E);
     mha_rows dst;
     if (mha_rows_direct(out, c->batched, c->E, &dst)) {
         linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &dst, c->E, mha_gemm_of(c));
     } else {
-        const mha_rows tmp = {act.q, c->L * c->E, c->E}; /* q is no longer needed */
+        const mha_rows tmp = mha_rows_dense(act.q, c->L, c->E); /* q is no longer needed */
         linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E, mha_gemm_of(c));
         mha_rows_scatter(act.q, out, c->batched, c->B, c->L, c->E);
     }

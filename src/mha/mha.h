@@ -35,6 +35,12 @@ struct attn_mha {
 /* A batch of row matrices: element (b, i, c) at data[b*batch + i*ld + c]. */
 typedef linear_rows mha_rows; /* row matrices of a batch (core/linear.h) */
 
+/* Contiguous (B,M,C) rows at data. */
+static inline mha_rows mha_rows_dense(float *data, int64_t M, int64_t C)
+{
+    return (mha_rows){.data = data, .batch = M * C, .ld = C};
+}
+
 /* A validated forward/backward call, shapes resolved to batched form. */
 typedef struct {
     int64_t B, L, S, Sp; /* Sp = S + appended keys (bias_kv, zero_attn) */
@@ -85,16 +91,21 @@ void mha_rows_scatter(const float *src, const attn_tensor *dst, bool batched, in
 /* Writes zeros to every element of a checked output view. */
 void mha_rows_zero(const attn_tensor *dst, bool batched, int64_t B, int64_t M, int64_t C);
 
-/* The forward activations the output projection and backward need. */
+/* The forward activations the output projection and backward need. q, k
+ * and v are head-major, so that each head's rows, which SDPA reads again
+ * for every tile, are contiguous; a stays (B,L,E) for the out-projection. */
 typedef struct {
-    float *q; /* (B,L,E)  projected queries */
-    float *k; /* (B,Sp,E) projected keys, then bias_k row, then zero row */
-    float *v; /* (B,Sp,E) likewise */
-    float *a; /* (B,L,E)  attention output, heads concatenated */
+    float *q; /* (H,B,L,hd)  projected queries */
+    float *k; /* (H,B,Sp,hd) projected keys, then bias_k row, then zero row */
+    float *v; /* (H,B,Sp,hd) likewise; k = q + B·L·E and v = k + B·Sp·E let
+                 self-attention project all three in one GEMM */
+    float *a; /* (B,L,E)     attention output, heads concatenated */
 } mha_acts;
 
 /* (B,N,E) buffer viewed as (B,H,N,E/H): heads split without a copy. */
 attn_tensor mha_head_view(float *buf, const mha_call *c, int64_t N);
+/* (H,B,N,E/H) buffer viewed as (B,H,N,E/H). */
+attn_tensor mha_head_major_view(float *buf, const mha_call *c, int64_t N);
 
 /* SDPA options for this call (masks, causal, threads, path). */
 attn_sdpa_opts mha_sdpa_opts(const mha_call *c);
