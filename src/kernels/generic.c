@@ -11,11 +11,11 @@
 #include <math.h>
 #include <string.h>
 
-/* e^x as documented in kernels.h, with fused multiply-adds as the SIMD
- * bodies use (libm's fmaf where the CPU has no FMA: slower, same result).
- * Only the polynomial calls fmaf; the steps around it are written so that
- * they give fmaf's and nearbyintf's and ldexpf's results exactly, without
- * the calls. */
+/* e^x as documented in kernels.h. The polynomial runs in double (each
+ * step a product and a sum, no fmaf: on CPUs without FMA that is a slow
+ * library call, and this is the kernel for those CPUs) and is rounded to
+ * float once; the steps around it give nearbyintf's and ldexpf's results
+ * exactly, without the calls. */
 static float exp_generic(float x)
 {
     if (x != x) return x;
@@ -28,13 +28,15 @@ static float exp_generic(float x)
      * [2^-43, 2^-1), 42 < 53), so the one rounding is fmaf's. */
     const float r1 = x - n * SDPA_LN2_HI;
     const float r = (float)((double)r1 - (double)n * (double)SDPA_LN2_LO);
-    float p = SDPA_EXP_C6;
-    p = fmaf(p, r, SDPA_EXP_C5);
-    p = fmaf(p, r, SDPA_EXP_C4);
-    p = fmaf(p, r, SDPA_EXP_C3);
-    p = fmaf(p, r, SDPA_EXP_C2);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    const double rd = r;
+    double pd = SDPA_EXP_C6;
+    pd = pd * rd + SDPA_EXP_C5;
+    pd = pd * rd + SDPA_EXP_C4;
+    pd = pd * rd + SDPA_EXP_C3;
+    pd = pd * rd + SDPA_EXP_C2;
+    pd = pd * rd + 1.0;
+    pd = pd * rd + 1.0;
+    const float p = (float)pd;
     /* ldexpf: n is in [-125, 127], so 2^n and p·2^n (p in [0.7, 1.42]) are
      * normal floats and the product is exact. */
     const uint32_t pow2n_bits = (uint32_t)((int32_t)n + 127) << 23;
