@@ -118,7 +118,9 @@ typedef __m256i vi;
 #define VI_SET1(x) _mm256_set1_epi32((int)(x))
 #define VI_IOTA2() _mm256_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0) /* 64-bit lanes 0, 2, 4, 6 */
 #define VI_ADD(a, b) _mm256_add_epi32(a, b)
-#define VI_XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
+/* a is the operand a Philox round waits for (a product): b ^ c first, off
+ * its dependency chain */
+#define VI_XOR3(a, b, c) _mm256_xor_si256(a, _mm256_xor_si256(b, c))
 /* low words of the 64-bit lanes: products, high words; two vectors' low
  * words interleaved into 32-bit lanes */
 #define VI_MULU(x, m) _mm256_mul_epu32(x, _mm256_set1_epi32((int)(m)))

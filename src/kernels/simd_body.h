@@ -239,10 +239,13 @@ SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale
     return V_ADD(vsum, vsum2);
 }
 
-static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,
                                  float *s, int64_t lds, float *rowmax, float *rowsum,
                                  float *alpha)
 {
+    /* A local copy: the stores into s cannot alias it, so the parameters
+     * stay in registers instead of being reloaded for every vector. */
+    const sdpa_logits lgc = *lgp, *lg = &lgc;
     const vf ninf = V_SET1(-INFINITY);
     /* Plain logits (no bias, no cap) stay raw scores between the passes:
      * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
@@ -308,9 +311,10 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
     }
 }
 
-static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg, float *s,
+static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp, float *s,
                         int64_t lds, const float *rowmax, const float *rowll, float *dfac)
 {
+    const sdpa_logits lgc = *lgp, *lg = &lgc; /* not reloaded after each store (softmax_online) */
     const bool capped = lg->softcap > 0.0f && dfac;
     const vf vscale = V_SET1(lg->scale), one = V_SET1(1.0f);
     for (int64_t r = 0; r < m; ++r) {
