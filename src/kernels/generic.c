@@ -133,19 +133,20 @@ void sdpa_gemm_skip_zeros(int64_t m, int64_t n, int64_t k, const float *a, int64
     gemm_body(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, row_scale, mode, true);
 }
 
-/* tanh as documented in kernels.h (the SIMD bodies' v_tanh, scalar). */
+/* tanh as documented in kernels.h; the odd polynomial in double, like
+ * exp_generic's (no fmaf calls), rounded once. */
 static float tanh_generic(float y)
 {
     const float a = fabsf(y);
     float t;
     if (a < SDPA_TANH_SMALL) {
-        const float z = a * a;
-        float q = SDPA_TANH_P4;
-        q = fmaf(q, z, SDPA_TANH_P3);
-        q = fmaf(q, z, SDPA_TANH_P2);
-        q = fmaf(q, z, SDPA_TANH_P1);
-        q = fmaf(q, z, SDPA_TANH_P0);
-        t = fmaf(a * z, q, a);
+        const double ad = a, z = ad * ad;
+        double q = SDPA_TANH_P4;
+        q = q * z + SDPA_TANH_P3;
+        q = q * z + SDPA_TANH_P2;
+        q = q * z + SDPA_TANH_P1;
+        q = q * z + SDPA_TANH_P0;
+        t = (float)(ad * z * q + ad);
     } else {
         const float e = exp_generic(-2.0f * a);
         t = (1.0f - e) / (1.0f + e);
