@@ -591,8 +591,8 @@ static void SIMD(pack_transposed)(const float *src, int64_t rs, int64_t cs, int6
     }
 }
 
-/* pack_transposed of 16-bit rows, widened in registers on the way (8 halves
- * per row: bfloat16 by a shift, float16 by F16C). */
+/* pack_transposed of 16-bit rows, widened in registers on the way (load8:
+ * bfloat16 by a shift, float16 by F16C). */
 static void SIMD(pack_transposed16)(attn_dtype t, const uint16_t *src, int64_t rs, int64_t cs,
                                     int64_t n, int64_t D, float *dst, int64_t ld)
 {
@@ -600,12 +600,7 @@ static void SIMD(pack_transposed16)(attn_dtype t, const uint16_t *src, int64_t r
     for (int64_t c = 0; c < n8; c += 8)
         for (int64_t d = 0; d < d8; d += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; ++i) {
-                const __m128i h = _mm_loadu_si128((const __m128i *)(src + (c + i) * rs + d));
-                r[i] = t == ATTN_BF16
-                           ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                           : _mm256_cvtph_ps(h);
-            }
+            for (int i = 0; i < 8; ++i) r[i] = SIMD(load8)(t, src, (c + i) * rs + d);
             SIMD(transpose8_rows)(r, dst + d * ld + c, ld);
         }
     for (int64_t d = 0; d < D; ++d) {

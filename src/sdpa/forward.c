@@ -52,7 +52,8 @@ _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels
 
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
-    bool direct;      /* scores straight from K's rows (kernels' scores_rows), no Kᵀ tile */
+    bool direct;      /* scores straight from K's rows (kernels' scores_rows), no Kᵀ tile;
+                       * cleared for tables without scores_rows */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -196,7 +197,7 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (d->direct && kern->scores_rows) {
+    if (d->direct) {
         /* K is read in place */
     } else if (p->kt == ATTN_F32) {
         kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
@@ -365,8 +366,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
-    const bool direct = d->direct && kern->scores_rows;
-    for (int64_t e = 0; direct && e < nu; ++e) {
+    for (int64_t e = 0; d->direct && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         const float *q = p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
@@ -422,7 +422,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 band_c0[r0 / FWD_BAND] = c0;
                 band_c1[r0 / FWD_BAND] = hi;
                 const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
-                if (c1 > c0 && direct) { /* one band: mi <= SDPA_SCORES_ROWS */
+                if (c1 > c0 && d->direct) { /* one band: mi <= SDPA_SCORES_ROWS */
                     const char *kr = (const char *)p->k + (size_t)AT4(p->ks, b, hk, j0 + c0, 0) *
                                                               attn_dtype_size(p->kt);
                     const size_t ve = attn_dtype_size(p->vt);
@@ -515,7 +515,8 @@ static void merge_row(const sdpa_problem *p, const fwd_dims *d, const float *par
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
-    const fwd_dims d = forward_dims(p);
+    fwd_dims d = forward_dims(p);
+    d.direct = d.direct && kern->scores_rows; /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
