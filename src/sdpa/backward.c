@@ -51,10 +51,57 @@ typedef struct {
     int64_t rows;         /* B·Hq·Nq */
     int64_t kblocks;      /* key tiles */
     int64_t chunks;       /* key-tile chunks (dQ partials) */
+    /* Chunk c: key tiles [first[c], first[c+1]); its dQ partial holds only
+     * the query rows [rlo[c], rlo[c] + span[c]) that can see those keys (of
+     * every b and head), at part_at[c] floats into the partials. */
+    int64_t first[BWD_TARGET_TASKS + 1], rlo[BWD_TARGET_TASKS], span[BWD_TARGET_TASKS];
+    int64_t part_at[BWD_TARGET_TASKS + 1];
     bool recompute;       /* O and LSE come from our own forward */
 } bwd_dims;
 
-static bwd_dims backward_dims(const sdpa_problem *p)
+/* Key tiles' work: the query rows that can see tile kb. */
+static int64_t tile_rows(const sdpa_problem *p, int64_t kb)
+{
+    const int64_t j0 = kb * BWD_KEYS, j1 = j0 + BWD_KEYS < p->Nk ? j0 + BWD_KEYS : p->Nk;
+    int64_t first, last;
+    sdpa_key_rows(p, j0, j1, &first, &last);
+    return last - first;
+}
+
+/* Splits the key tiles into d->chunks contiguous ranges of similar work
+ * (query rows that can see each tile); first[c] .. first[c+1]. */
+static void chunk_bounds(const sdpa_problem *p, bwd_dims *d)
+{
+    int64_t total = 0;
+    for (int64_t kb = 0; kb < d->kblocks; ++kb) total += tile_rows(p, kb);
+    int64_t c = 1, acc = 0;
+    d->first[0] = 0;
+    for (int64_t kb = 0; kb < d->kblocks && c < d->chunks; ++kb) {
+        acc += tile_rows(p, kb);
+        /* Close chunk c-1 after this tile once it holds its share. */
+        if (acc * d->chunks >= total * c && d->kblocks - (kb + 1) >= d->chunks - c)
+            d->first[c++] = kb + 1;
+    }
+    while (c <= d->chunks) d->first[c++] = d->kblocks; /* trailing chunks may be empty */
+}
+
+/* Each chunk's query rows and the place of its dQ partial; false on overflow. */
+static bool partial_layout(const sdpa_problem *p, bwd_dims *d)
+{
+    d->part_at[0] = 0;
+    for (int64_t c = 0; c < d->chunks; ++c) {
+        const int64_t j0 = d->first[c] * BWD_KEYS, j1 = d->first[c + 1] * BWD_KEYS;
+        int64_t lo = 0, hi = 0, size;
+        if (p->dq && j1 > j0) sdpa_key_rows(p, j0, j1 < p->Nk ? j1 : p->Nk, &lo, &hi);
+        d->rlo[c] = lo, d->span[c] = hi - lo;
+        if (!attn_mul_ok(p->B * p->Hq * d->span[c], d->dp, &size) ||
+            !attn_add_ok(d->part_at[c], size, &d->part_at[c + 1]))
+            return false;
+    }
+    return true;
+}
+
+static bwd_dims backward_dims(const sdpa_problem *p, bool *ok)
 {
     bwd_dims d;
     d.dp = sdpa_round_up(p->D, SDPA_MAX_NPAD);
@@ -74,6 +121,8 @@ static bwd_dims backward_dims(const sdpa_problem *p)
         while (c > 1 && one > 0 && (c - 1) > BWD_PARTIAL_BUDGET / one) c--;
     }
     d.chunks = c;
+    chunk_bounds(p, &d);
+    *ok = partial_layout(p, &d);
     return d;
 }
 
@@ -130,7 +179,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size s = {0, true};
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
-    sdpa_size_add(&s, p->dq ? d->chunks * d->dp : 0, d->rows, sizeof(float)); /* dQ partials */
+    sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
     const sdpa_size t = backward_thread_bytes(p, d);
@@ -147,37 +196,13 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
 
 bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
 {
-    const bwd_dims d = backward_dims(p);
+    bool ok;
+    const bwd_dims d = backward_dims(p, &ok);
     size_t per_thread, forward;
     const sdpa_size s = backward_bytes(p, &d, &per_thread, &forward);
-    if (!s.ok || s.bytes > SIZE_MAX - SDPA_WORKSPACE_SLACK) return false;
+    if (!ok || !s.ok || s.bytes > SIZE_MAX - SDPA_WORKSPACE_SLACK) return false;
     *bytes = s.bytes + SDPA_WORKSPACE_SLACK;
     return true;
-}
-
-/* Key tiles' work: the query rows that can see tile kb. */
-static int64_t tile_rows(const sdpa_problem *p, int64_t kb)
-{
-    const int64_t j0 = kb * BWD_KEYS, j1 = j0 + BWD_KEYS < p->Nk ? j0 + BWD_KEYS : p->Nk;
-    int64_t first, last;
-    sdpa_key_rows(p, j0, j1, &first, &last);
-    return last - first;
-}
-
-/* Splits the key tiles into d->chunks contiguous ranges of similar work
- * (query rows that can see each tile); first[c] .. first[c+1]. */
-static void chunk_bounds(const sdpa_problem *p, const bwd_dims *d, int64_t *first)
-{
-    int64_t total = 0;
-    for (int64_t kb = 0; kb < d->kblocks; ++kb) total += tile_rows(p, kb);
-    int64_t c = 1, acc = 0;
-    first[0] = 0;
-    for (int64_t kb = 0; kb < d->kblocks && c < d->chunks; ++kb) {
-        acc += tile_rows(p, kb);
-        /* Close chunk c-1 after this tile once it holds its share. */
-        if (acc * d->chunks >= total * c && d->kblocks - (kb + 1) >= d->chunks - c) first[c++] = kb + 1;
-    }
-    while (c <= d->chunks) first[c++] = d->kblocks; /* trailing chunks may be empty */
 }
 
 /* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
@@ -244,15 +269,21 @@ static void zero_outside(float *buf, int64_t ld, int64_t rows, int64_t c0, int64
     }
 }
 
-/* One task: key tiles [kb0, kb1) of kv head (b, hk); dQ into part. */
+/* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the chunk's
+ * partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
-                          int64_t b, int64_t hk, int64_t kb0, int64_t kb1, const float *rm,
-                          const float *rll, const float *di, float *part, bwd_scratch *w)
+                          int64_t b, int64_t hk, int64_t chunk, const float *rm, const float *rll,
+                          const float *di, float *part, bwd_scratch *w)
 {
+    const int64_t span = d->span[chunk];
+    part += d->part_at[chunk];
+    if (p->dq)
+        memset(part + (b * p->Hq + hk * p->group) * span * d->dp, 0,
+               (size_t)(p->group * span * d->dp) * sizeof(float));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
     const bool want_ds = p->dk || p->dq;
-    for (int64_t kb = kb0; kb < kb1; ++kb) {
+    for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
         memset(w->dv, 0, (size_t)(nj * d->dvp) * sizeof(float));
@@ -289,6 +320,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                                      p->dos[2], p->dos[3], mi, p->Dv, npad,
                                                      w->dob, d->dvp, &lddo);
                 const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
+                float *dq_rows = part + ((b * p->Hq + h) * span + i0 - d->rlo[chunk]) * d->dp;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv = p->dv ? guarded(kern, &t, dob, lddo, mi, p->Dv) : NULL;
@@ -351,7 +383,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                      * band's keys (its other dS are 0). */
                     if (p->dq && b1 > b0)
                         gemm_dq(rb, dn, b1 - b0, db + b0, d->bcp, 1, kr + b0 * ldk, ldk,
-                                part + (row0 + r0) * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
+                                dq_rows + r0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
@@ -394,17 +426,18 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
 
 attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
-    const bwd_dims d = backward_dims(p);
+    bool ok;
+    const bwd_dims d = backward_dims(p, &ok);
     size_t per_thread, fwd_bytes;
     const sdpa_size need = backward_bytes(p, &d, &per_thread, &fwd_bytes);
-    RETURN_IF(!need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
+    RETURN_IF(!ok || !need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     void *owned;
     char *cursor;
     RETURN_IF_ERROR(sdpa_workspace(p, need.bytes, &owned, &cursor, err));
     float *di = sdpa_take(&cursor, d.rows, sizeof(float));
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
-    float *part = sdpa_take(&cursor, p->dq ? d.chunks * d.dp * d.rows : 0, sizeof(float));
+    float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
     char *scratch = sdpa_take(&cursor, (int64_t)per_thread * p->threads, 1);
@@ -454,14 +487,9 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
             rm[row] = lse;
             rll[row] = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
         }
-        if (p->dq)
-            for (int64_t c = 0; c < d.chunks; ++c)
-                memset(part + (c * d.rows + row) * d.dp, 0, (size_t)d.dp * sizeof(float));
     }
     if (p->dsinks) sink_gradients(p, rm, rll, di);
 
-    int64_t first[BWD_TARGET_TASKS + 1];
-    chunk_bounds(p, &d, first);
     const int64_t tasks = p->B * p->Hkv * d.chunks;
 #pragma omp parallel num_threads(threads)
     {
@@ -469,23 +497,27 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
-            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, first[c], first[c + 1], rm, rll,
-                          di, part + c * d.rows * d.dp, &w);
+            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, rm, rll, di, part, &w);
         }
     }
 
-    /* dQ = Σ_chunks partials, in chunk order. */
+    /* dQ = Σ partials of the chunks whose keys the row can see, in chunk
+     * order (the others hold exact zeros). */
     if (p->dq) {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t row = 0; row < d.rows; ++row) {
-            const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-            float *dst = p->dq + AT4(p->dqs, b, h, i, 0), *restrict acc = part + row * d.dp;
-            /* chunk by chunk into the first partial: contiguous, vectorised */
-            for (int64_t c = 1; c < d.chunks; ++c) {
-                const float *restrict pc = part + (c * d.rows + row) * d.dp;
+            const int64_t i = row % p->Nq, bh = row / p->Nq;
+            float *dst = p->dq + AT4(p->dqs, bh / p->Hq, bh % p->Hq, i, 0), *restrict acc = NULL;
+            for (int64_t c = 0; c < d.chunks; ++c) {
+                if (i < d.rlo[c] || i >= d.rlo[c] + d.span[c]) continue;
+                float *restrict pc = part + d.part_at[c] + (bh * d.span[c] + i - d.rlo[c]) * d.dp;
+                if (!acc) {
+                    acc = pc; /* the first: accumulate into it, contiguous and vectorised */
+                    continue;
+                }
                 for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
             }
-            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc[x];
+            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc ? acc[x] : 0.0f;
         }
     }
     free(owned);
