@@ -36,6 +36,7 @@ static const cli_option bench_options[] = {
     {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
     {"--sinks", NULL, "one attention sink logit per head (0.5)"},
     {"--dropout", "P", "dropout on the weights"},
+    {"--fresh-workspace", NULL, "let every call allocate its own workspace (default: one, reused)"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
 };
@@ -49,6 +50,9 @@ static const char bench_details[] =
     "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
     "run one configuration per process to attribute it. With --window the\n"
     "fraction of (query, key) pairs visible is printed; FLOPs stay dense.\n"
+    "Forward and backward calls share one workspace sized by\n"
+    "attn_sdpa_workspace_size, as a training or serving loop would pass it;\n"
+    "--fresh-workspace times the calls allocating (and faulting in) their own.\n"
     "--mode decode times attn_kvcache_attend: --seq new query tokens (default 1)\n"
     "per batch entry against a KV cache of --kv-seq tokens (default 32768;\n"
     "defaults H 32, Hkv 8, D 128), bottom-right causal. It prints the GB/s of\n"
@@ -74,6 +78,7 @@ typedef struct {
     bool json;
     attn_window window;
     bool alibi, sinks;
+    bool fresh_workspace; /* SDPA calls allocate their own workspace */
     float softcap, dropout;
 } bench_config;
 
@@ -188,6 +193,7 @@ static int bench_one(const bench_config *c)
     const int64_t D = c->head_dim, Dv = c->value_dim;
     float *bufs[10] = {0};
     void *rounded[4] = {0}; /* q, k, v, dout in --dtype */
+    void *workspace = NULL;
     int rc = CLI_FAIL;
     attn_error err = {0};
     if (c->mode == MODE_MHA) {
@@ -249,6 +255,18 @@ static int bench_one(const bench_config *c)
         }
     }
 
+    if (c->mode != MODE_MHA && !c->fresh_workspace) {
+        size_t bytes;
+        if (attn_sdpa_workspace_size(&s.q, &s.k, &s.v, c->mode == MODE_BACKWARD, &s.sopts, &bytes,
+                                     &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        workspace = malloc(bytes ? bytes : 1);
+        if (!workspace) goto oom;
+        s.sopts.workspace = workspace;
+        s.sopts.workspace_size = bytes;
+    }
     double *times = malloc(sizeof(double) * (size_t)c->runs);
     if (!times) goto oom;
     for (long r = 0; r < c->warmup + c->runs; ++r) {
@@ -311,6 +329,7 @@ oom:
 done:
     for (int i = 0; i < 10; ++i) free(bufs[i]);
     for (int i = 0; i < 4; ++i) free(rounded[i]);
+    free(workspace);
     attn_mha_free(s.mha);
     return rc;
 }
@@ -636,6 +655,7 @@ static int run_bench(int argc, char **argv)
     c.json = cli_flag(&a, "--json");
     c.alibi = cli_flag(&a, "--alibi");
     c.sinks = cli_flag(&a, "--sinks");
+    c.fresh_workspace = cli_flag(&a, "--fresh-workspace");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
     const char *win = cli_get(&a, "--window");
     if (win) {

@@ -179,6 +179,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size s = {0, true};
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
+    sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
     sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
@@ -205,12 +206,20 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
+/* Per query row, which of its Q and dO rows hold a non-finite value (found
+ * once, not again for every key tile the row meets). */
+enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2 };
+
 /* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
- * its B operand is not all finite, the zeros must not multiply it. */
-static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const float *b,
-                            int64_t ldb, int64_t rows, int64_t w)
+ * its B operand (Q or dO of rows [0, rows): `which` in their flags) is not
+ * all finite, the zeros must not multiply it. */
+static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const uint8_t *flags,
+                            int64_t rows, uint8_t which)
 {
-    return t->ragged && !sdpa_rows_finite(b, ldb, 1, rows, w) ? sdpa_gemm_skip_zeros : kern->gemm;
+    uint8_t any = 0;
+    if (t->ragged)
+        for (int64_t r = 0; r < rows; ++r) any |= flags[r];
+    return any & which ? sdpa_gemm_skip_zeros : kern->gemm;
 }
 
 /*
@@ -273,7 +282,7 @@ static void zero_outside(float *buf, int64_t ld, int64_t rows, int64_t c0, int64
  * partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
                           int64_t b, int64_t hk, int64_t chunk, const float *rm, const float *rll,
-                          const float *di, float *part, bwd_scratch *w)
+                          const float *di, const uint8_t *nonfinite, float *part, bwd_scratch *w)
 {
     const int64_t span = d->span[chunk];
     part += d->part_at[chunk];
@@ -323,7 +332,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 float *dq_rows = part + ((b * p->Hq + h) * span + i0 - d->rlo[chunk]) * d->dp;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
-                const sdpa_gemm_fn gemm_dv = p->dv ? guarded(kern, &t, dob, lddo, mi, p->Dv) : NULL;
+                const sdpa_gemm_fn gemm_dv = p->dv ? guarded(kern, &t, nonfinite + row0, mi, BWD_DO_NONFINITE) : NULL;
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
                  * by band over the columns each band's rows may see (zeros
@@ -359,7 +368,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 dob + bd.r0[e] * lddo, lddo, w->dv + bd.k0[e] * d->dvp, d->dvp,
                                 NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
-                const sdpa_gemm_fn gemm_dk = p->dk ? guarded(kern, &t, qb, ldq, mi, p->D) : NULL;
+                const sdpa_gemm_fn gemm_dk = p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
                 if (p->dq && t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
@@ -437,6 +446,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *di = sdpa_take(&cursor, d.rows, sizeof(float));
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
+    uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
@@ -479,6 +489,9 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         float acc = 0.0f;
         for (int64_t c = 0; c < p->Dv; ++c) acc += drow[c * p->dos[3]] * orow[c * os[3]];
         di[row] = acc;
+        nonfinite[row] =
+            (sdpa_rows_finite(p->q + AT4(p->qs, b, h, i, 0), 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
+            (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
         if (st) {
             rm[row] = st[AT4(ss, b, h, i, 0)];
             rll[row] = st[AT4(ss, b, h, i, 1)];
@@ -497,7 +510,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
-            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, rm, rll, di, part, &w);
+            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, rm, rll, di, nonfinite,
+                          part, &w);
         }
     }
 
