@@ -173,9 +173,9 @@ static void test_same_file(tu_suite *s)
     tu_group_end(&g);
 }
 
-/* Builds DIR/.../NAME of exactly 4095 bytes from 20 directories of `comp`
- * bytes (created) and an existing file holding OLD. */
-static bool long_path(char *path, size_t comp, const char *cwd)
+/* Builds DIR/.../NAME of exactly 4095 bytes from 19 directories of `comp`
+ * bytes and a 20th of `last` (created) and an existing file holding OLD. */
+static bool long_path(char *path, size_t comp, size_t last, const char *cwd)
 {
     size_t len = 0;
     bool ok = true;
@@ -183,6 +183,11 @@ static bool long_path(char *path, size_t comp, const char *cwd)
     memset(part, comp == 200 ? 'd' : 'e', comp);
     part[comp] = '\0';
     for (int i = 0; i < 20 && ok; ++i) {
+        if (i == 19) {
+            comp = last;
+            part[comp] = '\0';
+            memset(part, 'g', comp);
+        }
         ok = (mkdir(part, 0755) == 0 || errno == EEXIST) && chdir(part) == 0;
         memcpy(path + len, part, comp);
         path[len + comp] = '/';
@@ -204,7 +209,7 @@ static void test_long_path(tu_suite *s)
     tu_group g;
     tu_group_begin(&g, s, "a 4095-byte output path");
     char path[4096], cwd[4096];
-    if (!getcwd(cwd, sizeof cwd) || !long_path(path, 200, cwd)) {
+    if (!getcwd(cwd, sizeof cwd) || !long_path(path, 200, 200, cwd)) {
         tu_group_fail(&g, "setup of the long path failed");
         tu_group_end(&g);
         return;
@@ -215,9 +220,12 @@ static void test_long_path(tu_suite *s)
     tu_check(&g, r.status == 0 && is_npy(path), "a 4095-byte path with room for a temporary "
              "name: status %d: %s", r.status, r.err);
     clirun_free(&r);
-    if (!long_path(path, 203, cwd)) tu_group_fail(&g, "setup of the second long path failed");
+    /* A 4090-byte directory: even the shortest temporary name, of a one-digit
+     * pid (".attn-1-0.tmp"), cannot fit. */
+    if (!long_path(path, 203, 213, cwd))
+        tu_group_fail(&g, "setup of the second long path failed");
     run(&r, a);
-    check_failed(&g, &r, "4095-byte --out in a 4080-byte directory", "too long");
+    check_failed(&g, &r, "4095-byte --out in a 4090-byte directory", "too long");
     tu_check(&g, holds(path, OLD), "the existing file at the long path was changed or removed");
     clirun_free(&r);
     tu_group_end(&g);
