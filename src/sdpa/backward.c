@@ -25,7 +25,8 @@
  * d sink_h = -Σ_(b,i) exp(sink_h - m_i - ll_i)·D_i.
  *
  * Memory: per thread a few tiles; shared: D and the row statistics (B·Hq·Nq
- * each), the dQ partials (chunks · B·Hq·Nq·D), and O/LSE when the caller did
+ * each), the dQ partials (per chunk B·Hq·D times the query rows its keys
+ * reach: ≈ 1.1·B·Hq·Nq·D under a window), and O/LSE when the caller did
  * not pass them (then the fused forward recomputes them first). All linear
  * in the sequence length.
  */
@@ -278,8 +279,8 @@ static void zero_outside(float *buf, int64_t ld, int64_t rows, int64_t c0, int64
     }
 }
 
-/* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the chunk's
- * partial (its rows of this group's heads, which the task owns). */
+/* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the
+ * chunk's partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
                           int64_t b, int64_t hk, int64_t chunk, const float *rm, const float *rll,
                           const float *di, const uint8_t *nonfinite, float *part, bwd_scratch *w)
@@ -332,7 +333,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 float *dq_rows = part + ((b * p->Hq + h) * span + i0 - d->rlo[chunk]) * d->dp;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
-                const sdpa_gemm_fn gemm_dv = p->dv ? guarded(kern, &t, nonfinite + row0, mi, BWD_DO_NONFINITE) : NULL;
+                const sdpa_gemm_fn gemm_dv =
+                    p->dv ? guarded(kern, &t, nonfinite + row0, mi, BWD_DO_NONFINITE) : NULL;
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
                  * by band over the columns each band's rows may see (zeros
@@ -368,7 +370,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 dob + bd.r0[e] * lddo, lddo, w->dv + bd.k0[e] * d->dvp, d->dvp,
                                 NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
-                const sdpa_gemm_fn gemm_dk = p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
+                const sdpa_gemm_fn gemm_dk =
+                    p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
                 if (p->dq && t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
@@ -489,9 +492,9 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         float acc = 0.0f;
         for (int64_t c = 0; c < p->Dv; ++c) acc += drow[c * p->dos[3]] * orow[c * os[3]];
         di[row] = acc;
-        nonfinite[row] =
-            (sdpa_rows_finite(p->q + AT4(p->qs, b, h, i, 0), 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
-            (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+        const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
+        nonfinite[row] = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
+                         (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
         if (st) {
             rm[row] = st[AT4(ss, b, h, i, 0)];
             rll[row] = st[AT4(ss, b, h, i, 1)];
