@@ -1,9 +1,12 @@
-/* Run-time choice of the kernel table: CPUID, capped by ATTN_ARCH. Nothing
- * is cached here (the library keeps no mutable global state); the compiler
- * runtime caches the CPUID query itself, and getenv is cheap next to any
- * attention call. */
+/* Run-time choice of the kernel table: CPUID, capped by ATTN_ARCH. The CPU's
+ * answer is cached once per process: under a hypervisor CPUID traps and costs
+ * tens of microseconds, which small conversions and GEMMs paid on every call
+ * (test_lowp ran 270 s instead of 5 s on an AVX-512 VM). The cache holds a
+ * hardware constant, so concurrent first calls store the same value; getenv
+ * stays per call so ATTN_ARCH can change between calls. */
 #include "kernels.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
@@ -19,7 +22,7 @@ static bool cpu_has_f16c(void)
 }
 #endif
 
-sdpa_isa sdpa_isa_best(void)
+static sdpa_isa isa_from_cpuid(void)
 {
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
@@ -29,6 +32,17 @@ sdpa_isa sdpa_isa_best(void)
         return SDPA_ISA_AVX2;
 #endif
     return SDPA_ISA_GENERIC;
+}
+
+sdpa_isa sdpa_isa_best(void)
+{
+    static atomic_int cached = -1; /* -1 until the first call */
+    int isa = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (isa < 0) {
+        isa = (int)isa_from_cpuid();
+        atomic_store_explicit(&cached, isa, memory_order_relaxed);
+    }
+    return (sdpa_isa)isa;
 }
 
 sdpa_isa sdpa_isa_select(void)
