@@ -8,10 +8,10 @@
 #include <math.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma,f16c"))), apply_to = function)
 #elif defined(__GNUC__)
 #pragma GCC push_options
-#pragma GCC target("avx512f,fma,f16c")
+#pragma GCC target("avx512f,avx512vl,fma,f16c")
 #endif
 
 #include <immintrin.h>

@@ -26,7 +26,8 @@ static sdpa_isa isa_from_cpuid(void)
 {
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && cpu_has_f16c())
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("fma") && cpu_has_f16c())
         return SDPA_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return SDPA_ISA_AVX2;

@@ -497,6 +497,29 @@ static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, co
                           : _mm256_cvtph_ps(h);
 }
 
+/* The cache lines of 8 rows (row_bytes each, rs apart), walked in ascending
+ * order a few at a time: the feature loop spreads its prefetches over its
+ * steps, since issued in one burst they fill the miss buffers and stall the
+ * core, and out of order the hardware streamers stop following. */
+typedef struct {
+    const char *base;
+    int64_t rs, row_bytes, row, x;
+} line_walk;
+
+static inline int lines_per_step(int64_t row_bytes, int64_t steps)
+{
+    return (int)((8 * ((row_bytes + 63) / 64) + steps - 1) / steps);
+}
+
+static inline __attribute__((always_inline)) void prefetch_lines(line_walk *w, int count)
+{
+    for (int q = 0; q < count && w->row < 8; ++q) {
+        __builtin_prefetch(w->base + w->row * w->rs + w->x, 0, 3);
+        w->x += 64;
+        if (w->x >= w->row_bytes) w->x = 0, ++w->row;
+    }
+}
+
 /* sdpa_scores_rows_fn for a compile-time dtype t and row count m. Shape:
  * per block of 8 keys, per 8 features l0…l0+7: 8 row loads, a register
  * transpose (lanes = keys), then m·8 fused multiply-adds against qb. */
@@ -505,8 +528,10 @@ SIMD(scores_rows_tm)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t
                      int64_t D, const float *qb, float *s, int64_t lds, const sdpa_prefetch *pf,
                      const int m)
 {
-    const int64_t es = t == ATTN_F32 ? 4 : 2, per_line = 64 / es;
-    const char *kb = (const char *)k;
+    const int64_t es = t == ATTN_F32 ? 4 : 2;
+    const int64_t steps = (D + 7) / 8;
+    const int klines = lines_per_step(D * es, steps);
+    const int vlines = pf ? lines_per_step(pf->row_bytes, steps) : 0;
     int64_t j = 0;
     for (; j < n; j += 8) {
         const int64_t keys = n - j < 8 ? n - j : 8;
@@ -514,16 +539,15 @@ SIMD(scores_rows_tm)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t
         for (int i = 0; i < 8; ++i) off[i] = (j + (i < keys ? i : keys - 1)) * rs;
         __m256 acc[SDPA_SCORES_ROWS];
         for (int r = 0; r < m; ++r) acc[r] = _mm256_setzero_ps();
-        /* The rows ahead are wanted soon: the hardware prefetchers do not
-         * follow eight interleaved row streams far enough, and a decoding
-         * step has nothing to hide a miss behind. */
-        for (int i = 0; i < 8; ++i)
-            for (int64_t x = 0; pf && x < pf->row_bytes; x += 64)
-                __builtin_prefetch(pf->rows + (j + i) * pf->rs + x, 0, 3);
+        /* K's rows SDPA_SCORES_AHEAD keys ahead, and V's rows of these 8
+         * keys for the P·V that follows, are wanted soon: the hardware
+         * prefetchers do not follow eight interleaved row streams far
+         * enough, and a decoding step has nothing to hide a miss behind. */
+        line_walk kw = {(const char *)k + (j + SDPA_SCORES_AHEAD) * rs * es, rs * es, D * es, 0, 0};
+        line_walk vw = {pf ? pf->rows + j * pf->rs : NULL, pf ? pf->rs : 0, pf ? pf->row_bytes : 0, 0, 0};
         for (int64_t l0 = 0; l0 < D; l0 += 8) {
-            if (l0 % per_line == 0)
-                for (int i = 0; i < 8; ++i)
-                    __builtin_prefetch(kb + ((j + SDPA_SCORES_AHEAD + i) * rs + l0) * es, 0, 3);
+            prefetch_lines(&kw, klines);
+            prefetch_lines(&vw, vlines);
             __m256 rows[8], cols[8];
             for (int i = 0; i < 8; ++i) rows[i] = SIMD(load8)(t, k, off[i] + l0);
             SIMD(transpose8_regs)(rows, cols);
