@@ -1,6 +1,6 @@
-/* AVX-512F (+ FMA, F16C) kernels: the SIMD body with 16-lane vectors and a 12 × 32
+/* AVX-512F and VL (+ FMA, F16C) kernels: the SIMD body with 16-lane vectors and a 12 × 32
  * microtile (24 accumulators + 2 B vectors + 1 broadcast of 32 registers).
- * Only ever selected when CPUID (and the OS, via XCR0) report AVX-512F. */
+ * Only ever selected when CPUID (and the OS, via XCR0) report AVX-512F and VL. */
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)

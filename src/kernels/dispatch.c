@@ -1,7 +1,7 @@
 /* Run-time choice of the kernel table: CPUID, capped by ATTN_ARCH. The CPU's
  * answer is cached once per process: under a hypervisor CPUID traps and costs
  * tens of microseconds, which small conversions and GEMMs paid on every call
- * (test_lowp ran 270 s instead of 5 s on an AVX-512 VM). The cache holds a
+ * (test_lowp ran 277 s instead of 10 s on an AVX-512 VM). The cache holds a
  * hardware constant, so concurrent first calls store the same value; getenv
  * stays per call so ATTN_ARCH can change between calls. */
 #include "kernels.h"
