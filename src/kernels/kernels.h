@@ -200,7 +200,7 @@ typedef void (*sdpa_pack_t16_fn)(attn_dtype t, const uint16_t *src, int64_t rs, 
  * the next tile's) and, when pf is given, the rows pf->rows + j·pf->rs
  * (pf->row_bytes each) of the keys it works on: V's, for the P·V that follows.
  */
-enum { SDPA_SCORES_ROWS = 4, SDPA_SCORES_AHEAD = 16 };
+enum { SDPA_SCORES_ROWS = 4, SDPA_SCORES_AHEAD = 32 };
 typedef struct {
     const char *rows;
     int64_t rs, row_bytes; /* in bytes */

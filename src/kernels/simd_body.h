@@ -500,7 +500,10 @@ static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, co
 /* The cache lines of 8 rows (row_bytes each, rs apart), walked in ascending
  * order a few at a time: the feature loop spreads its prefetches over its
  * steps, since issued in one burst they fill the miss buffers and stall the
- * core, and out of order the hardware streamers stop following. */
+ * core, and out of order the hardware streamers stop following. The lines
+ * go to L2 (prefetcht1), not L1: the 16 KB of K ahead and a tile's 32 KB of
+ * V would evict from L1 the K lines being multiplied (a decode step took
+ * 1.4x as long with prefetcht0, Zen 4, bench/README.md). */
 typedef struct {
     const char *base;
     int64_t rs, row_bytes, row, x;
@@ -514,7 +517,7 @@ static inline int lines_per_step(int64_t row_bytes, int64_t steps)
 static inline __attribute__((always_inline)) void prefetch_lines(line_walk *w, int count)
 {
     for (int q = 0; q < count && w->row < 8; ++q) {
-        __builtin_prefetch(w->base + w->row * w->rs + w->x, 0, 3);
+        __builtin_prefetch(w->base + w->row * w->rs + w->x, 0, 2);
         w->x += 64;
         if (w->x >= w->row_bytes) w->x = 0, ++w->row;
     }
