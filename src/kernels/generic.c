@@ -11,22 +11,31 @@
 #include <math.h>
 #include <string.h>
 
+/* The loops whose float compares select (exp's special cases, the visible
+ * columns) vectorise only when those compares may run unconditionally:
+ * GCC's default -ftrapping-math forbids that. No FP exception is ever
+ * trapped here, so no result changes (clang's default is already so). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 /* e^x as documented in kernels.h. The polynomial runs in double (each
  * step a product and a sum, no fmaf: on CPUs without FMA that is a slow
  * library call, and this is the kernel for those CPUs) and is rounded to
  * float once; the steps around it give nearbyintf's and ldexpf's results
- * exactly, without the calls. */
-static float exp_generic(float x)
+ * exactly, without the calls. No branches: the special cases are selected
+ * at the end (the polynomial runs on 0 for them), so loops over it
+ * vectorise. */
+static inline float exp_generic(float x)
 {
-    if (x != x) return x;
-    if (x < SDPA_EXP_MIN) return 0.0f; /* also -inf */
-    if (x > SDPA_EXP_MAX) return INFINITY;
+    const bool special = (x != x) | (x < SDPA_EXP_MIN) | (x > SDPA_EXP_MAX); /* NaN, 0, inf */
+    const float xr = special ? 0.0f : x;
     /* nearbyintf: adding 1.5·2^23 rounds to an integer (|x·log2e| < 128). */
-    const float n = (x * SDPA_LOG2E + 12582912.0f) - 12582912.0f;
+    const float n = (xr * SDPA_LOG2E + 12582912.0f) - 12582912.0f;
     /* fmaf(-n, hi, x): n·hi is exact (8 + 15 significant bits). fmaf(-n, lo,
      * r1): in double n·lo is exact and so is r1 - n·lo (all its bits lie in
      * [2^-43, 2^-1), 42 < 53), so the one rounding is fmaf's. */
-    const float r1 = x - n * SDPA_LN2_HI;
+    const float r1 = xr - n * SDPA_LN2_HI;
     const float r = (float)((double)r1 - (double)n * (double)SDPA_LN2_LO);
     const double rd = r;
     double pd = SDPA_EXP_C6;
@@ -42,7 +51,9 @@ static float exp_generic(float x)
     const uint32_t pow2n_bits = (uint32_t)((int32_t)n + 127) << 23;
     float pow2n;
     memcpy(&pow2n, &pow2n_bits, sizeof pow2n);
-    return p * pow2n;
+    const float e = p * pow2n, bound = x < SDPA_EXP_MIN ? 0.0f : INFINITY;
+    const float other = x != x ? x : bound;
+    return special ? other : e;
 }
 
 /*
@@ -181,6 +192,45 @@ static float lane_sum(const float *part)
     return s;
 }
 
+/* Row r's visible columns [*st, *en) within [c0, n), by start and end. */
+static void visible_cols(const sdpa_logits *lg, int64_t r, int64_t c0, int64_t n, int64_t *st,
+                         int64_t *en)
+{
+    *st = lg->start[r] < c0 ? c0 : lg->start[r] > n ? n : lg->start[r];
+    *en = lg->end[r] < *st ? *st : lg->end[r] > n ? n : lg->end[r];
+}
+
+/* Logits of row r's columns [c0, n) in place (logit_generic); returns their
+ * maximum. Without softcap, bias or ALiBi that is a scale of the visible
+ * columns and -inf elsewhere, and the maximum is taken in SUM_LANES lanes
+ * (the same value whatever the order), so both vectorise. */
+static float row_logits(const sdpa_logits *lg, const float *br, int64_t r, int64_t c0, int64_t n,
+                        float *sr)
+{
+    float mx = -INFINITY, t;
+    if (br || lg->softcap > 0.0f || lg->alibi != 0.0f) {
+        for (int64_t c = c0; c < n; ++c) {
+            sr[c] = logit_generic(lg, br, r, c, sr[c], &t);
+            mx = sr[c] > mx ? sr[c] : mx;
+        }
+        return mx;
+    }
+    int64_t st, en;
+    visible_cols(lg, r, c0, n, &st, &en);
+    const float scale = lg->scale;
+    for (int64_t c = c0; c < st; ++c) sr[c] = -INFINITY;
+    for (int64_t c = st; c < en; ++c) sr[c] *= scale;
+    for (int64_t c = en; c < n; ++c) sr[c] = -INFINITY;
+    float lane[SUM_LANES];
+    for (int i = 0; i < SUM_LANES; ++i) lane[i] = -INFINITY;
+    int64_t c = c0;
+    for (; c + SUM_LANES <= n; c += SUM_LANES)
+        for (int i = 0; i < SUM_LANES; ++i) lane[i] = sr[c + i] > lane[i] ? sr[c + i] : lane[i];
+    for (; c < n; ++c) mx = sr[c] > mx ? sr[c] : mx;
+    for (int i = 0; i < SUM_LANES; ++i) mx = lane[i] > mx ? lane[i] : mx;
+    return mx;
+}
+
 static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
                                    float *s, int64_t lds, float *rowmax, float *rowsum,
                                    float *alpha)
@@ -188,11 +238,7 @@ static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
-        float mx = -INFINITY, t;
-        for (int64_t c = c0; c < n; ++c) {
-            sr[c] = logit_generic(lg, br, r, c, sr[c], &t);
-            mx = sr[c] > mx ? sr[c] : mx;
-        }
+        const float mx = row_logits(lg, br, r, c0, n, sr);
         const float old = rowmax[r], mnew = mx > old ? mx : old;
         if (mnew == -INFINITY) { /* nothing visible yet: p = 0, keep state */
             for (int64_t c = c0; c < n; ++c) sr[c] = 0.0f;
@@ -200,11 +246,13 @@ static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_
             continue;
         }
         /* x <= mnew exactly, so x - mnew is never positive (0 at the max). */
+        for (int64_t c = c0; c < n; ++c) sr[c] = exp_generic(sr[c] - mnew);
+        /* column c into lane c % SUM_LANES (c0 is a multiple of npad) */
         float part[SUM_LANES] = {0};
-        for (int64_t c = c0; c < n; ++c) {
-            sr[c] = exp_generic(sr[c] - mnew);
-            part[c % SUM_LANES] += sr[c];
-        }
+        int64_t c = c0;
+        for (; c + SUM_LANES <= n; c += SUM_LANES)
+            for (int i = 0; i < SUM_LANES; ++i) part[i] += sr[c + i];
+        for (; c < n; ++c) part[c % SUM_LANES] += sr[c];
         alpha[r] = exp_generic(old - mnew); /* old = -inf gives 0 */
         rowsum[r] = rowsum[r] * alpha[r] + lane_sum(part);
         rowmax[r] = mnew;
@@ -218,6 +266,20 @@ static void probs_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *l
         float *sr = s + r * lds;
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
         const float mx = rowmax[r], ll = rowll[r];
+        if (!br && lg->softcap == 0.0f && lg->alibi == 0.0f) { /* vectorises (row_logits) */
+            int64_t st, en;
+            visible_cols(lg, r, c0, n, &st, &en);
+            if (mx == -INFINITY) st = en = c0;
+            const float scale = lg->scale;
+            for (int64_t c = c0; c < st; ++c) sr[c] = 0.0f;
+            for (int64_t c = st; c < en; ++c) {
+                const float x = sr[c] * scale;
+                const float e = exp_generic(x - mx - ll); /* unconditional: no branch */
+                sr[c] = x == -INFINITY ? 0.0f : e;
+            }
+            for (int64_t c = en; c < n; ++c) sr[c] = 0.0f;
+            continue;
+        }
         for (int64_t c = c0; c < n; ++c) {
             float t = 0.0f;
             const float x = logit_generic(lg, br, r, c, sr[c], &t);
