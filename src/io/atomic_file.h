@@ -26,6 +26,7 @@
 
 typedef enum {
     ATOMIC_WRITING = 0, /* temporary file open */
+    ATOMIC_CREATING,    /* temp_path named, the file being created (it may exist) */
     ATOMIC_FINISHED,    /* closed, ready to move */
     ATOMIC_SWAPPED,     /* in place; the replaced file (if any) kept as `backup` */
     ATOMIC_DONE,        /* committed for good, or aborted */
