@@ -192,6 +192,13 @@ static float lane_sum(const float *part)
     return s;
 }
 
+/* Logits that are just fl(scale·s) on the visible columns: no softcap, bias
+ * or ALiBi. Their loops are a scale over a column range, and vectorise. */
+static bool plain_logits(const sdpa_logits *lg, const float *br)
+{
+    return !br && !(lg->softcap > 0.0f) && lg->alibi == 0.0f;
+}
+
 /* Row r's visible columns [*st, *en) within [c0, n), by start and end. */
 static void visible_cols(const sdpa_logits *lg, int64_t r, int64_t c0, int64_t n, int64_t *st,
                          int64_t *en)
@@ -201,14 +208,14 @@ static void visible_cols(const sdpa_logits *lg, int64_t r, int64_t c0, int64_t n
 }
 
 /* Logits of row r's columns [c0, n) in place (logit_generic); returns their
- * maximum. Without softcap, bias or ALiBi that is a scale of the visible
- * columns and -inf elsewhere, and the maximum is taken in SUM_LANES lanes
- * (the same value whatever the order), so both vectorise. */
+ * maximum. Plain logits are -inf outside the visible range, and their
+ * maximum is taken in SUM_LANES lanes (the same value in any order), so
+ * both loops vectorise. */
 static float row_logits(const sdpa_logits *lg, const float *br, int64_t r, int64_t c0, int64_t n,
                         float *sr)
 {
     float mx = -INFINITY, t;
-    if (br || lg->softcap > 0.0f || lg->alibi != 0.0f) {
+    if (!plain_logits(lg, br)) {
         for (int64_t c = c0; c < n; ++c) {
             sr[c] = logit_generic(lg, br, r, c, sr[c], &t);
             mx = sr[c] > mx ? sr[c] : mx;
@@ -266,7 +273,7 @@ static void probs_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *l
         float *sr = s + r * lds;
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
         const float mx = rowmax[r], ll = rowll[r];
-        if (!br && lg->softcap == 0.0f && lg->alibi == 0.0f) { /* vectorises (row_logits) */
+        if (plain_logits(lg, br)) {
             int64_t st, en;
             visible_cols(lg, r, c0, n, &st, &en);
             if (mx == -INFINITY) st = en = c0;
