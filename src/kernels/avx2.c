@@ -162,6 +162,14 @@ static inline float v_hsum(vf v)
     return _mm_cvtss_f32(s);
 }
 
+/* Lane k of the result: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
+ * of the k-th argument, the same tree for each. */
+static inline __m128 v_hsum4(vf a, vf b, vf c, vf d)
+{
+    const vf abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 static inline vf v_bool_bias(const uint8_t *p)
 {
     long long bytes;

@@ -163,6 +163,20 @@ static inline float v_hsum(vf v)
     return _mm_cvtss_f32(s);
 }
 
+/* The 8-lane halves added, then avx2.c's tree: the same for each argument. */
+static inline __m256 avx512_fold256(vf v)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+static inline __m128 v_hsum4(vf a, vf b, vf c, vf d)
+{
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(avx512_fold256(a), avx512_fold256(b)),
+                                       _mm256_hadd_ps(avx512_fold256(c), avx512_fold256(d)));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 static inline vf v_bool_bias(const uint8_t *p)
 {
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));

@@ -189,13 +189,16 @@ typedef void (*sdpa_pack_t16_fn)(attn_dtype t, const uint16_t *src, int64_t rs, 
 /*
  * Scores of a few query rows straight from the rows of K (decoding: no Kᵀ
  * tile is packed):
- *   s[r*lds + j] = Σ_l q(r, l)·k[j*rs + l]    r < m (1…SDPA_SCORES_ROWS), j < n
- * and s[r*lds + j] = 0 for n <= j < n_out (a multiple of 8 reaching past n).
- * k holds float32 or 16-bit floats (t), each row D contiguous values, D a
- * multiple of 8; qb holds Q broadcast, qb[(l·SDPA_SCORES_ROWS + r)·8 + lane] =
- * q(r, l). Every sum is the fused multiply-add chain over l = 0, 1, … from 0
- * that sdpa_gemm_fn's SIMD microtiles form, so the scores are bit for bit
- * those of gemm(Q, packed Kᵀ). NULL in tables without fused multiply-add.
+ *   s[r*lds + j] = Σ_l q[r*ldq + l]·k[j*rs + l]    r < m (1…SDPA_SCORES_ROWS), j < n
+ * and s[r*lds + j] = 0 for n <= j < n_out. k holds float32 or 16-bit floats
+ * (t), each row D contiguous values, D a multiple of 8; q holds m rows of
+ * D contiguous floats. The sum runs along K's rows: lane i of a vector
+ * accumulates features i, i + VW, … by fused multiply-adds, and the lanes
+ * are added by a fixed tree, so a score depends only on its two rows (not
+ * on m, n or the key's position) and has the error bound of any float32
+ * dot product, within (D/VW + log2 VW)·u·Σ|q·k|. (The packed GEMM sums
+ * the same products in another order: the two agree to that bound, not to
+ * the bit.) NULL in tables without fused multiply-add.
  * The kernel prefetches K's rows SDPA_SCORES_AHEAD keys ahead (past n too:
  * the next tile's) and, when pf is given, the rows pf->rows + j·pf->rs
  * (pf->row_bytes each) of the keys it works on: V's, for the P·V that follows.
@@ -206,7 +209,7 @@ typedef struct {
     int64_t rs, row_bytes; /* in bytes */
 } sdpa_prefetch;
 typedef void (*sdpa_scores_rows_fn)(attn_dtype t, const void *k, int64_t rs, int64_t n,
-                                    int64_t n_out, int64_t D, const float *qb, int m, float *s,
+                                    int64_t n_out, int64_t D, const float *q, int64_t ldq, int m, float *s,
                                     int64_t lds, const sdpa_prefetch *pf);
 
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */

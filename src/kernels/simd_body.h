@@ -17,6 +17,8 @@
  *   V_ABS, v_copysign(mag, sign)
  *   v_cols_outside(c0, lo, hi) lanes whose column c0+lane is not in [lo, hi)
  *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
+ *   v_hsum4(a, b, c, d)        the four horizontal sums in one __m128, each by
+ *                              the same fixed tree
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
  *   v_hidden_bits(vf), v_nonzero_visible_bits(vf)   lane bitmasks
  *
@@ -497,100 +499,157 @@ static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, co
                           : _mm256_cvtph_ps(h);
 }
 
-/* The cache lines of 8 rows (row_bytes each, rs apart), walked in ascending
- * order a few at a time: the feature loop spreads its prefetches over its
- * steps, since issued in one burst they fill the miss buffers and stall the
- * core, and out of order the hardware streamers stop following. The lines
- * go to L2 (prefetcht1), not L1: the 16 KB of K ahead and a tile's 32 KB of
- * V would evict from L1 the K lines being multiplied (a decode step took
- * 1.4x as long with prefetcht0, Zen 4, bench/README.md). */
+/* The cache lines of `rows` rows (row_bytes each, rs apart), walked in
+ * ascending order a few at a time: the feature loop spreads its prefetches
+ * over its steps, since issued in one burst they fill the miss buffers and
+ * stall the core, and out of order the hardware streamers stop following.
+ * The lines go to L2 (prefetcht1), not L1: the 16 KB of K ahead and a
+ * tile's 32 KB of V would evict from L1 the K lines being multiplied (a
+ * decode step took 1.4x as long with prefetcht0, Zen 4, bench/README.md). */
 typedef struct {
     const char *base;
-    int64_t rs, row_bytes, row, x;
+    int64_t rs, row_bytes, rows, row, x;
 } line_walk;
 
-static inline int lines_per_step(int64_t row_bytes, int64_t steps)
+static inline int lines_per_step(int64_t rows, int64_t row_bytes, int64_t steps)
 {
-    return (int)((8 * ((row_bytes + 63) / 64) + steps - 1) / steps);
+    return (int)((rows * ((row_bytes + 63) / 64) + steps - 1) / steps);
 }
 
 static inline __attribute__((always_inline)) void prefetch_lines(line_walk *w, int count)
 {
-    for (int q = 0; q < count && w->row < 8; ++q) {
+    for (int q = 0; q < count && w->row < w->rows; ++q) {
         __builtin_prefetch(w->base + w->row * w->rs + w->x, 0, 2);
         w->x += 64;
         if (w->x >= w->row_bytes) w->x = 0, ++w->row;
     }
 }
 
-/* sdpa_scores_rows_fn for a compile-time dtype t and row count m. Shape:
- * per block of 8 keys, per 8 features l0…l0+7: 8 row loads, a register
- * transpose (lanes = keys), then m·8 fused multiply-adds against qb. */
-static inline __attribute__((always_inline)) void
-SIMD(scores_rows_tm)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out,
-                     int64_t D, const float *qb, float *s, int64_t lds, const sdpa_prefetch *pf,
-                     const int m)
+/* Keys per group of scores_group: its m·g accumulators, g K vectors and a
+ * Q vector fit the register file (32 zmm, 16 ymm). */
+#define SCORES_KEYS (VW == 16 ? 4 : 2)
+
+/* K's features [l, l+VW/2) widened into the low half of a vector, the high
+ * half 0 (the last step when D is an odd multiple of VW/2). */
+static inline __attribute__((always_inline)) vf SIMD(load_half)(attn_dtype t, const void *p,
+                                                                 int64_t at)
 {
-    const int64_t es = t == ATTN_F32 ? 4 : 2;
-    const int64_t steps = (D + 7) / 8;
-    const int klines = lines_per_step(D * es, steps);
-    const int vlines = pf ? lines_per_step(pf->row_bytes, steps) : 0;
-    int64_t j = 0;
-    for (; j < n; j += 8) {
-        const int64_t keys = n - j < 8 ? n - j : 8;
-        int64_t off[8]; /* missing keys reread the last one; their lanes are dropped */
-        for (int i = 0; i < 8; ++i) off[i] = (j + (i < keys ? i : keys - 1)) * rs;
-        __m256 acc[SDPA_SCORES_ROWS];
-        for (int r = 0; r < m; ++r) acc[r] = _mm256_setzero_ps();
-        /* K's rows SDPA_SCORES_AHEAD keys ahead, and V's rows of these 8
-         * keys for the P·V that follows, are wanted soon: the hardware
-         * prefetchers do not follow eight interleaved row streams far
-         * enough, and a decoding step has nothing to hide a miss behind. */
-        line_walk kw = {(const char *)k + (j + SDPA_SCORES_AHEAD) * rs * es, rs * es, D * es, 0, 0};
-        line_walk vw = {pf ? pf->rows + j * pf->rs : NULL, pf ? pf->rs : 0, pf ? pf->row_bytes : 0, 0, 0};
-        for (int64_t l0 = 0; l0 < D; l0 += 8) {
-            prefetch_lines(&kw, klines);
-            prefetch_lines(&vw, vlines);
-            __m256 rows[8], cols[8];
-            for (int i = 0; i < 8; ++i) rows[i] = SIMD(load8)(t, k, off[i] + l0);
-            SIMD(transpose8_regs)(rows, cols);
-            const float *ql = qb + l0 * SDPA_SCORES_ROWS * 8;
-            for (int x = 0; x < 8; ++x)
-                for (int r = 0; r < m; ++r)
-                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(ql + (x * SDPA_SCORES_ROWS + r) * 8),
-                                             cols[x], acc[r]);
-        }
+#if VW == 16
+    const __m256 h = SIMD(load8)(t, p, at);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(h), 0));
+#else
+    (void)t, (void)p, (void)at;
+    __builtin_unreachable(); /* D is a multiple of 8 = VW */
+#endif
+}
+
+/*
+ * Scores of m rows (compile-time, <= SDPA_SCORES_ROWS) against keys
+ * [j, j+g) (g <= SCORES_KEYS, compile-time). Shape: per VW features, g K
+ * row loads (lanes = features, no transpose), then m·g fused multiply-adds
+ * with Q's rows; lane i accumulates features i, i+VW, … Each (row, key)
+ * vector is then summed by v_hsum4, whose tree is the same in all four
+ * positions: a score depends on its Q row and K row only, never on m, g or
+ * where the key falls in the tile.
+ */
+static inline __attribute__((always_inline)) void
+SIMD(scores_group)(attn_dtype t, const void *k, int64_t rs, int64_t j, int64_t D,
+                   const float *q, int64_t ldq, float *s, int64_t lds, line_walk *kw, line_walk *vw,
+                   int klines, int vlines, const int m, const int g)
+{
+    enum { ACC = SDPA_SCORES_ROWS * SCORES_KEYS };
+    vf acc[ACC];
+    for (int i = 0; i < m * g; ++i) acc[i] = V_ZERO();
+    int64_t l = 0;
+    for (; l + VW <= D; l += VW) {
+        prefetch_lines(kw, klines);
+        prefetch_lines(vw, vlines);
+        vf kv[SCORES_KEYS];
+        for (int x = 0; x < g; ++x) kv[x] = SIMD(load_b)(k, (j + x) * rs + l, t);
         for (int r = 0; r < m; ++r) {
-            if (keys < 8) {
-                float lanes[8];
-                _mm256_storeu_ps(lanes, acc[r]);
-                for (int i = (int)keys; i < 8; ++i) lanes[i] = 0.0f;
-                acc[r] = _mm256_loadu_ps(lanes);
-            }
-            _mm256_storeu_ps(s + r * lds + j, acc[r]);
+            const vf qv = V_LOAD(q + r * ldq + l);
+            for (int x = 0; x < g; ++x) acc[r * g + x] = V_FMA(qv, kv[x], acc[r * g + x]);
         }
     }
-    for (; j < n_out; j += 8)
-        for (int r = 0; r < m; ++r) _mm256_storeu_ps(s + r * lds + j, _mm256_setzero_ps());
+    if (l < D) { /* VW/2 features left: Q's are loaded the same way, so the high lanes add 0 */
+        vf kv[SCORES_KEYS];
+        for (int x = 0; x < g; ++x) kv[x] = SIMD(load_half)(t, k, (j + x) * rs + l);
+        for (int r = 0; r < m; ++r) {
+            const vf qv = SIMD(load_half)(ATTN_F32, q, r * ldq + l);
+            for (int x = 0; x < g; ++x) acc[r * g + x] = V_FMA(qv, kv[x], acc[r * g + x]);
+        }
+    }
+    /* accumulator i = r·g + x is the score of row r, key j + x */
+    for (int i = 0; i < m * g; i += 4) {
+        const vf z = V_ZERO();
+        const __m128 sum = v_hsum4(acc[i], i + 1 < m * g ? acc[i + 1] : z,
+                                   i + 2 < m * g ? acc[i + 2] : z, i + 3 < m * g ? acc[i + 3] : z);
+        if (g == 4) {
+            _mm_storeu_ps(s + (i / 4) * lds + j, sum);
+        } else {
+            float out[4];
+            _mm_storeu_ps(out, sum);
+            for (int x = 0; x < 4 && i + x < m * g; ++x)
+                s[(i + x) / g * lds + j + (i + x) % g] = out[x];
+        }
+    }
+}
+
+/* sdpa_scores_rows_fn for a compile-time dtype t and row count m: groups of
+ * SCORES_KEYS keys, then the keys left one at a time. */
+static inline __attribute__((always_inline)) void
+SIMD(scores_rows_tm)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out,
+                     int64_t D, const float *q, int64_t ldq, float *s, int64_t lds,
+                     const sdpa_prefetch *pf, const int m)
+{
+    const int64_t es = t == ATTN_F32 ? 4 : 2, steps = D / VW > 0 ? D / VW : 1;
+    const int klines = lines_per_step(SCORES_KEYS, D * es, steps);
+    const int vlines = pf ? lines_per_step(SCORES_KEYS, pf->row_bytes, steps) : 0;
+    int64_t j = 0;
+    for (; j < n; j += SCORES_KEYS) {
+        const int g = n - j < SCORES_KEYS ? 1 : SCORES_KEYS;
+        /* K's rows SDPA_SCORES_AHEAD keys ahead (past n too: the next
+         * tile's), and V's rows of these keys for the P·V that follows, are
+         * wanted soon: the hardware prefetchers do not follow that many
+         * interleaved row streams far enough, and a decoding step has
+         * nothing to hide a miss behind. */
+        line_walk kw = {(const char *)k + (j + SDPA_SCORES_AHEAD) * rs * es, rs * es, D * es, g, 0, 0};
+        line_walk vw = {pf ? pf->rows + j * pf->rs : NULL, pf ? pf->rs : 0,
+                        pf ? pf->row_bytes : 0, pf ? g : 0, 0, 0};
+        if (g == SCORES_KEYS) {
+            SIMD(scores_group)(t, k, rs, j, D, q, ldq, s, lds, &kw, &vw, klines, vlines, m, SCORES_KEYS);
+        } else {
+            for (; j < n; ++j) {
+                kw.row = vw.row = kw.x = vw.x = 0;
+                SIMD(scores_group)(t, k, rs, j, D, q, ldq, s, lds, &kw, &vw, klines, vlines, m, 1);
+                kw.base += rs * es;
+                if (pf) vw.base += pf->rs;
+            }
+            break;
+        }
+    }
+    for (j = n; j < n_out; ++j)
+        for (int r = 0; r < m; ++r) s[r * lds + j] = 0.0f;
 }
 
 static inline __attribute__((always_inline)) void
 SIMD(scores_rows_t)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out, int64_t D,
-                    const float *qb, int m, float *s, int64_t lds, const sdpa_prefetch *pf)
+                    const float *q, int64_t ldq, int m, float *s, int64_t lds,
+                    const sdpa_prefetch *pf)
 {
-    if (m == 1) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 1);
-    else if (m == 2) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 2);
-    else if (m == 3) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 3);
-    else SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, qb, s, lds, pf, 4);
+    if (m == 1) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, q, ldq, s, lds, pf, 1);
+    else if (m == 2) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, q, ldq, s, lds, pf, 2);
+    else if (m == 3) SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, q, ldq, s, lds, pf, 3);
+    else SIMD(scores_rows_tm)(t, k, rs, n, n_out, D, q, ldq, s, lds, pf, 4);
 }
 
 static void SIMD(scores_rows)(attn_dtype t, const void *k, int64_t rs, int64_t n, int64_t n_out,
-                              int64_t D, const float *qb, int m, float *s, int64_t lds,
-                              const sdpa_prefetch *pf)
+                              int64_t D, const float *q, int64_t ldq, int m, float *s,
+                              int64_t lds, const sdpa_prefetch *pf)
 {
-    if (t == ATTN_F32) SIMD(scores_rows_t)(ATTN_F32, k, rs, n, n_out, D, qb, m, s, lds, pf);
-    else if (t == ATTN_BF16) SIMD(scores_rows_t)(ATTN_BF16, k, rs, n, n_out, D, qb, m, s, lds, pf);
-    else SIMD(scores_rows_t)(ATTN_F16, k, rs, n, n_out, D, qb, m, s, lds, pf);
+    if (t == ATTN_F32) SIMD(scores_rows_t)(ATTN_F32, k, rs, n, n_out, D, q, ldq, m, s, lds, pf);
+    else if (t == ATTN_BF16) SIMD(scores_rows_t)(ATTN_BF16, k, rs, n, n_out, D, q, ldq, m, s, lds, pf);
+    else SIMD(scores_rows_t)(ATTN_F16, k, rs, n, n_out, D, q, ldq, m, s, lds, pf);
 }
 
 /* dst[i*ld + j] = src[j*rs + i] for an 8 × 8 block. */

@@ -292,7 +292,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                (size_t)(p->group * span * d->dp) * sizeof(float));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
-    const bool want_ds = p->dk || p->dq;
+    const bool want_ds = p->dk || p->dq, direct = sdpa_scores_direct(p, kern);
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
@@ -344,7 +344,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     const int64_t b0 = bd.c0[e], bn = sdpa_round_up(bd.c1[e], npad);
                     float *sb = w->s + r0 * d->bcp, *db = w->dps + r0 * d->bcp;
                     const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
-                    if (bn > b0)
+                    if (bn > b0 && direct) /* the forward's logits (sdpa_scores_direct) */
+                        sdpa_direct_scores(kern, ATTN_F32, kr + b0 * ldk, ldk,
+                                           (bd.c1[e] < nj ? bd.c1[e] : nj) - b0, bn - b0, p->D,
+                                           qb + r0 * ldq, ldq, 1, rb, sb + b0, d->bcp, NULL, NULL);
+                    else if (bn > b0)
                         kern->gemm(rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1, w->kt + b0, d->bcp,
                                    sb + b0, d->bcp, NULL, SDPA_GEMM_SET);
                     kern->probs(rb, b0, bn, &lg, sb, d->bcp, rm + row0 + r0, rll + row0 + r0,

@@ -27,9 +27,10 @@
  *   - split-KV: the keys are cut into `split` chunks, each task
  *     accumulating (O, max, sum) over one chunk; the partials are merged in
  *     chunk order afterwards (the sink counted in chunk 0 only);
- *   - direct scores: units of at most SDPA_SCORES_ROWS rows take their
- *     scores straight from K's rows (kernels' scores_rows, no Kᵀ tile; the
- *     same bits) and P·V reads a 16-bit V in place (gemm16).
+ *   - direct scores (sdpa_scores_direct, a rule of the shape that the
+ *     backward follows too): the scores come straight from K's rows, a
+ *     few query rows at a time (kernels' scores_rows, no Kᵀ tile), and
+ *     P·V reads a 16-bit V in place (gemm16).
  *
  * Every output element is produced by one task (or one merge) in a fixed
  * order, so results do not depend on the thread count or scheduling.
@@ -52,8 +53,7 @@ _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels
 
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
-    bool direct;      /* scores straight from K's rows (kernels' scores_rows), no Kᵀ tile;
-                       * cleared for tables without scores_rows */
+    bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -70,11 +70,7 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
-    /* A decoding step's few rows per unit read K in place: transposing a
-     * tile of K only to multiply it by one to four rows costs as much as
-     * the product. */
-    const int64_t unit_rows = d.stacked ? p->group * p->Nq : p->Nq;
-    d.direct = decode && unit_rows <= SDPA_SCORES_ROWS && p->D % 8 == 0 && p->ks[3] == 1;
+    d.direct = false; /* set by the caller, which knows the kernels (sdpa_scores_direct) */
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
@@ -98,7 +94,10 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
-    float *qb; /* direct: each unit's Q rows broadcast (sdpa_scores_rows_fn) */
+    float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
+    const void *kr; /* direct: the tile's K rows (dtype krt, ldkr apart), in place or in kt */
+    attn_dtype krt;
+    int64_t ldkr;
     int32_t *start, *end;
     const float *vop; /* V operand of the current tile: w->v or V in place */
     int64_t ldv;
@@ -129,7 +128,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* end */
     /* qb, sized whether or not this shape decodes: a workspace sized for Nq
      * rows then serves every call with fewer (the ring's sub-calls rely on it) */
-    sdpa_size_add(&s, FWD_UNITS * p->D, SDPA_SCORES_ROWS * 8, sizeof(float));
+    sdpa_size_add(&s, p->D, SDPA_SCORES_ROWS, sizeof(float));
     return s;
 }
 
@@ -147,7 +146,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.alpha = sdpa_take(&base, rows, sizeof(float));
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
-    w.qb = sdpa_take(&base, FWD_UNITS * p->D * SDPA_SCORES_ROWS * 8, sizeof(float));
+    w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
     return w;
 }
 
@@ -190,15 +189,31 @@ bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
-/* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp) and the V
+/* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
+ * scores K's rows (in place unless their features are strided), and the V
  * operand (nj rows, packed only when V cannot be read in place). bfloat16
  * and float16 K and V are widened here, the one dtype-aware step. */
 static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (d->direct) {
-        /* K is read in place */
+    if (d->direct && p->ks[3] == 1) {
+        w->kr = (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt);
+        w->krt = p->kt;
+        w->ldkr = p->ks[2];
+    } else if (d->direct) { /* rows of D floats in kt (D·bcp floats: room for nj <= bcp rows) */
+        if (p->kt == ATTN_F32) {
+            const float *src = (const float *)p->k + ko;
+            for (int64_t c = 0; c < nj; ++c)
+                for (int64_t l = 0; l < p->D; ++l)
+                    w->kt[c * p->D + l] = src[c * p->ks[2] + l * p->ks[3]];
+        } else {
+            kern->widen(p->kt, (const uint16_t *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
+                        p->D);
+        }
+        w->kr = w->kt;
+        w->krt = ATTN_F32;
+        w->ldkr = p->D;
     } else if (p->kt == ATTN_F32) {
         kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
                               d->bcp);
@@ -226,6 +241,12 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     }
 }
 
+/* Row c of the current tile's K rows (direct scores). */
+static const void *key_row(const fwd_scratch *w, int64_t c)
+{
+    return (const char *)w->kr + (size_t)(c * w->ldkr) * attn_dtype_size(w->krt);
+}
+
 /* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
  * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
  * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
@@ -242,8 +263,14 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
             const int64_t c0 = t.c0 - t.c0 % kern->npad, cn = sdpa_round_up(t.cols, kern->npad);
             const sdpa_logits lg = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
             pack_kv(p, kern, d, b, hk, j0, nj, w, false);
-            kern->gemm(mi, cn - c0, p->D, p->q + AT4(p->qs, b, h, i0, 0), p->qs[2], p->qs[3],
-                       w->kt + c0, d->bcp, w->s + c0, d->bcp, NULL, SDPA_GEMM_SET);
+            const float *q = p->q + AT4(p->qs, b, h, i0, 0);
+            if (d->direct)
+                sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
+                                   (t.cols < nj ? t.cols : nj) - c0, cn - c0, p->D, q, p->qs[2],
+                                   p->qs[3], mi, w->s + c0, d->bcp, NULL, w->qb);
+            else
+                kern->gemm(mi, cn - c0, p->D, q, p->qs[2], p->qs[3], w->kt + c0, d->bcp,
+                           w->s + c0, d->bcp, NULL, SDPA_GEMM_SET);
             kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowll, NULL);
         }
         for (int64_t r = 0; r < mi; ++r) {
@@ -366,16 +393,6 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
-    for (int64_t e = 0; d->direct && e < nu; ++e) {
-        int64_t h, i0, mi;
-        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        const float *q = p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        float *qb = w->qb + e * p->D * SDPA_SCORES_ROWS * 8;
-        for (int64_t l = 0; l < p->D; ++l)
-            for (int64_t r = 0; r < mi; ++r)
-                for (int x = 0; x < 8; ++x)
-                    qb[(l * SDPA_SCORES_ROWS + r) * 8 + x] = q[r * d->q_rs + l * p->qs[3]];
-    }
 
     /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
     int64_t kbeg = key1, kend = key0;
@@ -422,16 +439,15 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 band_c0[r0 / FWD_BAND] = c0;
                 band_c1[r0 / FWD_BAND] = hi;
                 const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
-                if (c1 > c0 && d->direct) { /* one band: mi <= SDPA_SCORES_ROWS */
-                    const char *kr = (const char *)p->k + (size_t)AT4(p->ks, b, hk, j0 + c0, 0) *
-                                                              attn_dtype_size(p->kt);
+                if (c1 > c0 && d->direct) {
                     const size_t ve = attn_dtype_size(p->vt);
                     const sdpa_prefetch vpf = {
                         (const char *)p->v + (size_t)AT4(p->vs, b, hk, j0 + c0, 0) * ve,
                         p->vs[2] * (int64_t)ve, p->Dv * (int64_t)ve};
-                    kern->scores_rows(p->kt, kr, p->ks[2], (hi < nj ? hi : nj) - c0, c1 - c0,
-                                      p->D, w->qb + e * p->D * SDPA_SCORES_ROWS * 8, (int)rb,
-                                      w->s + c0, d->bcp, p->vs[3] == 1 ? &vpf : NULL);
+                    sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
+                                       (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, d->q_rs,
+                                       p->qs[3], rb, w->s + r0 * d->bcp + c0, d->bcp,
+                                       r0 == 0 && p->vs[3] == 1 ? &vpf : NULL, w->qb);
                 } else if (c1 > c0) {
                     kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
@@ -516,7 +532,7 @@ static void merge_row(const sdpa_problem *p, const fwd_dims *d, const float *par
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
     fwd_dims d = forward_dims(p);
-    d.direct = d.direct && kern->scores_rows; /* the workspace has room either way */
+    d.direct = sdpa_scores_direct(p, kern); /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;

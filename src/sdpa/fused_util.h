@@ -146,4 +146,52 @@ static inline const float *sdpa_rows_operand(const float *src, int64_t rs, int64
     return buf;
 }
 
+/*
+ * Whether the logits of Q·Kᵀ come from the kernels' scores_rows (dot
+ * products along K's rows, no Kᵀ tile) instead of the packed GEMM. The two
+ * sum in different orders, so the rule depends on the shape alone: the
+ * forward (outputs, LSE, weights) and the backward of one problem take the
+ * same side, and the probabilities a backward recomputes from the forward's
+ * LSE are the forward's, bit for bit, whatever the strides or options of
+ * either call. Decoding shapes, a few query rows per K/V head (those of
+ * all heads of a GQA group counted), are where transposing a K tile costs
+ * as much as the product; with more rows the GEMM's 12-row microtile
+ * wins (Nq = 16 with groups of 4 took 1.25x as long direct, Zen 4).
+ */
+enum { SDPA_DIRECT_ROWS = 16 };
+
+static inline bool sdpa_scores_direct(const sdpa_problem *p, const sdpa_kernels *kern)
+{
+    return kern->scores_rows && p->group * p->Nq <= SDPA_DIRECT_ROWS && p->D % 8 == 0;
+}
+
+/*
+ * s(r, c) = scores of `rows` query rows (row r at q + r*q_rs, features
+ * q_cs apart) against keys [0, n) of K's rows (kr, dtype kt, D contiguous
+ * values, rows ldk apart), 0 for n <= c < n_out: scores_rows on groups of
+ * up to SDPA_SCORES_ROWS rows. Rows whose features are not contiguous are
+ * copied to qbuf (SDPA_SCORES_ROWS × D floats) first. pf (V's rows, see
+ * sdpa_scores_rows_fn) is handed to the first group only.
+ */
+static inline void sdpa_direct_scores(const sdpa_kernels *kern, attn_dtype kt, const void *kr,
+                                      int64_t ldk, int64_t n, int64_t n_out, int64_t D,
+                                      const float *q, int64_t q_rs, int64_t q_cs, int64_t rows,
+                                      float *s, int64_t lds, const sdpa_prefetch *pf,
+                                      float *qbuf)
+{
+    for (int64_t g = 0; g < rows; g += SDPA_SCORES_ROWS) {
+        const int m = rows - g < SDPA_SCORES_ROWS ? (int)(rows - g) : SDPA_SCORES_ROWS;
+        const float *qg = q + g * q_rs;
+        int64_t ldq = q_rs;
+        if (q_cs != 1) {
+            for (int r = 0; r < m; ++r)
+                for (int64_t l = 0; l < D; ++l) qbuf[r * D + l] = qg[r * q_rs + l * q_cs];
+            qg = qbuf;
+            ldq = D;
+        }
+        kern->scores_rows(kt, kr, ldk, n, n_out, D, qg, ldq, m, s + g * lds, lds,
+                          g == 0 ? pf : NULL);
+    }
+}
+
 #endif
