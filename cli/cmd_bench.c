@@ -25,6 +25,7 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
+    {"--bf16-dot", NULL, "with --dtype bf16: ATTN_PRECISION_BF16_DOT (AVX512_BF16 dot products)"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", NULL, "causal mask (top-left; FLOPs counted as half)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
@@ -79,6 +80,7 @@ typedef struct {
     attn_window window;
     bool alibi, sinks;
     bool fresh_workspace; /* SDPA calls allocate their own workspace */
+    bool bf16_dot;        /* opts.precision = ATTN_PRECISION_BF16_DOT */
     float softcap, dropout;
 } bench_config;
 
@@ -233,6 +235,7 @@ static int bench_one(const bench_config *c)
         s.sopts.window = c->window;
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
+        s.sopts.precision = c->bf16_dot ? ATTN_PRECISION_BF16_DOT : ATTN_PRECISION_EXACT;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -298,6 +301,7 @@ static int bench_one(const bench_config *c)
         snprintf(variant, sizeof variant, " window=%lld,%lld visible=%.4f", (long long)c->window.left,
                  (long long)c->window.right, visible_fraction(c));
     if (c->alibi) strncat(variant, " alibi", sizeof variant - strlen(variant) - 1);
+    if (c->bf16_dot) strncat(variant, " bf16-dot", sizeof variant - strlen(variant) - 1);
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
@@ -656,6 +660,9 @@ static int run_bench(int argc, char **argv)
     c.alibi = cli_flag(&a, "--alibi");
     c.sinks = cli_flag(&a, "--sinks");
     c.fresh_workspace = cli_flag(&a, "--fresh-workspace");
+    c.bf16_dot = cli_flag(&a, "--bf16-dot");
+    if (c.bf16_dot && (c.dtype != ATTN_BF16 || c.mode != MODE_FORWARD))
+        return cli_usage_error(cmd, "--bf16-dot: only with --dtype bf16 --mode forward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
     const char *win = cli_get(&a, "--window");
     if (win) {

@@ -178,6 +178,24 @@ typedef struct {
  *          P = exp(x - lse), whose relative error is up to ulp(lse)/2 (as
  *          FlashAttention). Rows that see nothing: (-inf, 0).
  */
+/*
+ * How a forward multiplies bfloat16 inputs.
+ *   ATTN_PRECISION_EXACT (0, the default): 16-bit inputs are widened
+ *     exactly and all arithmetic is float32, so the result is the float32
+ *     call's on the same values, bit for bit, on every CPU.
+ *   ATTN_PRECISION_BF16_DOT: when Q, K and V are all bfloat16 and the CPU
+ *     has AVX512_BF16, the fused forward's Q·Kᵀ and P·V run as bfloat16 pair
+ *     dot products (vdpbf16ps) with float32 accumulation, P rounded to
+ *     bfloat16 first, as PyTorch's and FlashAttention's bfloat16 kernels
+ *     do. The result stays within the bfloat16 bound of README "bfloat16
+ *     and float16" but is no longer the float32 call's bits (nor those of a
+ *     CPU without the instructions, which runs the exact path). Subnormal
+ *     products count as zero. The backward, the weights output and
+ *     decoding shapes are exact float32 either way; a backward then
+ *     recomputes the forward's probabilities to rounding, not to the bit.
+ */
+typedef enum { ATTN_PRECISION_EXACT = 0, ATTN_PRECISION_BF16_DOT = 1 } attn_precision;
+
 typedef struct {
     float scale;
     attn_causal causal;
@@ -195,8 +213,10 @@ typedef struct {
     float dropout_p;
     uint64_t dropout_seed, dropout_offset;
     attn_tensor *softmax_stats;
+    attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
+    uint32_t reserved32;      /* zero */
     /* Zero. Room for future options without changing the struct's size. */
-    uint64_t reserved[4];
+    uint64_t reserved[3];
 } attn_sdpa_opts;
 
 /* The standard ALiBi slopes for `heads` heads (Press et al., as in BLOOM and

@@ -596,6 +596,77 @@ static void group_sdpa(tu_suite *suite, const tu_options *opt)
     tu_group_end(&gr);
 }
 
+/* ------------------------------------------------------ bf16 dot products */
+
+/* ATTN_PRECISION_BF16_DOT (attn.h): bfloat16 Q, K, V through the pair dot
+ * products where the CPU has AVX512_BF16, else through the exact path.
+ * Either way out is within the bfloat16 bound of the float64 reference of
+ * the rounded inputs; with the instructions its bits differ from the exact
+ * call's (so the mode did run), without them they are the same. In the
+ * masked case the keys no row sees (top-left causal, j >= Nq) hold NaN in
+ * V: their zero probabilities must not meet them (the tile falls back to
+ * the float32 product that skips zeros). */
+static void group_bf16_dot(tu_suite *suite, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "bf16 dot products");
+    unsetenv("ATTN_ARCH");
+    bool hw = false;
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    hw = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+#endif
+    static const lp_case dcases[] = {
+        {"prefill causal GQA", 1, 4, 2, 37, 301, 40, 40, ATTN_CAUSAL_BOTTOM_RIGHT, false, false, false, false, false},
+        {"masked, NaN in hidden V", 2, 2, 2, 29, 83, 16, 9, ATTN_CAUSAL_TOP_LEFT, true, false, false, false, false},
+        {"long rows", 1, 2, 2, 200, 700, 64, 64, ATTN_CAUSAL_NONE, false, false, false, false, false},
+        {"several units", 1, 8, 8, 130, 97, 128, 48, ATTN_CAUSAL_NONE, false, false, false, false, false},
+    };
+    for (size_t ci = 0; ci < sizeof dcases / sizeof dcases[0]; ++ci) {
+        const lp_case *c = &dcases[ci];
+        tu_rng rng;
+        tu_rng_seed(&rng, tu_mix(opt->seed ^ (0xD07ull + ci)));
+        const int64_t qs[4] = {c->B, c->Hq, c->Nq, c->D}, ks[4] = {c->B, c->Hkv, c->Nk, c->D};
+        const int64_t vs[4] = {c->B, c->Hkv, c->Nk, c->Dv}, os[4] = {c->B, c->Hq, c->Nq, c->Dv};
+        const int64_t no = c->B * c->Hq * c->Nq * c->Dv, nl = c->B * c->Hq * c->Nq;
+        lp_tensor q, k, v;
+        lp_make(&q, ATTN_BF16, qs, false, false, false, &rng, 1.0);
+        lp_make(&k, ATTN_BF16, ks, false, false, false, &rng, 1.0);
+        lp_make(&v, ATTN_BF16, vs, false, true, false, &rng, 1.0);
+        lp_opts_storage st;
+        attn_sdpa_opts o = case_opts(c, &st, &rng);
+        double *bias = case_bias(c, &o);
+        const ref64_sdpa rp = {c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv,
+                               (double)(1.0f / sqrtf((float)c->D)), c->causal, bias};
+        double *w = xcalloc(nl * c->Nk, sizeof(double)), *ref_o = xcalloc(no, sizeof(double));
+        double *mag_o = xcalloc(no, sizeof(double));
+        ref64_sdpa_forward(&rp, q.ref, k.ref, v.ref, ref_o, NULL, w);
+        ref64_sdpa_magnitudes(&rp, q.ref, k.ref, v.ref, NULL, w, mag_o, NULL, NULL, NULL);
+        const double S = ref64_sdpa_score_magnitude(&rp, q.ref, k.ref);
+        if (c->mask) /* keys j >= Nq: hidden from every row by the top-left diagonal */
+            for (int64_t e = 0; e < c->B * c->Hkv * c->Nk * c->Dv; ++e)
+                if (e / c->Dv % c->Nk >= c->Nq) v.hbuf[e] = 0x7fc0;
+        uint16_t *exact, *dot;
+        attn_tensor OE = out16(ATTN_BF16, os, 4, &exact), OD = out16(ATTN_BF16, os, 4, &dot);
+        attn_error e;
+        bool ok = attn_sdpa(&q.h, &k.h, &v.h, &OE, NULL, NULL, &o, &e) == ATTN_OK;
+        o.precision = ATTN_PRECISION_BF16_DOT;
+        ok = ok && attn_sdpa(&q.h, &k.h, &v.h, &OD, NULL, NULL, &o, &e) == ATTN_OK;
+        char what[120];
+        snprintf(what, sizeof what, "%s (bf16 dot, AVX512_BF16 %s)", c->name, hw ? "present" : "absent");
+        if (tu_check(&g, ok, "%s: forward failed: %s", what, e.message)) {
+            if (within_bound(&g, what, ATTN_BF16, dot, ref_o, mag_o, S, no)) tu_group_pass(&g);
+            const bool same = memcmp(exact, dot, (size_t)no * sizeof(uint16_t)) == 0;
+            tu_check(&g, hw ? !same : same, "%s: the output's bits %s the exact call's", what,
+                     same ? "equal" : "differ from");
+        }
+        free(exact), free(dot), free(w), free(ref_o), free(mag_o), free(bias);
+        free_opts(&st);
+        lp_free(&q), lp_free(&k), lp_free(&v);
+    }
+    tu_group_end(&g);
+}
+
 /* --------------------------------------------------- varlen and KV cache */
 
 static void group_varlen_cache(tu_suite *suite, const tu_options *opt)
@@ -876,6 +947,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "vector")) group_vector_conversions(&suite, step);
     if (tu_group_selected(&opt, "bitwise") || tu_group_selected(&opt, "float64"))
         group_sdpa(&suite, &opt);
+    if (tu_group_selected(&opt, "dot")) group_bf16_dot(&suite, &opt);
     if (tu_group_selected(&opt, "varlen")) group_varlen_cache(&suite, &opt);
     if (tu_group_selected(&opt, "bad")) group_bad(&suite);
     if (tu_group_selected(&opt, "files")) group_files_cli(&suite);

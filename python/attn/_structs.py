@@ -61,7 +61,9 @@ class attn_sdpa_opts(C.Structure):
         ("dropout_seed", C.c_uint64),
         ("dropout_offset", C.c_uint64),
         ("softmax_stats", C.POINTER(attn_tensor)),
-        ("reserved", C.c_uint64 * 4),
+        ("precision", _enum),
+        ("reserved32", C.c_uint32),
+        ("reserved", C.c_uint64 * 3),
     ]
 
 

@@ -42,6 +42,8 @@ int main(void)
     FIELD(attn_sdpa_opts, dropout_seed);
     FIELD(attn_sdpa_opts, dropout_offset);
     FIELD(attn_sdpa_opts, softmax_stats);
+    FIELD(attn_sdpa_opts, precision);
+    FIELD(attn_sdpa_opts, reserved32);
     FIELD(attn_sdpa_opts, reserved);
 
     SIZE(attn_mha_config);

@@ -36,6 +36,7 @@
  * order, so results do not depend on the thread count or scheduling.
  */
 #include "fused_util.h"
+#include "../kernels/bf16dot.h"
 
 
 enum {
@@ -54,6 +55,7 @@ _Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
+    bool dot;         /* bfloat16 pair dot products (p->bf16_dot, where the CPU has them) */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -70,7 +72,7 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
-    d.direct = false; /* set by the caller, which knows the kernels (sdpa_scores_direct) */
+    d.direct = d.dot = false; /* set by the caller, which knows the kernels */
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
@@ -104,6 +106,13 @@ typedef struct {
     const uint16_t *v16; /* direct decoding: a 16-bit V tile read in place (vop NULL until widened) */
     int64_t ldv16;
     int v_finite;     /* of the current V tile: 1, 0, or -1 not yet known */
+    /* dot: the task's Q rows (FWD_UNITS·FWD_ROWS rows of D bfloat16), a
+     * band's probabilities rounded to bfloat16 (FWD_ROWS × bcp), and
+     * whether v holds the tile's V as key pairs (else widened: a tile with
+     * non-finite values, whose hidden keys' zero probabilities must skip
+     * them, takes the float32 product) */
+    uint16_t *q16, *p16;
+    bool v_pairs;
 } fwd_scratch;
 
 /* Query rows of one task's units: the accumulators a thread needs. */
@@ -129,6 +138,10 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     /* qb, sized whether or not this shape decodes: a workspace sized for Nq
      * rows then serves every call with fewer (the ring's sub-calls rely on it) */
     sdpa_size_add(&s, p->D, SDPA_SCORES_ROWS, sizeof(float));
+    if (p->bf16_dot) {
+        sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(uint16_t)); /* q16 */
+        sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(uint16_t));           /* p16 */
+    }
     return s;
 }
 
@@ -147,6 +160,11 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
+    w.q16 = w.p16 = NULL;
+    if (p->bf16_dot) {
+        w.q16 = sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(uint16_t));
+        w.p16 = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(uint16_t));
+    }
     return w;
 }
 
@@ -197,7 +215,10 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (d->direct && p->ks[3] == 1) {
+    if (d->dot) { /* Kᵀ as feature pairs (D/2 × bcp uint32: half of kt) */
+        sdpa_bf16dot_pack_kt((const uint16_t *)p->k + ko, p->ks[2], nj, p->D, (uint32_t *)w->kt,
+                             d->bcp);
+    } else if (d->direct && p->ks[3] == 1) {
         w->kr = (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt);
         w->krt = p->kt;
         w->ldkr = p->ks[2];
@@ -224,6 +245,15 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     if (!with_v) return;
     w->v_finite = -1;
     w->v16 = NULL;
+    w->v_pairs = false;
+    /* key pairs (ceil(nj/2) × dvp uint32: half of v), unless a value is not finite */
+    if (d->dot && sdpa_bf16dot_pack_v((const uint16_t *)p->v + vo, p->vs[2], nj, p->Dv,
+                                      (uint32_t *)w->v, d->dvp)) {
+        w->v_pairs = true;
+        w->v_finite = 1;
+        w->ldv = d->dvp;
+        return;
+    }
     if (p->vt != ATTN_F32 && d->direct && kern->gemm16 && p->vs[3] == 1 &&
         p->Dv % kern->npad == 0 && p->vs[2] >= p->Dv) {
         /* P·V widens V as it loads it; a ragged tile widens it first (band_pv) */
@@ -325,6 +355,17 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
                     const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
                     int64_t nj, sdpa_gemm_mode mode)
 {
+    if (w->v_pairs) { /* P rounded to bfloat16, a zero past an odd end to fill the last pair */
+        const int64_t kp = (c1 - c0 + 1) / 2;
+        for (int64_t r = 0; r < rows; ++r) {
+            uint16_t *dst = w->p16 + r * ldp + c0;
+            sdpa_bf16dot_narrow(pb + r * ldp + c0, c1 - c0, dst);
+            if ((c1 - c0) % 2) dst[c1 - c0] = 0;
+        }
+        sdpa_bf16dot_gemm(rows, n, kp, (const uint32_t *)(w->p16 + c0), ldp / 2,
+                          (const uint32_t *)w->v + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
+        return;
+    }
     if (w->v16 && !t->ragged) {
         kern->gemm16(p->vt, rows, n, c1 - c0, pb + c0, ldp, 1, w->v16 + c0 * w->ldv16, w->ldv16,
                      o, ldo, alpha, mode);
@@ -393,6 +434,18 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
+    for (int64_t e = 0; d->dot && e < nu; ++e) {
+        /* Q's values are bfloat16 (p->bf16_dot): the top half of each float is exact */
+        int64_t h, i0, mi;
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+        const float *q = p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        for (int64_t r = 0; r < mi; ++r)
+            for (int64_t l = 0; l < p->D; ++l) {
+                uint32_t bits;
+                memcpy(&bits, q + r * d->q_rs + l * p->qs[3], sizeof bits);
+                w->q16[(e * FWD_ROWS + r) * p->D + l] = (uint16_t)(bits >> 16);
+            }
+    }
 
     /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
     int64_t kbeg = key1, kend = key0;
@@ -448,6 +501,11 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                        (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, d->q_rs,
                                        p->qs[3], rb, w->s + r0 * d->bcp + c0, d->bcp,
                                        r0 == 0 && p->vs[3] == 1 ? &vpf : NULL, w->qb);
+                } else if (c1 > c0 && d->dot) {
+                    sdpa_bf16dot_gemm(rb, c1 - c0, p->D / 2,
+                                      (const uint32_t *)(w->q16 + (e * FWD_ROWS + r0) * p->D),
+                                      p->D / 2, (const uint32_t *)w->kt + c0, d->bcp,
+                                      w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 } else if (c1 > c0) {
                     kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
@@ -533,6 +591,9 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
 {
     fwd_dims d = forward_dims(p);
     d.direct = sdpa_scores_direct(p, kern); /* the workspace has room either way */
+    d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
+            sdpa_bf16dot_available() && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
+            p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
