@@ -22,7 +22,9 @@ static const char sdpa_details[] =
     "--dtype bf16|f16: inputs rounded to that format (nearest even) and stored\n"
     "in it, float32 arithmetic; O, dQ, dK, dV come out in it too: float16 as\n"
     ".npy <f2, bfloat16 (which .npy lacks) as the exact float32 values. LSE and\n"
-    "weights are always float32.\n"
+    "weights are always float32. sdpa --bf16-dot (with --dtype bf16): multiply\n"
+    "by AVX512_BF16 pair dot products where the CPU has them, P rounded to\n"
+    "bfloat16; within the bfloat16 bound, not the float32 call's bits.\n"
     "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
 
 #define SDPA_INPUT_OPTIONS                                                                     \
@@ -47,6 +49,7 @@ static const cli_option sdpa_options[] = {
     {"--out", "O.npy", "output (B,H,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,H,Nq)"},
     {"--attn-weights", "A.npy", "also write the attention weights (B,H,Nq,Nk)"},
+    {"--bf16-dot", NULL, "with --dtype bf16: AVX512_BF16 dot products (ATTN_PRECISION_BF16_DOT)"},
     {0},
 };
 
@@ -261,6 +264,13 @@ static int run_forward(int argc, char **argv)
     if ((rc = add_outputs(&outs, &a, outputs, 3, index))) goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
+    if (cli_flag(&a, "--bf16-dot")) {
+        if (in.dtype != ATTN_BF16) {
+            rc = cli_usage_error(cmd, "--bf16-dot: needs --dtype bf16");
+            goto done;
+        }
+        in.opts.precision = ATTN_PRECISION_BF16_DOT;
+    }
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Nk = in.k4.shape[2], Dv = in.v4.shape[3];
     const char *w_path = cli_get(&a, "--attn-weights");
