@@ -146,21 +146,33 @@ static inline vmask v_keep(vi w, vi keep)
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(w, keep), w));
 }
 
-static inline float v_hmax(vf v)
+/* Horizontal max (is_max) or sum of each of the 8 vectors x[0..7], into
+ * out[0..7]. Each row by the same fixed tree: its 4-lane halves combined
+ * (lower ∘ upper), then lane pairs, then the last two lanes, the lower
+ * always the first operand (max_ps keeps its second on ties and NaN). The
+ * 8 trees are interleaved, a shuffle serving two rows at a time. */
+static inline __attribute__((always_inline)) void avx2_reduce_rows(const vf *x, float *out,
+                                                                    const bool is_max)
 {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
+#define OP(a, b) (is_max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b))
+    vf y[4], z[2];
+    for (int i = 0; i < 4; ++i) /* rows 2i | 2i+1, four lanes each */
+        y[i] = OP(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                  _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; ++i) { /* 128-bit lane k: rows 4i+k, 4i+2+k, two lanes each */
+        const __m256d a = _mm256_castps_pd(y[2 * i]), b = _mm256_castps_pd(y[2 * i + 1]);
+        z[i] = OP(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+                  _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    /* lane 4k + j: row 2j + k */
+    const vf r = OP(_mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+#undef OP
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-static inline float v_hsum(vf v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
+static inline void v_hmax_rows(const vf *x, float *out) { avx2_reduce_rows(x, out, true); }
+static inline void v_hsum_rows(const vf *x, float *out) { avx2_reduce_rows(x, out, false); }
 
 /* Lane k of the result: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
  * of the k-th argument, the same tree for each. */

@@ -142,26 +142,38 @@ static inline vmask v_keep(vi w, vi keep)
     return _mm512_cmpge_epu32_mask(w, keep);
 }
 
-static inline float v_hmax(vf v)
+/* Horizontal max (is_max) or sum of each of the 16 vectors x[0..15], into
+ * out[0..15]. Each row by the same fixed tree: its 8-lane halves combined
+ * (lower ∘ upper), then the 4-lane quarters, then lane pairs, then the last
+ * two lanes, the lower always the first operand (max_ps keeps its second on
+ * ties and NaN). The 16 trees are interleaved, a shuffle serving two rows at
+ * a time, so no row waits on its own chain of shuffles. */
+static inline __attribute__((always_inline)) void avx512_reduce_rows(const vf *x, float *out,
+                                                                      const bool is_max)
 {
-    /* Fixed tree: halves, then quarters, ... (deterministic). */
-    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
+#define OP(a, b) (is_max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b))
+    vf y[8], z[4], w[2];
+    for (int i = 0; i < 8; ++i) /* rows 2i, 2i+1: [L0∘L2, L1∘L3 | L0∘L2, L1∘L3] */
+        y[i] = OP(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                  _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; ++i) /* 128-bit lane k: row 4i+k's quarter sum */
+        z[i] = OP(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                  _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; ++i) { /* lane k: rows 8i+k, 8i+4+k, two lanes each */
+        const __m512d a = _mm512_castps_pd(z[2 * i]), b = _mm512_castps_pd(z[2 * i + 1]);
+        w[i] = OP(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                  _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    /* lane 4k + j: row k + 4j */
+    const vf r = OP(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+#undef OP
+    const __m512i rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(rows, r));
 }
 
-static inline float v_hsum(vf v)
-{
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
+static inline void v_hmax_rows(const vf *x, float *out) { avx512_reduce_rows(x, out, true); }
+static inline void v_hsum_rows(const vf *x, float *out) { avx512_reduce_rows(x, out, false); }
 
 /* The 8-lane halves added, then avx2.c's tree: the same for each argument. */
 static inline __m256 avx512_fold256(vf v)

@@ -16,7 +16,8 @@
  *   v_any(vmask)               whether any lane is set
  *   V_ABS, v_copysign(mag, sign)
  *   v_cols_outside(c0, lo, hi) lanes whose column c0+lane is not in [lo, hi)
- *   v_hmax(vf), v_hsum(vf)     horizontal max / sum (fixed order)
+ *   v_hmax_rows(x, out), v_hsum_rows(x, out)   horizontal max / sum of each of
+ *                              the VW vectors x[] into out[] (a fixed tree per row)
  *   v_hsum4(a, b, c, d)        the four horizontal sums in one __m128, each by
  *                              the same fixed tree
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
@@ -253,30 +254,41 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
      * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
      * monotone, and pass 2 forms fl(scale·s) itself, so nothing is stored. */
     const bool plain = !lg->bias && !(lg->softcap > 0.0f) && lg->alibi == 0.0f;
-    /* Pass 1, per row: the logits x (hidden columns -inf) replace the raw
-     * scores; their max is kept in alpha[] for now. */
-    for (int64_t r = 0; r < m; ++r) {
-        float *sr = s + r * lds;
-        const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
-        const int64_t lo = lg->start[r], hi = lg->end[r];
-        vf vmax = ninf;
-        if (plain) {
-            for (int64_t c = c0; c < n; c += VW) {
-                vf x = V_LOAD(sr + c);
-                if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
-                vmax = V_MAX(vmax, x);
+    /* Pass 1, VW rows at a time: each row's logits x (hidden columns -inf)
+     * replace its raw scores; the rows' maxima, reduced together, are kept
+     * in alpha[] for now. */
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf vmax[VW];
+        float mx[VW];
+        for (int64_t i = rows; i < VW; ++i) vmax[i] = ninf;
+        for (int64_t i = 0; i < rows; ++i) {
+            const int64_t r = g + i;
+            float *sr = s + r * lds;
+            const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
+            const int64_t lo = lg->start[r], hi = lg->end[r];
+            vf vm = ninf;
+            if (plain) {
+                for (int64_t c = c0; c < n; c += VW) {
+                    vf x = V_LOAD(sr + c);
+                    if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
+                    vm = V_MAX(vm, x);
+                }
+            } else {
+                vf t, dist = SIMD(alibi_dist)(lg, r, c0);
+                for (int64_t c = c0; c < n; c += VW) {
+                    const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
+                    V_STORE(sr + c, x);
+                    vm = V_MAX(vm, x);
+                }
             }
-        } else {
-            vf t, dist = SIMD(alibi_dist)(lg, r, c0);
-            for (int64_t c = c0; c < n; c += VW) {
-                const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
-                V_STORE(sr + c, x);
-                vmax = V_MAX(vmax, x);
-            }
+            vmax[i] = vm;
         }
-        float mx = v_hmax(vmax);
-        if (plain) mx *= lg->scale;
-        alpha[r] = mx > rowmax[r] ? mx : rowmax[r];
+        v_hmax_rows(vmax, mx);
+        for (int64_t i = 0; i < rows; ++i) {
+            const float x = plain ? mx[i] * lg->scale : mx[i];
+            alpha[g + i] = x > rowmax[g + i] ? x : rowmax[g + i];
+        }
     }
     /* alpha = exp(max_old - max_new) for all rows at once (1 while a row has
      * seen nothing: -inf - -inf would be NaN); the new max becomes current. */
@@ -297,19 +309,28 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
     }
     for (r = 0; r < m; ++r)
         if (rowmax[r] == -INFINITY) alpha[r] = 1.0f;
-    /* Pass 2, per row: p = exp(x - max) (never positive: x <= max exactly)
-     * and the running sum. */
-    for (r = 0; r < m; ++r) {
-        float *sr = s + r * lds;
-        const float mnew = rowmax[r];
-        if (mnew == -INFINITY) { /* nothing visible so far: p = 0, sum stays 0 */
-            for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
-            continue;
+    /* Pass 2, VW rows at a time: p = exp(x - max) (never positive: x <= max
+     * exactly) and the running sums. */
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf vsum[VW];
+        float sum[VW];
+        for (int64_t i = 0; i < VW; ++i) vsum[i] = V_ZERO();
+        for (int64_t i = 0; i < rows; ++i) {
+            float *sr = s + (g + i) * lds;
+            const float mnew = rowmax[g + i];
+            if (mnew == -INFINITY) { /* nothing visible so far: p = 0 */
+                for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+                continue;
+            }
+            vsum[i] = plain ? SIMD(exp_row)(sr, c0, n, mnew, true, lg->scale, lg->start[g + i],
+                                            lg->end[g + i])
+                            : SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
         }
-        const vf vsum = plain ? SIMD(exp_row)(sr, c0, n, mnew, true, lg->scale, lg->start[r],
-                                              lg->end[r])
-                              : SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
-        rowsum[r] = rowsum[r] * alpha[r] + v_hsum(vsum);
+        v_hsum_rows(vsum, sum);
+        for (int64_t i = 0; i < rows; ++i)
+            if (rowmax[g + i] != -INFINITY) /* else the sum stays 0 */
+                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
     }
 }
 
