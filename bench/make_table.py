@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Turns one bench/run.sh results file (JSON lines) into markdown: the
-machine, the sgemm roofline, the issue-11 summary table, its target checks
-and every measurement. Standard library only.
+machine, the sgemm roofline, the issue-11 summary table, the same-ISA
+roofline's tables (when the file has them), the target checks and every
+measurement. Standard library only.
 
     python3 bench/make_table.py bench/results/<stamp>.jsonl
 
 Each row is rated against the mean of the sgemm measurements right before
 and after it at its thread count; a configuration measured in several
 rounds reports the median of its rounds (ratio and time alike).
+
+The machine's sgemm lines have "coretype": null (or, in files from before
+the same-ISA roofline, no "coretype"). attn kernels the machine record maps
+to an OpenBLAS core type ("same_isa_cores", e.g. avx2 -> Haswell) are also
+rated against the sgemm lines of that core type beside them: the same-ISA
+roofline, reported in tables and checks of its own.
 """
 import json
 import statistics
@@ -40,8 +47,25 @@ def key(r):
             bool(r["causal"]), r["threads"])
 
 
-def rate_rows(rows):
-    """Gives every measurement its neighbouring sgemm rate and the load before it."""
+def beside(rows, i, threads, coretype):
+    """Mean GFLOP/s of the sgemm lines nearest before and after rows[i] (none
+    past the previous or next measurement) at this thread count and core type."""
+    near = []
+    for step in (-1, 1):
+        j = i + step
+        while 0 <= j < len(rows) and impl(rows[j]) not in MEASURED:
+            s = rows[j]
+            if impl(s) == "sgemm" and s["threads"] == threads and s.get("coretype") == coretype:
+                near.append(s["gflops"])
+                break
+            j += step
+    return sum(near) / len(near) if near else None
+
+
+def rate_rows(rows, same_cores):
+    """Gives every measurement its neighbouring sgemm rate (the machine's own
+    kernels), its neighbouring same-ISA sgemm rate if its kernel has a core
+    type in same_cores, and the load before it."""
     last_load = None
     for i, r in enumerate(rows):
         w = impl(r)
@@ -50,15 +74,10 @@ def rate_rows(rows):
         if w not in MEASURED:
             continue
         r["_load"] = last_load
-        near = []
-        for step in (-1, 1):
-            j = i + step
-            while 0 <= j < len(rows) and impl(rows[j]) not in MEASURED:
-                if impl(rows[j]) == "sgemm" and rows[j]["threads"] == r["threads"]:
-                    near.append(rows[j]["gflops"])
-                    break
-                j += step
-        r["_sgemm"] = sum(near) / len(near) if near else None
+        r["_sgemm"] = beside(rows, i, r["threads"], None)
+        core = same_cores.get(r["isa"]) if w == "attn" else None
+        if core:
+            r["_same"] = beside(rows, i, r["threads"], core)
 
 
 class Config:
@@ -76,16 +95,36 @@ class Config:
         self.sgemm = statistics.median(beside) if beside else None
         loads = [x["_load"] for x in runs if x.get("_load") is not None]
         self.load = max(loads) if loads else None
+        # The same against the same-ISA sgemm, for kernels that have one.
+        self.same_shares = [x["gflops"] / x["_same"] for x in runs if x.get("_same")]
+        self.same_share = statistics.median(self.same_shares) if self.same_shares else None
+        same = [x["_same"] for x in runs if x.get("_same")]
+        self.same_sgemm = statistics.median(same) if same else None
 
 
 def fmt_share(c):
     return "%.2f" % c.share if c and c.share is not None else "-"
 
 
+def share_of(c):
+    """A configuration's median share of the machine's sgemm, or None."""
+    return c.share if c else None
+
+
+def same_share_of(c):
+    """A configuration's median share of its same-ISA sgemm, or None."""
+    return c.same_share if c else None
+
+
+def fmt(x):
+    return "%.2f" % x if x is not None else "-"
+
+
 def main():
     rows = load(sys.argv[1])
-    rate_rows(rows)
     machine = next((r for r in rows if impl(r) == "machine"), {})
+    same_cores = machine.get("same_isa_cores") or {}  # attn ISA -> OpenBLAS core type
+    rate_rows(rows, same_cores)
     end = next((r for r in rows if impl(r) == "end"), {})
     T = machine.get("threads", 2)
     isas = machine.get("isas", "").split()
@@ -115,7 +154,10 @@ def main():
     out.append("")
     out.append("OpenBLAS kernel (OPENBLAS_VERBOSE=2): **%s**, with OPENBLAS_CORETYPE and "
                "OPENBLAS_L2_SIZE unset for the sgemm and PyTorch commands (environment: %s)." % (
-                   machine.get("openblas_core") or "?", env))
+                   machine.get("openblas_core") or "?", env) + (
+               " Same-ISA sgemm: OPENBLAS_CORETYPE=%s, OPENBLAS_L2_SIZE unset." % ", ".join(
+                   "%s for %s" % (core, isa) for isa, core in same_cores.items())
+               if same_cores else ""))
     ggml = next((r for r in rows if impl(r) == "ggml"), None)
     out.append("")
     if ggml:
@@ -125,14 +167,28 @@ def main():
     else:
         out.append("ggml: no ggml rows.")
     out.append("")
-    sg = {}
+    sg, sg_same = {}, {}
     for r in rows:
         if impl(r) == "sgemm":
-            sg.setdefault(r["threads"], []).append(r["gflops"])
+            if r.get("coretype") is None:
+                sg.setdefault(r["threads"], []).append(r["gflops"])
+            else:
+                sg_same.setdefault((r["coretype"], r["threads"]), []).append(r["gflops"])
     for t, v in sorted(sg.items()):
         out.append("- OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s over %d measurements "
                    "(min %.1f, max %.1f)" % (t, "" if t == 1 else "s", statistics.median(v), len(v),
                                              min(v), max(v)))
+    core_order = list(same_cores.values())
+    for (core, t), v in sorted(sg_same.items(), key=lambda kv: (
+            core_order.index(kv[0][0]) if kv[0][0] in core_order else len(core_order), kv[0])):
+        isas_of = [isa for isa, c in same_cores.items() if c == core]
+        out.append("- OpenBLAS sgemm 2048³ on %s kernels (%s), %s thread%s: median %.1f GFLOP/s over "
+                   "%d measurements (min %.1f, max %.1f)%s" % (
+                       core, "same-ISA roofline of " + ", ".join(isas_of) if isas_of else
+                       "OPENBLAS_CORETYPE=" + core, t, "" if t == 1 else "s", statistics.median(v),
+                       len(v), min(v), max(v),
+                       ", %.2f of the machine's" % (statistics.median(v) / statistics.median(sg[t]))
+                       if sg.get(t) else ""))
     out.append("")
     out.append("Shares of sgemm are a row's GFLOP/s over the mean of the sgemm runs right before "
                "and after it at the same thread count. FLOPs: forward 4·B·H·N²·D (causal half), "
@@ -183,43 +239,106 @@ def main():
             out.append("| %s | %s |" % (name, " | ".join(cells)))
     out.append("")
 
-    # Issue 11's targets, on each ISA the machine has.
+    # The same-ISA roofline: attn's narrower kernels against OpenBLAS on the
+    # same vector ISA.
+    same_vars = [v for v in variants if v in same_cores and any(
+        k[0] == v and cfg[k].same_share is not None for k in cfg)]
+    if same_vars:
+        cores = ", ".join("%s for %s" % (same_cores[v], v) for v in same_vars)
+        out.append("Same-ISA roofline. A kernel's vector width caps its rate: 512-bit FMA (avx512), "
+                   "256-bit FMA (avx2) and 128-bit multiply and add without FMA (generic, built for "
+                   "baseline x86-64) reach at most 1, ½ and ¼ of the AVX-512 rate. So besides the "
+                   "machine's sgemm, %s %s also rated against OpenBLAS sgemm forced to kernels of "
+                   "the same vector ISA (OPENBLAS_CORETYPE: %s), measured right before and after "
+                   "each of %s rows." % (" and ".join(same_vars), "is" if len(same_vars) == 1 else
+                                         "are", cores, "its" if len(same_vars) == 1 else "their"))
+        out.append("")
+        out.append("| share of the same-ISA sgemm (OpenBLAS kernels: %s) | %s |" % (
+            cores, " | ".join("N=%d" % n for n in ns)))
+        out.append("|---|" + "---|" * len(ns))
+        for mode in ("forward", "backward"):
+            for var in same_vars:
+                cells = [same_share_of(get(var, mode, n)) for n in ns]
+                if any(c is not None for c in cells):
+                    out.append("| %s %s | %s |" % (var, mode, " | ".join(fmt(c) for c in cells)))
+        out.append("")
+        same_lines = [
+            ("forward N=2048 D=128", lambda v: get(v, "forward", 2048, 128)),
+            ("MHA E=512 L=2048 (projections included)", lambda v: get(v, "mha", 2048)),
+            ("forward N=2048, causal", lambda v: get(v, "forward", 2048, causal=True)),
+            ("backward N=2048, causal", lambda v: get(v, "backward", 2048, causal=True)),
+            ("forward N=2048, 1 thread", lambda v: get(v, "forward", 2048, threads=1)),
+            ("backward N=2048, 1 thread", lambda v: get(v, "backward", 2048, threads=1)),
+        ]
+        rendered = [(name, [fmt(same_share_of(f(v))) for v in same_vars]) for name, f in same_lines]
+        rendered = [(name, cells) for name, cells in rendered if any(c != "-" for c in cells)]
+        if rendered:
+            out.append("| share of the same-ISA sgemm | %s |" % " | ".join(
+                "%s (÷ %s)" % (v, same_cores[v]) for v in same_vars))
+            out.append("|---|" + "---|" * len(same_vars))
+            for name, cells in rendered:
+                out.append("| %s | %s |" % (name, " | ".join(cells)))
+            out.append("")
+
+    # Issue 11's targets, on each ISA the machine has: against the machine's
+    # sgemm, then (the share targets only) against the same-ISA sgemm.
     checks = []
 
-    def share_at_least(name, var, c, limit):
-        if c and c.share is not None:
-            checks.append((name, var, "%.2f" % c.share, c.share >= limit))
+    def isa_checks(var, label, share, ratios):
+        """Issue 11's checks of kernel var, labelled label, with share(c) the
+        share of sgemm rated; ratios: also the wall-time checks (causal,
+        threads), which need no roofline."""
+        def at_least(name, c, limit):
+            s = share(c)
+            if s is not None:
+                checks.append((name, label, "%.2f" % s, s >= limit))
+
+        fwd = [(n, share(get(var, "forward", n))) for n in ns if n >= 1024]
+        fwd = [(n, s) for n, s in fwd if s is not None]
+        if fwd:
+            checks.append(("forward ≥ 0.85 for N = 1024…%d, no drop at large N" % fwd[-1][0], label,
+                           ", ".join("%d: %.2f" % (n, s) for n, s in fwd),
+                           min(s for _, s in fwd) >= 0.85))
+        at_least("forward ≥ 0.75 at N = 512", get(var, "forward", 512), 0.75)
+        at_least("forward ≥ 0.60 at N = 128, B·H = 64", get(var, "forward", 128), 0.60)
+        bwd = [(n, share(get(var, "backward", n))) for n in ns if n >= 2048]
+        bwd = [(n, s) for n, s in bwd if s is not None]
+        if bwd:
+            checks.append(("backward ≥ 0.80 for N ≥ 2048", label,
+                           ", ".join("%d: %.2f" % (n, s) for n, s in bwd),
+                           min(s for _, s in bwd) >= 0.80))
+        at_least("backward ≥ 0.70 at N = 1024", get(var, "backward", 1024), 0.70)
+        if ratios:
+            for mode in ("forward", "backward"):
+                c, u = get(var, mode, 2048, causal=True), get(var, mode, 2048)
+                if c and u:
+                    checks.append(("causal wall time ≤ 0.52 × unmasked (%s N=2048)" % mode, label,
+                                   "%.3f" % (c.ms / u.ms), c.ms / u.ms <= 0.52))
+        at_least("MHA E=512 L=2048, projections included, ≥ 0.85", get(var, "mha", 2048), 0.85)
+        if ratios:
+            for mode in ("forward", "backward"):
+                one, many = get(var, mode, 2048, threads=1), get(var, mode, 2048)
+                if one and many:
+                    checks.append(("%d threads ≥ 1.9× one (%s N=2048)" % (T, mode), label,
+                                   "%.2f×" % (one.ms / many.ms), one.ms / many.ms >= 1.9))
+
+    def generic_checks(label, share):
+        for mode in ("forward", "backward", "mha"):
+            s = share(get("generic", mode, 2048))
+            if s is not None:
+                checks.append(("generic C kernel ≥ 0.25 of sgemm (%s N=2048)" % mode, label,
+                               "%.2f" % s, s >= 0.25))
+
+    def same_label(var):
+        return "%s (÷ %s sgemm)" % (var, same_cores[var])
 
     for var in isas:
-        fwd = [(n, get(var, "forward", n)) for n in ns if n >= 1024]
-        fwd = [(n, c) for n, c in fwd if c and c.share is not None]
-        if fwd:
-            worst = min(c.share for _, c in fwd)
-            checks.append(("forward ≥ 0.85 for N = 1024…%d, no drop at large N" % fwd[-1][0], var,
-                           ", ".join("%d: %.2f" % (n, c.share) for n, c in fwd), worst >= 0.85))
-        share_at_least("forward ≥ 0.75 at N = 512", var, get(var, "forward", 512), 0.75)
-        share_at_least("forward ≥ 0.60 at N = 128, B·H = 64", var, get(var, "forward", 128), 0.60)
-        bwd = [(n, get(var, "backward", n)) for n in ns if n >= 2048]
-        bwd = [(n, c) for n, c in bwd if c and c.share is not None]
-        if bwd:
-            checks.append(("backward ≥ 0.80 for N ≥ 2048", var,
-                           ", ".join("%d: %.2f" % (n, c.share) for n, c in bwd),
-                           min(c.share for _, c in bwd) >= 0.80))
-        share_at_least("backward ≥ 0.70 at N = 1024", var, get(var, "backward", 1024), 0.70)
-        for mode in ("forward", "backward"):
-            c, u = get(var, mode, 2048, causal=True), get(var, mode, 2048)
-            if c and u:
-                checks.append(("causal wall time ≤ 0.52 × unmasked (%s N=2048)" % mode, var,
-                               "%.3f" % (c.ms / u.ms), c.ms / u.ms <= 0.52))
-        share_at_least("MHA E=512 L=2048, projections included, ≥ 0.85", var, get(var, "mha", 2048), 0.85)
-        for mode in ("forward", "backward"):
-            one, many = get(var, mode, 2048, threads=1), get(var, mode, 2048)
-            if one and many:
-                checks.append(("%d threads ≥ 1.9× one (%s N=2048)" % (T, mode), var,
-                               "%.2f×" % (one.ms / many.ms), one.ms / many.ms >= 1.9))
-    for mode in ("forward", "backward", "mha"):
-        share_at_least("generic C kernel ≥ 0.25 of sgemm (%s N=2048)" % mode, "generic",
-                       get("generic", mode, 2048), 0.25)
+        isa_checks(var, var, share_of, True)
+        if var in same_cores:
+            isa_checks(var, same_label(var), same_share_of, False)
+    generic_checks("generic", share_of)
+    if "generic" in same_cores:
+        generic_checks(same_label("generic"), same_share_of)
     out.append("| issue-11 target | kernels | measured | met |")
     out.append("|---|---|---|---|")
     for name, var, val, ok in checks:
@@ -229,15 +348,24 @@ def main():
     # Every configuration.
     out.append("<details><summary>All measurements (medians of the rounds)</summary>")
     out.append("")
+    # The same-ISA columns only for results that have them.
+    has_same = any(c.same_share is not None for c in cfg.values())
     out.append("| what | mode | B | H | N | D | causal | threads | rounds | ms | GFLOP/s "
-               "| sgemm beside | share (min–max) | load |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| sgemm beside | share (min–max) |%s load |" % (
+                   " same-ISA sgemm beside | same-ISA share (min–max) |" if has_same else ""))
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * has_same)
     for k in sorted(cfg, key=lambda k: (k[1], k[0], k[7], k[5], k[6], k[4])):
         c = cfg[k]
         spread = " (%.2f–%.2f)" % (min(c.shares), max(c.shares)) if len(c.shares) > 1 else ""
-        out.append("| %s | %s | %d | %d | %d | %d | %s | %d | %d | %.2f | %.1f | %s | %s%s | %s |" % (
+        same = ""
+        if has_same:
+            same_spread = " (%.2f–%.2f)" % (min(c.same_shares), max(c.same_shares)) \
+                if len(c.same_shares) > 1 else ""
+            same = " %s | %s%s |" % ("%.1f %s" % (c.same_sgemm, same_cores.get(k[0], "?"))
+                                     if c.same_sgemm else "-", fmt(c.same_share), same_spread)
+        out.append("| %s | %s | %d | %d | %d | %d | %s | %d | %d | %.2f | %.1f | %s | %s%s |%s %s |" % (
             k[0], k[1], k[2], k[3], k[4], k[5], "yes" if k[6] else "no", k[7], len(c.runs), c.ms,
-            c.gflops, "%.1f" % c.sgemm if c.sgemm else "-", fmt_share(c), spread,
+            c.gflops, "%.1f" % c.sgemm if c.sgemm else "-", fmt_share(c), spread, same,
             "%.2f" % c.load if c.load is not None else "-"))
     out.append("")
     out.append("</details>")

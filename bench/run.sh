@@ -1,7 +1,10 @@
 #!/bin/sh
 # Side-by-side benchmark of attn against the machine's OpenBLAS sgemm rate,
 # ggml's fused CPU attention (built from source, when it can be) and PyTorch
-# 1.13, all in one run so the ratios share the machine's state. Writes
+# 1.13, all in one run so the ratios share the machine's state. attn's
+# narrower kernels (avx2 below avx512, and the portable generic one) are also
+# rated against OpenBLAS forced to kernels of their own vector ISA (the
+# same-ISA roofline, below). Writes
 # bench/results/<stamp>.jsonl (one JSON object per measurement) and
 # bench/results/<stamp>.md (the issue-11 table and target checks, made by
 # bench/make_table.py), and prints the markdown.
@@ -24,7 +27,8 @@
 # attn itself does not need OpenBLAS. Some CPUs get OPENBLAS_CORETYPE (and
 # OPENBLAS_L2_SIZE) from the environment, which makes sgemm run older,
 # slower kernels: the sgemm and PyTorch commands run without those two
-# variables, attn and ggml with the environment as it is.
+# variables, attn and ggml with the environment as it is; the same-ISA sgemm
+# runs without OPENBLAS_L2_SIZE and with OPENBLAS_CORETYPE set to its core.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -79,19 +83,71 @@ START=$(date +%s)
 # The machine, for the record: OpenBLAS names the kernel it picked when
 # OPENBLAS_VERBOSE=2 ("Core: SkylakeX").
 CORE=$(OPENBLAS_VERBOSE=2 blas_env "$SGEMM" 64 1 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -n 1)
+
+# The same-ISA roofline. A kernel can do at most as many flops per cycle as
+# its vector ISA allows: 512-bit FMA (avx512), 256-bit FMA (avx2, ½ of that)
+# and 128-bit multiply and add without FMA (generic: plain C built for
+# baseline x86-64, i.e. SSE2; at most ¼). So next to the machine's own sgemm,
+# those kernels are rated against OpenBLAS forced (OPENBLAS_CORETYPE) to
+# kernels of the same vector ISA, measured before and after each of their
+# rows like the machine's sgemm:
+#   avx512  -> none: the machine's own kernels;
+#   avx2    -> Haswell (AVX2 + FMA, 256-bit), only when the best kernels are
+#              avx512 (on an AVX2-only CPU the machine's sgemm already is the
+#              AVX2 roofline);
+#   generic -> Core2 (SSE2/SSSE3, 128-bit, no FMA): the fastest of OpenBLAS's
+#              128-bit kernel sets without FMA on a Zen 5 with AVX-512 (1
+#              thread, 2048³: Core2 42-44 GFLOP/s; Bobcat, Penryn, Nehalem
+#              and, mostly, Barcelona 33-36; Prescott 26; bench/README.md),
+#              on about the instructions the generic kernel may be
+#              compiled to (baseline x86-64: SSE2).
+# A core is used only if OpenBLAS runs it here (it needs a DYNAMIC_ARCH
+# build, and says "Core not found" and falls back to its own pick otherwise)
+# and it is not the machine's own pick anyway.
+same_isa_core() {
+    case $1 in
+        avx2) if [ "$BEST" = avx512 ]; then echo Haswell; fi ;;
+        generic) echo Core2 ;;
+    esac
+}
+SAME=         # "isa=core" pairs in use
+SAME_JSON=    # the same as JSON members
+for isa in $ISAS generic; do
+    core=$(same_isa_core "$isa")
+    case " $SAME " in *" $isa="*) continue ;; esac
+    if [ -z "$core" ] || [ "$core" = "$CORE" ]; then continue; fi
+    got=$(OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=$core env -u OPENBLAS_L2_SIZE "$SGEMM" 64 1 2>&1 >/dev/null |
+        sed -n 's/^Core: //p' | head -n 1)
+    if [ "$got" = "$core" ]; then
+        SAME="$SAME $isa=$core"
+        SAME_JSON="$SAME_JSON,\"$isa\":\"$core\""
+    else
+        note "OpenBLAS does not run $core kernels here (Core: ${got:-?}): no same-ISA sgemm for $isa"
+    fi
+done
+SAME_JSON=${SAME_JSON#,}
+same_core_of() { for p in $SAME; do if [ "${p%%=*}" = "$1" ]; then echo "${p#*=}"; fi; done; }
 FLAGS=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
     grep -E '^(sse4_2|avx|fma|avx2|avx512(f|bw|vl|dq|_bf16|_fp16|_vnni)|amx_(tile|bf16|int8))$' | tr '\n' ' ')
-printf '{"what":"machine","date":"%s","cpu":"%s","cores":%s,"isa_flags":"%s","attn":"%s","isas":"%s","openblas_core":"%s","env":"%s","ggml":%s,"threads":%s,"rounds":%s,"quick":%s}\n' \
+printf '{"what":"machine","date":"%s","cpu":"%s","cores":%s,"isa_flags":"%s","attn":"%s","isas":"%s","openblas_core":"%s","same_isa_cores":{%s},"env":"%s","ggml":%s,"threads":%s,"rounds":%s,"quick":%s}\n' \
     "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" \
-    "$(nproc)" "${FLAGS% }" "$("$ATTN_BIN" --version)" "$ISAS" "$CORE" \
+    "$(nproc)" "${FLAGS% }" "$("$ATTN_BIN" --version)" "$ISAS" "$CORE" "$SAME_JSON" \
     "$(env | grep -E '^OPENBLAS_(CORETYPE|L2_SIZE)=' | tr '\n' ' ' | sed 's/ $//')" \
     "$([ -n "$GGML_BIN" ] && echo true || echo false)" "$THREADS" "$ROUNDS" "$QUICK" >>"$OUT"
 
 # Every row sits between two sgemm measurements at its thread count (one
 # sgemm serves as the "after" of a row and the "before" of the next);
-# make_table.py rates the row against their mean.
+# make_table.py rates the row against their mean. A row with a same-ISA core
+# also sits between two sgemm measurements on that core, inside the
+# machine's ones (native, same-ISA, row, same-ISA, native; shared with the
+# next row the same way), told apart by their "coretype".
 last_sgemm=
+last_same=
 sgemm() { OPENBLAS_NUM_THREADS=$1 blas_env "$SGEMM" 2048 7 >>"$OUT"; last_sgemm=$1; }
+same_sgemm() {
+    OPENBLAS_NUM_THREADS=$2 OPENBLAS_CORETYPE=$1 env -u OPENBLAS_L2_SIZE "$SGEMM" 2048 7 >>"$OUT"
+    last_same="$1 $2"
+}
 threads_of() { t=$THREADS; while [ $# -gt 0 ]; do [ "$1" = --threads ] && t=$2; shift; done; echo "$t"; }
 seq_of() { n=1024; while [ $# -gt 0 ]; do [ "$1" = --seq ] && n=$2; shift; done; echo "$n"; }
 # Timed calls per row: enough for short rows to give a stable median,
@@ -103,16 +159,25 @@ runs_of() {
     elif [ "$n" -ge 16384 ]; then echo "--runs 3 --warmup 1"
     else echo "--runs $RUNS --warmup 1"; fi
 }
+# row CORE COMMAND...: CORE is the row's same-ISA core, or empty.
 row() {
+    core=$1; shift
     t=$(threads_of "$@")
     [ "$last_sgemm" = "$t" ] || sgemm "$t"
+    [ -z "$core" ] || [ "$last_same" = "$core $t" ] || same_sgemm "$core" "$t"
     printf '{"what":"load","loadavg":%s}\n' "$(cut -d' ' -f1 /proc/loadavg)" >>"$OUT"
     "$@" >>"$OUT"
+    last_same=
+    [ -z "$core" ] || same_sgemm "$core" "$t"
     sgemm "$t"
 }
-attn() { isa=$1; shift; note "ATTN_ARCH=$isa attn bench $*"; row env ATTN_ARCH="$isa" "$ATTN_BIN" bench --json $(runs_of "$@") "$@"; }
-torchb() { [ "$HAVE_TORCH" = 1 ] || return 0; note "torch $*"; row blas_env "$PYTHON" "$ROOT/bench/torch_attention.py" $(runs_of "$@") "$@"; }
-ggml() { [ -n "$GGML_BIN" ] || return 0; note "ggml $*"; row "$GGML_BIN" $(runs_of "$@") "$@"; }
+attn() {
+    isa=$1; shift
+    note "ATTN_ARCH=$isa attn bench $*"
+    row "$(same_core_of "$isa")" env ATTN_ARCH="$isa" "$ATTN_BIN" bench --json $(runs_of "$@") "$@"
+}
+torchb() { [ "$HAVE_TORCH" = 1 ] || return 0; note "torch $*"; row "" blas_env "$PYTHON" "$ROOT/bench/torch_attention.py" $(runs_of "$@") "$@"; }
+ggml() { [ -n "$GGML_BIN" ] || return 0; note "ggml $*"; row "" "$GGML_BIN" $(runs_of "$@") "$@"; }
 
 T=$THREADS
 SMALL="--batch 8 --heads 8 --seq 128"    # B·H = 64
