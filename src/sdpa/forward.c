@@ -97,6 +97,7 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
+    float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
     const void *kr; /* direct: the tile's K rows (dtype krt, ldkr apart), in place or in kt */
     attn_dtype krt;
     int64_t ldkr;
@@ -138,6 +139,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     /* qb, sized whether or not this shape decodes: a workspace sized for Nq
      * rows then serves every call with fewer (the ring's sub-calls rely on it) */
     sdpa_size_add(&s, p->D, SDPA_SCORES_ROWS, sizeof(float));
+    if (p->qt != ATTN_F32) sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(float)); /* qf */
     if (p->bf16_dot) {
         sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(uint16_t)); /* q16 */
         sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(uint16_t));           /* p16 */
@@ -160,6 +162,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
+    w.qf = p->qt != ATTN_F32 ? sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(float)) : NULL;
     w.q16 = w.p16 = NULL;
     if (p->bf16_dot) {
         w.q16 = sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(uint16_t));
@@ -281,8 +284,9 @@ static const void *key_row(const fwd_scratch *w, int64_t c)
  * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
  * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
 static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                          int64_t b, int64_t h, int64_t i0, int64_t mi, const float *rowmax,
-                          const float *rowll, const float *lse, fwd_scratch *w)
+                          int64_t b, int64_t h, int64_t i0, int64_t mi, const float *q,
+                          int64_t q_rs, int64_t q_cs, const float *rowmax, const float *rowll,
+                          const float *lse, fwd_scratch *w)
 {
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += FWD_KEYS) {
@@ -293,14 +297,13 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
             const int64_t c0 = t.c0 - t.c0 % kern->npad, cn = sdpa_round_up(t.cols, kern->npad);
             const sdpa_logits lg = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
             pack_kv(p, kern, d, b, hk, j0, nj, w, false);
-            const float *q = p->q + AT4(p->qs, b, h, i0, 0);
             if (d->direct)
                 sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
-                                   (t.cols < nj ? t.cols : nj) - c0, cn - c0, p->D, q, p->qs[2],
-                                   p->qs[3], mi, w->s + c0, d->bcp, NULL, w->qb);
+                                   (t.cols < nj ? t.cols : nj) - c0, cn - c0, p->D, q, q_rs,
+                                   q_cs, mi, w->s + c0, d->bcp, NULL, w->qb);
             else
-                kern->gemm(mi, cn - c0, p->D, q, p->qs[2], p->qs[3], w->kt + c0, d->bcp,
-                           w->s + c0, d->bcp, NULL, SDPA_GEMM_SET);
+                kern->gemm(mi, cn - c0, p->D, q, q_rs, q_cs, w->kt + c0, d->bcp, w->s + c0,
+                           d->bcp, NULL, SDPA_GEMM_SET);
             kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowll, NULL);
         }
         for (int64_t r = 0; r < mi; ++r) {
@@ -330,6 +333,21 @@ static void unit_rows(const sdpa_problem *p, const fwd_dims *d, int64_t hk, int6
     *h = hk * p->group + u % p->group;
     *i0 = u / p->group * FWD_ROWS;
     *mi = p->Nq - *i0 < FWD_ROWS ? p->Nq - *i0 : FWD_ROWS;
+}
+
+/* Q row i0 of unit e (head h) and Q's row and feature strides: Q in
+ * place, or a 16-bit Q's rows as forward_task widened them into w->qf. */
+static const float *unit_q(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w,
+                           int64_t e, int64_t b, int64_t h, int64_t i0, int64_t *rs, int64_t *cs)
+{
+    if (!p->q) {
+        *rs = p->D;
+        *cs = 1;
+        return w->qf + e * FWD_ROWS * p->D;
+    }
+    *rs = d->q_rs;
+    *cs = p->qs[3];
+    return p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
 }
 
 /* Dropout of a unit's tile rows, one call per head they belong to. */
@@ -382,17 +400,25 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
 }
 
 /* out, lse and stats of query row i of head h from its accumulated output
- * row o (Dv floats), max m and sum l. *ll and *lse receive the log-sum and
- * LSE. */
-static void finish_row(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, const float *o,
-                       float m, float l, float *ll, float *lse)
+ * row o (Dv floats, overwritten when out is 16-bit), max m and sum l. *ll
+ * and *lse receive the log-sum and LSE. */
+static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                       int64_t i, float *o, float m, float l, float *ll, float *lse)
 {
-    float *dst = p->o + AT4(p->os, b, h, i, 0);
+    const int64_t at = AT4(p->os, b, h, i, 0);
     /* A row that saw no key: out 0, lse -inf (l is 0 exactly then), unless
      * its scores were all NaN: then NaN, as everywhere else. */
     const bool empty = l == 0.0f;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    for (int64_t c = 0; c < p->Dv; ++c) dst[c * p->os[3]] = empty ? fill : o[c] / l;
+    if (p->o)
+        for (int64_t c = 0; c < p->Dv; ++c) p->o[at + c * p->os[3]] = empty ? fill : o[c] / l;
+    else { /* 16-bit out: each value rounded once, as a converted float32 copy would be */
+        for (int64_t c = 0; c < p->Dv; ++c) o[c] = empty ? fill : o[c] / l;
+        if (p->os[3] == 1)
+            kern->narrow(p->ot, o, p->Dv, p->o16 + at);
+        else
+            for (int64_t c = 0; c < p->Dv; ++c) attn_store_float(p->o16, p->ot, at + c * p->os[3], o[c]);
+    }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
@@ -434,16 +460,23 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         }
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
-    for (int64_t e = 0; d->dot && e < nu; ++e) {
-        /* Q's values are bfloat16 (p->bf16_dot): the top half of each float is exact */
+    /* A 16-bit Q's unit rows, widened once per task into qf; for bfloat16
+     * dot products, the units' rows as bfloat16 pairs in q16 instead. */
+    for (int64_t e = 0; (d->dot || !p->q) && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        const float *q = p->q + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        const int64_t at = b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        if (!d->dot) {
+            kern->widen(p->qt, p->q16 + at, d->q_rs, p->qs[3], mi, p->D,
+                        w->qf + e * FWD_ROWS * p->D, p->D);
+            continue;
+        }
         for (int64_t r = 0; r < mi; ++r)
             for (int64_t l = 0; l < p->D; ++l) {
-                uint32_t bits;
-                memcpy(&bits, q + r * d->q_rs + l * p->qs[3], sizeof bits);
-                w->q16[(e * FWD_ROWS + r) * p->D + l] = (uint16_t)(bits >> 16);
+                const int64_t x = at + r * d->q_rs + l * p->qs[3];
+                uint32_t bits; /* a float32 Q of bfloat16 values (p->bf16_dot): its top half */
+                if (p->q) memcpy(&bits, p->q + x, sizeof bits);
+                w->q16[(e * FWD_ROWS + r) * p->D + l] = p->q ? (uint16_t)(bits >> 16) : p->q16[x];
             }
     }
 
@@ -478,6 +511,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             }
             float *rowmax = w->rowmax + e * FWD_ROWS, *rowsum = w->rowsum + e * FWD_ROWS;
             float *alpha = w->alpha + e * FWD_ROWS, *o = w->o + e * FWD_ROWS * d->dvp;
+            int64_t q_rs, q_cs;
+            const float *qu = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
             /* S = Q·Kᵀ over the visible columns only, band by band: on
              * diagonal (causal), windowed or ragged tiles each band of rows
              * covers just the columns its own rows may see. */
@@ -491,15 +526,15 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 const int64_t c1 = sdpa_round_up(hi, npad);
                 band_c0[r0 / FWD_BAND] = c0;
                 band_c1[r0 / FWD_BAND] = hi;
-                const float *qr = p->q + b * p->qs[0] + h * p->qs[1] + (i0 + r0) * d->q_rs;
+                const float *qr = qu + r0 * q_rs;
                 if (c1 > c0 && d->direct) {
                     const size_t ve = attn_dtype_size(p->vt);
                     const sdpa_prefetch vpf = {
                         (const char *)p->v + (size_t)AT4(p->vs, b, hk, j0 + c0, 0) * ve,
                         p->vs[2] * (int64_t)ve, p->Dv * (int64_t)ve};
                     sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
-                                       (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, d->q_rs,
-                                       p->qs[3], rb, w->s + r0 * d->bcp + c0, d->bcp,
+                                       (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, q_rs,
+                                       q_cs, rb, w->s + r0 * d->bcp + c0, d->bcp,
                                        r0 == 0 && p->vs[3] == 1 ? &vpf : NULL, w->qb);
                 } else if (c1 > c0 && d->dot) {
                     sdpa_bf16dot_gemm(rb, c1 - c0, p->D / 2,
@@ -507,7 +542,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                       p->D / 2, (const uint32_t *)w->kt + c0, d->bcp,
                                       w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 } else if (c1 > c0) {
-                    kern->gemm(rb, c1 - c0, p->D, qr, d->q_rs, p->qs[3], w->kt + c0, d->bcp,
+                    kern->gemm(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 }
             }
@@ -548,26 +583,30 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         float *rowll = w->alpha + e * FWD_ROWS, lse_rows[FWD_ROWS];
         for (int64_t r = 0; r < mi; ++r) {
             const int64_t x = e * FWD_ROWS + r, g = i0 + r, hh = h + g / p->Nq, ii = g % p->Nq;
-            const float *o = w->o + x * d->dvp;
+            float *o = w->o + x * d->dvp;
             if (d->split > 1) {
                 float *dst = partial_at(p, d, part, chunk, b, hh, ii);
                 memcpy(dst, o, (size_t)d->dvp * sizeof(float));
                 dst[d->dvp] = w->rowmax[x];
                 dst[d->dvp + 1] = w->rowsum[x];
             } else {
-                finish_row(p, b, hh, ii, o, w->rowmax[x], w->rowsum[x], &rowll[r], &lse_rows[r]);
+                finish_row(p, kern, b, hh, ii, o, w->rowmax[x], w->rowsum[x], &rowll[r], &lse_rows[r]);
             }
         }
-        if (p->w) /* never stacked nor split (forward_dims) */
-            write_weights(p, kern, d, b, h, i0, mi, w->rowmax + e * FWD_ROWS, rowll, lse_rows, w);
+        if (p->w) { /* never stacked nor split (forward_dims) */
+            int64_t q_rs, q_cs;
+            const float *q = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
+            write_weights(p, kern, d, b, h, i0, mi, q, q_rs, q_cs, w->rowmax + e * FWD_ROWS, rowll,
+                          lse_rows, w);
+        }
     }
 }
 
 /* Split-KV: row (b, h, i)'s chunks merged in chunk order,
  *   m = max_c m_c,  l = Σ_c l_c·e^(m_c - m),  o = Σ_c o_c·e^(m_c - m),
  * then finished like an unsplit row. */
-static void merge_row(const sdpa_problem *p, const fwd_dims *d, const float *part, int64_t b,
-                      int64_t h, int64_t i, float *o)
+static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                      const float *part, int64_t b, int64_t h, int64_t i, float *o)
 {
     float m = -INFINITY;
     for (int64_t c = 0; c < d->split; ++c) {
@@ -584,7 +623,7 @@ static void merge_row(const sdpa_problem *p, const fwd_dims *d, const float *par
         for (int64_t x = 0; x < p->Dv; ++x) o[x] += pc[x] * f;
     }
     float ll, lse;
-    finish_row(p, b, h, i, o, m, l, &ll, &lse);
+    finish_row(p, kern, b, h, i, o, m, l, &ll, &lse);
 }
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
@@ -625,7 +664,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             float *o = w.o; /* a free accumulator row */
 #pragma omp for schedule(static)
             for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
-                merge_row(p, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq, row % p->Nq, o);
+                merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq, row % p->Nq, o);
         }
     }
     free(owned);

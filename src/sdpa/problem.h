@@ -47,8 +47,11 @@ typedef struct {
      * float32 q, o and gradients (sdpa.c stages bfloat16/float16 tensors
      * through float32 copies, staging.c); K and V are float32 too (kt, vt)
      * except in the fused forward, which reads bfloat16/float16 K and V in
-     * place and widens each tile as it packs it. */
+     * place and widens each tile as it packs it, and reads a 16-bit Q in
+     * place too (then q16 holds it and q is NULL). qt: Q's dtype as given. */
     const float *q;
+    const uint16_t *q16;
+    attn_dtype qt;
     const void *k, *v;
     attn_dtype kt, vt;
     /* ATTN_PRECISION_BF16_DOT asked for and Q, K, V all bfloat16 (q holds
@@ -57,8 +60,12 @@ typedef struct {
     bool bf16_dot;
     int64_t qs[4], ks[4], vs[4];
     /* Forward outputs; lse, w and stats may be NULL. Backward reads o, lse
-     * and stats (row max and log-sum, preferred over lse when given). */
+     * and stats (row max and log-sum, preferred over lse when given). The
+     * fused forward writes a 16-bit out in place (ot: then o16 holds it and
+     * o is NULL), rounded as a staged copy would be. */
     float *o, *lse, *w, *stats;
+    uint16_t *o16;
+    attn_dtype ot;
     int64_t os[4], ls[3], ws[4], ss[4];
     /* Backward: do in, dq/dk/dv out (any may be NULL). */
     const float *dout;
@@ -161,6 +168,12 @@ static inline sdpa_logits sdpa_tile_logits(const sdpa_problem *p, const sdpa_til
                       .alibi = t->alibi,
                       .alibi_d0 = t->alibi_d0 + (int32_t)r0};
     return lg;
+}
+
+/* Element idx of Q as float, whatever its storage (qt). */
+static inline float sdpa_q_at(const sdpa_problem *p, int64_t idx)
+{
+    return p->q ? p->q[idx] : attn_load_float(p->q16, p->qt, idx);
 }
 
 /* Resolves and validates a forward (dout == NULL) or backward call. */

@@ -38,11 +38,11 @@ static attn_status row_buffers(const sdpa_problem *p, int threads, float **owned
 /* Raw score of query row (b,h,i) against key j: q·k in float. */
 static float row_dot(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
-    const float *qi = p->q + AT4(p->qs, b, h, i, 0);
-    const int64_t kj = AT4(p->ks, b, h / p->group, j, 0); /* the fused forward's K may be 16-bit */
+    /* the fused forward's Q, K may be 16-bit */
+    const int64_t qi = AT4(p->qs, b, h, i, 0), kj = AT4(p->ks, b, h / p->group, j, 0);
     float dot = 0.0f;
     for (int64_t d = 0; d < p->D; ++d)
-        dot += qi[d * p->qs[3]] * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
+        dot += sdpa_q_at(p, qi + d * p->qs[3]) * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
     return dot;
 }
 

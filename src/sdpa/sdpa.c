@@ -162,6 +162,8 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
               (long long)p->Dv);
     p->group = p->Hq / p->Hkv;
     p->q = q->data;
+    p->qt = q->dtype; /* q16 and o16 stay NULL unless the fused forward reads Q in place */
+    p->ot = ATTN_F32;
     p->k = k->data;
     p->v = v->data;
     p->kt = k->dtype;
@@ -292,12 +294,23 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     RETURN_IF_ERROR(check_outputs_disjoint(outs, forward_output_names, 4, q, k, v, NULL, NULL,
                                            NULL, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
-    /* 16-bit storage: the fused forward widens K and V tiles itself; Q, O
-     * and the reference path's K and V go through float32 copies. */
+    /* 16-bit storage: the fused forward reads Q, K and V and writes O in
+     * place (no copies to allocate, fault in and convert serially); the
+     * reference path's go through float32 copies. */
     sdpa_staging st = {0};
-    attn_status s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
+    attn_status s = ATTN_OK;
+    if (kern && p.qt != ATTN_F32) {
+        p.q16 = q->data;
+        p.q = NULL;
+    }
+    if (kern && out->dtype != ATTN_F32) {
+        p.o16 = out->data;
+        p.ot = out->dtype;
+        p.o = NULL;
+    }
+    if (!kern) s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
     if (s == ATTN_OK && !kern) s = stage_kv(&st, k, v, &p, err);
-    if (s == ATTN_OK) s = sdpa_stage_out(&st, out, "out", &p.o, p.os, err);
+    if (s == ATTN_OK && !kern) s = sdpa_stage_out(&st, out, "out", &p.o, p.os, err);
     if (s == ATTN_OK) s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     sdpa_staging_finish(&st, s);
     if (s == ATTN_OK) attn_ok(err);
