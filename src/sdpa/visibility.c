@@ -102,9 +102,12 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
         return t;
     }
     const bool same = one_head && lo0 == lo1 && hi0 == hi1;
+    /* ... and when the last row starts and the first row ends outside the
+     * tile, every row sees all of it (most tiles of a causal call). */
+    const bool whole = one_head && lo1 <= j0 && hi0 >= j0 + nj;
     for (int64_t r = 0; r < mi; ++r) {
         int64_t lo = lo0, hi = hi0;
-        if (!same) sdpa_row_keys(p, (i0 + r) % p->Nq, &lo, &hi);
+        if (!same && !whole) sdpa_row_keys(p, (i0 + r) % p->Nq, &lo, &hi);
         lo -= j0, hi -= j0;
         lo = lo < 0 ? 0 : lo > nj ? nj : lo;
         hi = hi < lo ? lo : hi > nj ? nj : hi;
