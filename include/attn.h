@@ -241,8 +241,9 @@ attn_sdpa_opts attn_sdpa_opts_default(void);
  * are float32. 16-bit inputs are widened exactly and all arithmetic is
  * float32: the result is the float32 call's on the same values, 16-bit
  * outputs rounded to nearest even (README "bfloat16 and float16"). The
- * fused forward reads 16-bit K and V in place; other 16-bit tensors are
- * staged through float32 copies the call allocates.
+ * fused forward reads 16-bit Q, K and V and writes a 16-bit out in place;
+ * other 16-bit tensors (the reference path's, the backward's) are staged
+ * through float32 copies the call allocates.
  */
 attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                       attn_tensor *out, attn_tensor *lse, attn_tensor *weights,
