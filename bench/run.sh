@@ -9,8 +9,8 @@
 # bench/results/<stamp>.md (the issue-11 table and target checks, made by
 # bench/make_table.py), and prints the markdown.
 #
-#   bench/run.sh            full run (~12 minutes of rows on a quiet 2-core machine)
-#   bench/run.sh --quick    fewer rows, one round, no N >= 16384 (~4 minutes)
+#   bench/run.sh            full run (5 minutes of rows on a quiet 2-core Zen 5, ~12 on a Zen 4 VM)
+#   bench/run.sh --quick    fewer rows, one round, no N >= 16384 (1 to 4 minutes)
 #
 # Environment: THREADS (default 2), RUNS (timed calls per row, default 5,
 # after one warm-up; more for small N, fewer for N >= 16384), ROUNDS (times

@@ -510,7 +510,8 @@ static void run_case(tu_group *gb, tu_group *gr, const lp_case *c, attn_dtype dt
         bool same = same_bits(gb, what, o16f, o32, no) && same_bits(gb, what, l16, l32, nl) &&
                     rounded_bits(gb, what, dt, o16, o32, no);
         if (same && c->gapped) { /* a 16-bit out with element stride 2 too */
-            uint16_t *wide = xcalloc(2 * no, sizeof(uint16_t)), *packed = xcalloc(no, sizeof(uint16_t));
+            uint16_t *wide = xcalloc(2 * no, sizeof(uint16_t));
+            uint16_t *packed = xcalloc(no, sizeof(uint16_t));
             attn_tensor OG = attn_tensor_make(wide, dt, 4, os);
             for (int d = 0; d < 4; ++d) OG.stride[d] *= 2;
             ok = attn_sdpa(&q.h, &k.h, &v.h, &OG, NULL, NULL, &o, &e) == ATTN_OK;

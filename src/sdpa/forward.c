@@ -410,14 +410,15 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
      * its scores were all NaN: then NaN, as everywhere else. */
     const bool empty = l == 0.0f;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    if (p->o)
+    if (p->o) {
         for (int64_t c = 0; c < p->Dv; ++c) p->o[at + c * p->os[3]] = empty ? fill : o[c] / l;
-    else { /* 16-bit out: each value rounded once, as a converted float32 copy would be */
+    } else { /* 16-bit out: each value rounded once, as a converted float32 copy would be */
         for (int64_t c = 0; c < p->Dv; ++c) o[c] = empty ? fill : o[c] / l;
         if (p->os[3] == 1)
             kern->narrow(p->ot, o, p->Dv, p->o16 + at);
         else
-            for (int64_t c = 0; c < p->Dv; ++c) attn_store_float(p->o16, p->ot, at + c * p->os[3], o[c]);
+            for (int64_t c = 0; c < p->Dv; ++c)
+                attn_store_float(p->o16, p->ot, at + c * p->os[3], o[c]);
     }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
@@ -590,7 +591,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 dst[d->dvp] = w->rowmax[x];
                 dst[d->dvp + 1] = w->rowsum[x];
             } else {
-                finish_row(p, kern, b, hh, ii, o, w->rowmax[x], w->rowsum[x], &rowll[r], &lse_rows[r]);
+                finish_row(p, kern, b, hh, ii, o, w->rowmax[x], w->rowsum[x], &rowll[r],
+                           &lse_rows[r]);
             }
         }
         if (p->w) { /* never stacked nor split (forward_dims) */
@@ -664,7 +666,8 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             float *o = w.o; /* a free accumulator row */
 #pragma omp for schedule(static)
             for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
-                merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq, row % p->Nq, o);
+                merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,
+                          row % p->Nq, o);
         }
     }
     free(owned);
