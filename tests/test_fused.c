@@ -916,6 +916,46 @@ static void test_scores_rows(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ GEMM instances */
+
+/* The kernels' GEMM picks its microtile by the number of rows (1, 2, 4 or
+ * MR rows of accumulators, one column panel or, for a few rows, two): rows
+ * 0..m-1 of an m-row product must be bitwise those of the same rows in a
+ * product of more rows, for every mode and width. */
+static void test_gemm_instances(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "GEMM instances agree bitwise");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { M = 13, K = 70, N = 192 };
+    static float a[M * K], b[K * N], c0[M * N], full[M * N], part[M * N], scale[M];
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed);
+    for (int i = 0; i < M * K; ++i) a[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    for (int i = 0; i < K * N; ++i) b[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    for (int i = 0; i < M * N; ++i) c0[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    for (int i = 0; i < M; ++i) scale[i] = (float)tu_rng_uniform(&rng);
+    const sdpa_gemm_mode modes[3] = {SDPA_GEMM_SET, SDPA_GEMM_ADD, SDPA_GEMM_SCALE_ADD};
+    for (int x = 0; x < nisa; ++x) {
+        const sdpa_kernels *kern = isas[x].kern;
+        bool ok = true;
+        for (int md = 0; md < 3 && ok; ++md)
+            for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
+                for (int64_t m = 1; m <= 6 && ok; ++m) {
+                    memcpy(full, c0, sizeof full);
+                    memcpy(part, c0, sizeof part);
+                    kern->gemm(M, n, K, a, K, 1, b, N, full, N, scale, modes[md]);
+                    kern->gemm(m, n, K, a, K, 1, b, N, part, N, scale, modes[md]);
+                    ok = memcmp(full, part, sizeof(float) * (size_t)(m * N)) == 0;
+                    tu_check(&g, ok, "%s: rows of a %lld-row product (n = %lld, mode %d) differ "
+                             "from the %d-row product's", isas[x].name, (long long)m, (long long)n,
+                             md, M);
+                }
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -932,5 +972,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "bit-identical")) test_determinism(&s, &opt);
     if (tu_group_selected(&opt, "tile")) test_tile_edges(&s, &opt);
     if (tu_group_selected(&opt, "workspace")) test_workspace(&s, &opt);
+    if (tu_group_selected(&opt, "GEMM")) test_gemm_instances(&s, &opt);
     return tu_suite_finish(&s);
 }

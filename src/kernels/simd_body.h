@@ -30,12 +30,13 @@
 #define NR (NV * VW) /* microtile columns */
 
 /*
- * Microtile: C[rows × NR] ⊕= A[rows × k] · B[k × NR], accumulators in
- * registers, for rows <= mr <= MR (mr a compile-time constant at every call
- * site, so each instance keeps only mr rows of accumulators). Missing rows
- * reuse the last valid row's A (always readable) and are not stored. Each
- * stored row's sum runs over l in the same order for every mr: the choice
- * of instance never changes a bit.
+ * Microtile: C[rows × nv·VW] ⊕= A[rows × k] · B[k × nv·VW], accumulators in
+ * registers, for rows <= mr <= MR (mr and nv compile-time constants at
+ * every call site, so each instance keeps only mr × nv accumulators; nv is
+ * NV, or 2·NV for a few rows: WIDE_NV). Missing rows reuse the last valid
+ * row's A (always readable) and are not stored. Each stored element's sum
+ * runs over l in the same order for every mr and nv: the choice of
+ * instance never changes a bit.
  */
 /* One vector of B's row: float32, or 16-bit widened exactly (bt is a
  * compile-time constant at every call site). */
@@ -50,37 +51,43 @@ static inline __attribute__((always_inline)) vf SIMD(load_b)(const void *b, int6
 static inline __attribute__((always_inline)) void
 SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                 attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                const float *row_scale, sdpa_gemm_mode mode, const int mr)
+                const float *row_scale, sdpa_gemm_mode mode, const int mr, const int nv)
 {
-    vf acc[MR][NV];
+    vf acc[MR][2 * NV];
     const float *ar[MR];
     for (int r = 0; r < mr; ++r) {
         ar[r] = a + (r < rows ? r : rows - 1) * a_rs;
-        for (int v = 0; v < NV; ++v) acc[r][v] = V_ZERO();
+        for (int v = 0; v < nv; ++v) acc[r][v] = V_ZERO();
     }
     for (int64_t l = 0; l < k; ++l) {
-        vf bv[NV];
-        for (int v = 0; v < NV; ++v) bv[v] = SIMD(load_b)(b, l * ldb + v * VW, bt);
+        vf bv[2 * NV];
+        for (int v = 0; v < nv; ++v) bv[v] = SIMD(load_b)(b, l * ldb + v * VW, bt);
         const int64_t off = l * a_cs;
         for (int r = 0; r < mr; ++r) {
             const vf x = V_BCAST(ar[r] + off);
-            for (int v = 0; v < NV; ++v) acc[r][v] = V_FMA(x, bv[v], acc[r][v]);
+            for (int v = 0; v < nv; ++v) acc[r][v] = V_FMA(x, bv[v], acc[r][v]);
         }
     }
     for (int r = 0; r < mr; ++r) {
         if (r >= rows) break;
         float *cr = c + r * ldc;
         if (mode == SDPA_GEMM_SET) {
-            for (int v = 0; v < NV; ++v) V_STORE(cr + v * VW, acc[r][v]);
+            for (int v = 0; v < nv; ++v) V_STORE(cr + v * VW, acc[r][v]);
         } else if (mode == SDPA_GEMM_ADD) {
-            for (int v = 0; v < NV; ++v) V_STORE(cr + v * VW, V_ADD(V_LOAD(cr + v * VW), acc[r][v]));
+            for (int v = 0; v < nv; ++v) V_STORE(cr + v * VW, V_ADD(V_LOAD(cr + v * VW), acc[r][v]));
         } else {
             const vf s = V_SET1(row_scale[r]);
-            for (int v = 0; v < NV; ++v)
+            for (int v = 0; v < nv; ++v)
                 V_STORE(cr + v * VW, V_FMA(V_LOAD(cr + v * VW), s, acc[r][v]));
         }
     }
 }
+
+/* Rows of accumulators a 2·NV-wide microtile may have: its accumulators, the
+ * 2·NV B vectors and a broadcast fit the register file (32 zmm, 16 ymm). A
+ * few rows then read B twice as wide per broadcast of A, with twice the
+ * independent sums in flight (a decoding step's P·V: 4 rows). */
+#define WIDE_ROWS (VW == 16 ? 4 : 2)
 
 /* One microtile of `rows` rows with the smallest instance that holds them
  * (1, 2, 4 or MR rows of accumulators): a decoding step's one to four
@@ -91,13 +98,28 @@ SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const
                     const float *row_scale, sdpa_gemm_mode mode)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1, NV);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2, NV);
     else if (rows <= 4)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 4);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 4, NV);
     else
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, MR);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, MR, NV);
+}
+
+/* The same, two column panels at once, for rows <= WIDE_ROWS. */
+static inline __attribute__((always_inline)) void
+SIMD(microtile_wide)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
+                     attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
+                     const float *row_scale, sdpa_gemm_mode mode)
+{
+    if (rows == 1)
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1, 2 * NV);
+    else if (rows == 2)
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2, 2 * NV);
+    else
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, WIDE_ROWS,
+                        2 * NV);
 }
 
 /* The GEMM body for B of dtype bt (a compile-time constant). Column panels
@@ -111,7 +133,17 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
 {
     if (m <= 0) return;
     const size_t es = bt == ATTN_F32 ? sizeof(float) : sizeof(uint16_t);
-    for (int64_t j = 0; j < n; j += NR)
+    int64_t j0 = 0;
+    if (m <= WIDE_ROWS)
+        for (; j0 + 2 * NR <= n; j0 += 2 * NR) {
+            const void *bj = (const char *)b + (size_t)j0 * es;
+            if (a_cs == 1)
+                SIMD(microtile_wide)(k, a, a_rs, 1, bj, bt, ldb, c + j0, ldc, m, row_scale, mode);
+            else
+                SIMD(microtile_wide)(k, a, a_rs, a_cs, bj, bt, ldb, c + j0, ldc, m, row_scale,
+                                     mode);
+        }
+    for (int64_t j = j0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
