@@ -113,6 +113,16 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
         hi = hi < lo ? lo : hi > nj ? nj : hi;
         start[r] = (int32_t)lo, end[r] = (int32_t)hi;
     }
+    if ((same || whole) && p->nmask == 0 && !p->alibi) { /* every row [start[0], end[0]) */
+        if (mi > 0 && end[0] > start[0]) {
+            t.c0 = start[0];
+            t.cols = end[0];
+            t.ragged = t.c0 % kern->npad != 0; /* columns below c0 hidden from every row */
+        } else {
+            t.c0 = 0;
+        }
+        return t;
+    }
 
     if (p->alibi && p->nmask == 0 && one_head) {
         /* ALiBi alone: the kernels add -slope·|i + Nk - Nq - j| themselves. */
