@@ -921,7 +921,8 @@ static void test_scores_rows(tu_suite *s, const tu_options *opt)
 /* The kernels' GEMM picks its microtile by the number of rows (1, 2, 4 or
  * MR rows of accumulators, one column panel or, for a few rows, two): rows
  * 0..m-1 of an m-row product must be bitwise those of the same rows in a
- * product of more rows, for every mode and width. */
+ * product of more rows, and rows m.. untouched, for every mode and width,
+ * A read by rows or by columns, and B in float32 or (gemm16) bfloat16. */
 static void test_gemm_instances(tu_suite *s, const tu_options *opt)
 {
     tu_group g;
@@ -930,28 +931,50 @@ static void test_gemm_instances(tu_suite *s, const tu_options *opt)
     const int nisa = available_isas(isas);
     enum { M = 13, K = 70, N = 192 };
     static float a[M * K], b[K * N], c0[M * N], full[M * N], part[M * N], scale[M];
+    static uint16_t b16[K * N];
     tu_rng rng;
     tu_rng_seed(&rng, opt->seed);
     for (int i = 0; i < M * K; ++i) a[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
-    for (int i = 0; i < K * N; ++i) b[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    for (int i = 0; i < K * N; ++i) {
+        b[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+        uint32_t bits;
+        memcpy(&bits, &b[i], sizeof bits);
+        b16[i] = (uint16_t)(bits >> 16); /* a bfloat16, truncated: any value will do */
+    }
     for (int i = 0; i < M * N; ++i) c0[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
     for (int i = 0; i < M; ++i) scale[i] = (float)tu_rng_uniform(&rng);
     const sdpa_gemm_mode modes[3] = {SDPA_GEMM_SET, SDPA_GEMM_ADD, SDPA_GEMM_SCALE_ADD};
     for (int x = 0; x < nisa; ++x) {
         const sdpa_kernels *kern = isas[x].kern;
         bool ok = true;
-        for (int md = 0; md < 3 && ok; ++md)
-            for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
-                for (int64_t m = 1; m <= 6 && ok; ++m) {
-                    memcpy(full, c0, sizeof full);
-                    memcpy(part, c0, sizeof part);
-                    kern->gemm(M, n, K, a, K, 1, b, N, full, N, scale, modes[md]);
-                    kern->gemm(m, n, K, a, K, 1, b, N, part, N, scale, modes[md]);
-                    ok = memcmp(full, part, sizeof(float) * (size_t)(m * N)) == 0;
-                    tu_check(&g, ok, "%s: rows of a %lld-row product (n = %lld, mode %d) differ "
-                             "from the %d-row product's", isas[x].name, (long long)m, (long long)n,
-                             md, M);
-                }
+        for (int bt = 0; bt < (kern->gemm16 ? 2 : 1) && ok; ++bt)
+            for (int by_cols = 0; by_cols < 2 && ok; ++by_cols)
+                for (int md = 0; md < 3 && ok; ++md)
+                    for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
+                        for (int64_t m = 1; m <= 6 && ok; ++m) {
+                            /* A as M × K rows, or read down the columns of a K × M array */
+                            const int64_t a_rs = by_cols ? 1 : K, a_cs = by_cols ? M : 1;
+                            memcpy(full, c0, sizeof full);
+                            memcpy(part, c0, sizeof part);
+                            if (bt) {
+                                kern->gemm16(ATTN_BF16, M, n, K, a, a_rs, a_cs, b16, N, full, N,
+                                             scale, modes[md]);
+                                kern->gemm16(ATTN_BF16, m, n, K, a, a_rs, a_cs, b16, N, part, N,
+                                             scale, modes[md]);
+                            } else {
+                                kern->gemm(M, n, K, a, a_rs, a_cs, b, N, full, N, scale, modes[md]);
+                                kern->gemm(m, n, K, a, a_rs, a_cs, b, N, part, N, scale, modes[md]);
+                            }
+                            ok = memcmp(full, part, sizeof(float) * (size_t)(m * N)) == 0 &&
+                                 memcmp(part + m * N, c0 + m * N,
+                                        sizeof(float) * (size_t)((M - m) * N)) == 0;
+                            tu_check(&g, ok,
+                                     "%s: a %lld-row product (n = %lld, mode %d, A by %s, B %s) "
+                                     "differs from the first rows of the %d-row product's or "
+                                     "wrote past its rows",
+                                     isas[x].name, (long long)m, (long long)n, md,
+                                     by_cols ? "columns" : "rows", bt ? "bf16" : "f32", M);
+                        }
     }
     tu_group_end(&g);
 }

@@ -33,7 +33,7 @@
  * Microtile: C[rows × nv·VW] ⊕= A[rows × k] · B[k × nv·VW], accumulators in
  * registers, for rows <= mr <= MR (mr and nv compile-time constants at
  * every call site, so each instance keeps only mr × nv accumulators; nv is
- * NV, or 2·NV for a few rows: WIDE_NV). Missing rows reuse the last valid
+ * NV, or 2·NV for up to WIDE_ROWS rows). Missing rows reuse the last valid
  * row's A (always readable) and are not stored. Each stored element's sum
  * runs over l in the same order for every mr and nv: the choice of
  * instance never changes a bit.

@@ -139,7 +139,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     /* qb, sized whether or not this shape decodes: a workspace sized for Nq
      * rows then serves every call with fewer (the ring's sub-calls rely on it) */
     sdpa_size_add(&s, p->D, SDPA_SCORES_ROWS, sizeof(float));
-    if (p->qt != ATTN_F32) sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(float)); /* qf */
+    if (p->qt != ATTN_F32) sdpa_size_add(&s, rows, p->D, sizeof(float)); /* qf */
     if (p->bf16_dot) {
         sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(uint16_t)); /* q16 */
         sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(uint16_t));           /* p16 */
@@ -162,7 +162,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
-    w.qf = p->qt != ATTN_F32 ? sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(float)) : NULL;
+    w.qf = p->qt != ATTN_F32 ? sdpa_take(&base, rows * p->D, sizeof(float)) : NULL;
     w.q16 = w.p16 = NULL;
     if (p->bf16_dot) {
         w.q16 = sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(uint16_t));

@@ -54,9 +54,8 @@ typedef struct {
     attn_dtype qt;
     const void *k, *v;
     attn_dtype kt, vt;
-    /* ATTN_PRECISION_BF16_DOT asked for and Q, K, V all bfloat16 (q holds
-     * Q's exact float32 widening): the fused forward may take the pair dot
-     * products of kernels/bf16dot.h. */
+    /* ATTN_PRECISION_BF16_DOT asked for and Q, K, V all bfloat16: the fused
+     * forward may take the pair dot products of kernels/bf16dot.h. */
     bool bf16_dot;
     int64_t qs[4], ks[4], vs[4];
     /* Forward outputs; lse, w and stats may be NULL. Backward reads o, lse

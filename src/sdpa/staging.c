@@ -4,8 +4,9 @@
  * path runs, an output is computed into a float32 buffer and rounded into
  * the caller's tensor (to nearest even) only after the path succeeded, so a
  * failed call leaves every output untouched. The fused forward needs none
- * of this for K and V (it widens their tiles as it packs them); everything
- * else (Q, O, the backward's tensors, the reference path) is staged. The
+ * of this (it widens Q's rows and K and V's tiles itself and rounds O into
+ * place as each row finishes, after the last point where it can fail);
+ * the backward's tensors and the reference path's are staged. The
  * copies cost O(B·H·N·D) memory and one pass each, next to the O(N²)
  * attention they feed.
  */
