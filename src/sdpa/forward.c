@@ -462,23 +462,19 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
     /* A 16-bit Q's unit rows, widened once per task into qf; for bfloat16
-     * dot products, the units' rows as bfloat16 pairs in q16 instead. */
-    for (int64_t e = 0; (d->dot || !p->q) && e < nu; ++e) {
+     * dot products, copied contiguous into q16 instead. */
+    for (int64_t e = 0; !p->q && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        const int64_t at = b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        const uint16_t *src = p->q16 + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
         if (!d->dot) {
-            kern->widen(p->qt, p->q16 + at, d->q_rs, p->qs[3], mi, p->D,
-                        w->qf + e * FWD_ROWS * p->D, p->D);
+            kern->widen(p->qt, src, d->q_rs, p->qs[3], mi, p->D, w->qf + e * FWD_ROWS * p->D,
+                        p->D);
             continue;
         }
         for (int64_t r = 0; r < mi; ++r)
-            for (int64_t l = 0; l < p->D; ++l) {
-                const int64_t x = at + r * d->q_rs + l * p->qs[3];
-                uint32_t bits; /* a float32 Q of bfloat16 values (p->bf16_dot): its top half */
-                if (p->q) memcpy(&bits, p->q + x, sizeof bits);
-                w->q16[(e * FWD_ROWS + r) * p->D + l] = p->q ? (uint16_t)(bits >> 16) : p->q16[x];
-            }
+            for (int64_t l = 0; l < p->D; ++l)
+                w->q16[(e * FWD_ROWS + r) * p->D + l] = src[r * d->q_rs + l * p->qs[3]];
     }
 
     /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
@@ -633,7 +629,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     fwd_dims d = forward_dims(p);
     d.direct = sdpa_scores_direct(p, kern); /* the workspace has room either way */
     d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
-            sdpa_bf16dot_available() && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
+            sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");

@@ -299,18 +299,21 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
      * reference path's go through float32 copies. */
     sdpa_staging st = {0};
     attn_status s = ATTN_OK;
-    if (kern && p.qt != ATTN_F32) {
-        p.q16 = q->data;
-        p.q = NULL;
+    if (kern) {
+        if (p.qt != ATTN_F32) {
+            p.q16 = q->data;
+            p.q = NULL;
+        }
+        if (out->dtype != ATTN_F32) {
+            p.o16 = out->data;
+            p.ot = out->dtype;
+            p.o = NULL;
+        }
+    } else {
+        s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
+        if (s == ATTN_OK) s = stage_kv(&st, k, v, &p, err);
+        if (s == ATTN_OK) s = sdpa_stage_out(&st, out, "out", &p.o, p.os, err);
     }
-    if (kern && out->dtype != ATTN_F32) {
-        p.o16 = out->data;
-        p.ot = out->dtype;
-        p.o = NULL;
-    }
-    if (!kern) s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
-    if (s == ATTN_OK && !kern) s = stage_kv(&st, k, v, &p, err);
-    if (s == ATTN_OK && !kern) s = sdpa_stage_out(&st, out, "out", &p.o, p.os, err);
     if (s == ATTN_OK) s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     sdpa_staging_finish(&st, s);
     if (s == ATTN_OK) attn_ok(err);
