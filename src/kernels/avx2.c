@@ -60,26 +60,39 @@ static inline void avx2_store_bf16(uint16_t *p, __m256 v)
  * bits of t, moved into the exponent field of 2^n by one shift), Cody–Waite
  * reduction, degree-6 polynomial, times 2^n. Lanes
  * below SDPA_EXP_MIN (also -inf) become 0; NaN stays NaN (it flows through
- * the polynomial and the multiply).
+ * the polynomial and the multiply). v_exp_nonpos_k does k <= 4 vectors in
+ * place, each step for all k before the next: the k dependency chains
+ * (about 50 cycles each) then overlap even where the out-of-order window
+ * would hold only one or two whole exps.
  */
-static inline vf v_exp_nonpos(vf x)
+#define EXP_STEP(stmt) \
+    _Pragma("GCC unroll 4") for (int i = 0; i < k; ++i) stmt
+static inline __attribute__((always_inline)) void v_exp_nonpos_k(vf *x, const int k)
 {
     const vf magic = _mm256_set1_ps(12583039.0f); /* 1.5·2^23 + 127 */
-    const vf t = _mm256_fmadd_ps(x, _mm256_set1_ps(SDPA_LOG2E), magic);
-    const vf n = _mm256_sub_ps(t, magic);
-    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_HI), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SDPA_LN2_LO), r);
+    vf t[4], n[4], r[4], r2[4], lo[4], hi[4], p[4];
+    EXP_STEP(t[i] = _mm256_fmadd_ps(x[i], _mm256_set1_ps(SDPA_LOG2E), magic));
+    EXP_STEP(n[i] = _mm256_sub_ps(t[i], magic));
+    EXP_STEP(r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(SDPA_LN2_HI), x[i]));
+    EXP_STEP(r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(SDPA_LN2_LO), r[i]));
     /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
      * shorter dependency chains than Horner, so more exps are in flight. */
-    const vf r2 = _mm256_mul_ps(r, r);
-    const vf lo = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C3), r, _mm256_set1_ps(SDPA_EXP_C2));
-    const vf hi = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C5), r, _mm256_set1_ps(SDPA_EXP_C4));
-    const vf top = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C6), r2, hi);
-    const vf poly = _mm256_fmadd_ps(top, r2, lo);
-    const vf p = _mm256_add_ps(_mm256_fmadd_ps(poly, r2, r), _mm256_set1_ps(1.0f));
-    const vf pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
-    const vf y = _mm256_mul_ps(p, pow2n);
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ), y);
+    EXP_STEP(r2[i] = _mm256_mul_ps(r[i], r[i]));
+    EXP_STEP(lo[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C3), r[i], _mm256_set1_ps(SDPA_EXP_C2)));
+    EXP_STEP(hi[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C5), r[i], _mm256_set1_ps(SDPA_EXP_C4)));
+    EXP_STEP(hi[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C6), r2[i], hi[i]));
+    EXP_STEP(lo[i] = _mm256_fmadd_ps(hi[i], r2[i], lo[i]));
+    EXP_STEP(p[i] = _mm256_add_ps(_mm256_fmadd_ps(lo[i], r2[i], r[i]), _mm256_set1_ps(1.0f)));
+    EXP_STEP(x[i] = _mm256_andnot_ps(_mm256_cmp_ps(x[i], _mm256_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ),
+                                     _mm256_mul_ps(p[i], _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                             _mm256_castps_si256(t[i]), 23)))));
+}
+#undef EXP_STEP
+
+static inline vf v_exp_nonpos(vf x)
+{
+    v_exp_nonpos_k(&x, 1);
+    return x;
 }
 
 /* e^x for any x: v_exp_nonpos plus +inf above SDPA_EXP_MAX. */
@@ -93,6 +106,7 @@ typedef __m256 vmask;
 #define V_CMP_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
 #define V_BLEND(m, a, b) _mm256_blendv_ps(a, b, m)
 #define V_CMP_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define V_LANE(v, i) _mm256_permutevar8x32_ps(v, _mm256_set1_epi32((int)(i)))
 #define v_any(m) (_mm256_movemask_ps(m) != 0)
 #define V_RCP(a) _mm256_rcp_ps(a) /* relative error <= 1.5·2^-12 */
 #define V_ABS(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
@@ -146,13 +160,12 @@ static inline vmask v_keep(vi w, vi keep)
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(w, keep), w));
 }
 
-/* Horizontal max (is_max) or sum of each of the 8 vectors x[0..7], into
- * out[0..7]. Each row by the same fixed tree: its 4-lane halves combined
+/* Horizontal max (is_max) or sum of each of the 8 vectors x[0..7], as lane
+ * i of the result for x[i]. Each row by the same fixed tree: its 4-lane halves combined
  * (lower ∘ upper), then lane pairs, then the last two lanes, the lower
  * always the first operand (max_ps keeps its second on ties and NaN). The
  * 8 trees are interleaved, a shuffle serving two rows at a time. */
-static inline __attribute__((always_inline)) void avx2_reduce_rows(const vf *x, float *out,
-                                                                    const bool is_max)
+static inline __attribute__((always_inline)) vf avx2_reduce_rows(const vf *x, const bool is_max)
 {
 #define OP(a, b) (is_max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b))
     vf y[4], z[2];
@@ -168,11 +181,11 @@ static inline __attribute__((always_inline)) void avx2_reduce_rows(const vf *x, 
     const vf r = OP(_mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
                     _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
 #undef OP
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-static inline void v_hmax_rows(const vf *x, float *out) { avx2_reduce_rows(x, out, true); }
-static inline void v_hsum_rows(const vf *x, float *out) { avx2_reduce_rows(x, out, false); }
+static inline vf v_hmax_rows(const vf *x) { return avx2_reduce_rows(x, true); }
+static inline vf v_hsum_rows(const vf *x) { return avx2_reduce_rows(x, false); }
 
 /* Lane k of the result: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
  * of the k-th argument, the same tree for each. */

@@ -53,26 +53,39 @@ static inline void avx512_store_bf16(uint16_t *p, __m512 v)
 }
 #define V_STORE_BF16(p, v) avx512_store_bf16((p), (v))
 
-/* e^x for x <= 0, -inf and NaN; the algorithm of avx2.c (see there). */
-static inline vf v_exp_nonpos(vf x)
+/* e^x for x <= 0, -inf and NaN (the algorithm of avx2.c, see there) of
+ * k <= 4 vectors in place, each step for all k before the next: the k dependency chains (about 50 cycles each) then overlap even
+ * where the out-of-order window would hold only one or two whole exps. */
+#define EXP_STEP(stmt) \
+    _Pragma("GCC unroll 4") for (int i = 0; i < k; ++i) stmt
+static inline __attribute__((always_inline)) void v_exp_nonpos_k(vf *x, const int k)
 {
     const vf magic = _mm512_set1_ps(12583039.0f); /* 1.5·2^23 + 127 */
-    const vf t = _mm512_fmadd_ps(x, _mm512_set1_ps(SDPA_LOG2E), magic);
-    const vf n = _mm512_sub_ps(t, magic);
-    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_HI), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SDPA_LN2_LO), r);
+    vf t[4], r[4], r2[4], lo[4], hi[4];
+    __mmask16 keep[4]; /* lanes not below SDPA_EXP_MIN (NaN kept) */
+    EXP_STEP(keep[i] = _mm512_cmp_ps_mask(x[i], _mm512_set1_ps(SDPA_EXP_MIN), _CMP_NLT_UQ));
+    EXP_STEP(t[i] = _mm512_fmadd_ps(x[i], _mm512_set1_ps(SDPA_LOG2E), magic));
+    EXP_STEP(r2[i] = _mm512_sub_ps(t[i], magic)); /* n */
+    EXP_STEP(r[i] = _mm512_fnmadd_ps(r2[i], _mm512_set1_ps(SDPA_LN2_HI), x[i]));
+    EXP_STEP(r[i] = _mm512_fnmadd_ps(r2[i], _mm512_set1_ps(SDPA_LN2_LO), r[i]));
+    /* 2^n: n + 127 from the low bits of t into the exponent field */
+    EXP_STEP(t[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t[i]), 23)));
     /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
      * shorter dependency chains than Horner, so more exps are in flight. */
-    const vf r2 = _mm512_mul_ps(r, r);
-    const vf lo = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C3), r, _mm512_set1_ps(SDPA_EXP_C2));
-    const vf hi = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C5), r, _mm512_set1_ps(SDPA_EXP_C4));
-    const vf top = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C6), r2, hi);
-    const vf poly = _mm512_fmadd_ps(top, r2, lo);
-    const vf p = _mm512_add_ps(_mm512_fmadd_ps(poly, r2, r), _mm512_set1_ps(1.0f));
-    const vf pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
-    const vf y = _mm512_mul_ps(p, pow2n);
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SDPA_EXP_MIN), _CMP_LT_OQ);
-    return _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    EXP_STEP(r2[i] = _mm512_mul_ps(r[i], r[i]));
+    EXP_STEP(lo[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C3), r[i], _mm512_set1_ps(SDPA_EXP_C2)));
+    EXP_STEP(hi[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C5), r[i], _mm512_set1_ps(SDPA_EXP_C4)));
+    EXP_STEP(hi[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C6), r2[i], hi[i]));
+    EXP_STEP(lo[i] = _mm512_fmadd_ps(hi[i], r2[i], lo[i]));
+    EXP_STEP(lo[i] = _mm512_add_ps(_mm512_fmadd_ps(lo[i], r2[i], r[i]), _mm512_set1_ps(1.0f)));
+    EXP_STEP(x[i] = _mm512_maskz_mul_ps(keep[i], lo[i], t[i]));
+}
+#undef EXP_STEP
+
+static inline vf v_exp_nonpos(vf x)
+{
+    v_exp_nonpos_k(&x, 1);
+    return x;
 }
 
 /* e^x for any x: v_exp_nonpos plus +inf above SDPA_EXP_MAX. */
@@ -86,6 +99,7 @@ typedef __mmask16 vmask;
 #define V_CMP_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)
 #define V_BLEND(m, a, b) _mm512_mask_blend_ps(m, a, b)
 #define V_CMP_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#define V_LANE(v, i) _mm512_permutexvar_ps(_mm512_set1_epi32((int)(i)), v)
 #define v_any(m) ((m) != 0)
 #define V_RCP(a) _mm512_rcp14_ps(a) /* relative error <= 2^-14 */
 #define V_ABS(a) _mm512_abs_ps(a)
@@ -142,14 +156,13 @@ static inline vmask v_keep(vi w, vi keep)
     return _mm512_cmpge_epu32_mask(w, keep);
 }
 
-/* Horizontal max (is_max) or sum of each of the 16 vectors x[0..15], into
- * out[0..15]. Each row by the same fixed tree: its 8-lane halves combined
+/* Horizontal max (is_max) or sum of each of the 16 vectors x[0..15], as
+ * lane i of the result for x[i]. Each row by the same fixed tree: its 8-lane halves combined
  * (lower ∘ upper), then the 4-lane quarters, then lane pairs, then the last
  * two lanes, the lower always the first operand (max_ps keeps its second on
  * ties and NaN). The 16 trees are interleaved, a shuffle serving two rows at
  * a time, so no row waits on its own chain of shuffles. */
-static inline __attribute__((always_inline)) void avx512_reduce_rows(const vf *x, float *out,
-                                                                      const bool is_max)
+static inline __attribute__((always_inline)) vf avx512_reduce_rows(const vf *x, const bool is_max)
 {
 #define OP(a, b) (is_max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b))
     vf y[8], z[4], w[2];
@@ -169,11 +182,11 @@ static inline __attribute__((always_inline)) void avx512_reduce_rows(const vf *x
                     _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 #undef OP
     const __m512i rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(rows, r));
+    return _mm512_permutexvar_ps(rows, r);
 }
 
-static inline void v_hmax_rows(const vf *x, float *out) { avx512_reduce_rows(x, out, true); }
-static inline void v_hsum_rows(const vf *x, float *out) { avx512_reduce_rows(x, out, false); }
+static inline vf v_hmax_rows(const vf *x) { return avx512_reduce_rows(x, true); }
+static inline vf v_hsum_rows(const vf *x) { return avx512_reduce_rows(x, false); }
 
 /* The 8-lane halves added, then avx2.c's tree: the same for each argument. */
 static inline __m256 avx512_fold256(vf v)

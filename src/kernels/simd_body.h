@@ -16,8 +16,10 @@
  *   v_any(vmask)               whether any lane is set
  *   V_ABS, v_copysign(mag, sign)
  *   v_cols_outside(c0, lo, hi) lanes whose column c0+lane is not in [lo, hi)
- *   v_hmax_rows(x, out), v_hsum_rows(x, out)   horizontal max / sum of each of
- *                              the VW vectors x[] into out[] (a fixed tree per row)
+ *   v_hmax_rows(x), v_hsum_rows(x)   horizontal max / sum of each of the VW
+ *                              vectors x[], lane i of the result for x[i]
+ *                              (a fixed tree per row)
+ *   V_LANE(v, i)               lane i of v in every lane
  *   v_hsum4(a, b, c, d)        the four horizontal sums in one __m128, each by
  *                              the same fixed tree
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
@@ -274,6 +276,100 @@ SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale
     return V_ADD(vsum, vsum2);
 }
 
+/* Vectors one step of a probability row exponentiates together
+ * (v_exp_nonpos_k): as many as the register file holds without spilling. */
+#define EXP_K (VW == 16 ? 4 : 2)
+
+/* The exps of plain logits p = exp(fl(scale·s) - m) over [c0, n) of one
+ * row (vm = m in every lane), in place; returns the lane sums, even vectors (from c0) summed in
+ * one accumulator and odd ones in another, then added (n - c0 is a
+ * multiple of npad = 2·VW). */
+static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, int64_t c0,
+                                                                    int64_t n, vf vm, vf vscale)
+{
+    vf sum = V_ZERO(), sum2 = V_ZERO();
+    int64_t c = c0;
+#define EXP_VECTORS(K)                                                                         \
+    do {                                                                                       \
+        vf p[K];                                                                               \
+        _Pragma("GCC unroll 4") for (int j = 0; j < K; ++j)                                    \
+            p[j] = V_SUB(V_MUL(V_LOAD(sr + c + j * VW), vscale), vm);                          \
+        v_exp_nonpos_k(p, K);                                                                  \
+        _Pragma("GCC unroll 4") for (int j = 0; j < K; j += 2) {                               \
+            V_STORE(sr + c + j * VW, p[j]);                                                    \
+            V_STORE(sr + c + (j + 1) * VW, p[j + 1]);                                          \
+            sum = V_ADD(sum, p[j]);                                                            \
+            sum2 = V_ADD(sum2, p[j + 1]);                                                      \
+        }                                                                                      \
+    } while (0)
+    for (; c + EXP_K * VW <= n; c += EXP_K * VW) EXP_VECTORS(EXP_K);
+    for (; c < n; c += 2 * VW) EXP_VECTORS(2);
+#undef EXP_VECTORS
+    return V_ADD(sum, sum2);
+}
+
+/* softmax_online for plain logits of rows that all see every column of
+ * [c0, n) (the bulk of unmasked and causal attention): the values of the
+ * general path below, bit for bit (each lane's max and sum in the same
+ * order, reduced by the same trees), without its per-row bounds and
+ * per-vector masks, and with each step's exps interleaved. */
+static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s,
+                                      int64_t lds, float *rowmax, float *rowsum, float *alpha)
+{
+    const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale), one = V_SET1(1.0f);
+    /* Pass 1 for all rows first, so that no row's exps wait for a reduction
+     * tree: VW rows at a time, lane i of the statistics for row g+i (a last,
+     * partial group through padded copies). */
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf acc[VW];
+        for (int64_t i = 0; i < VW; ++i) {
+            const float *sr = s + (g + (i < rows ? i : 0)) * lds;
+            vf vm = ninf;
+            for (int64_t c = c0; c < n; c += VW) vm = V_MAX(vm, V_LOAD(sr + c));
+            acc[i] = vm;
+        }
+        /* The new maxima: max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0
+         * and rounding is monotone; x > old ? x : old lane by lane. alpha =
+         * exp(max_old - max_new), 1 while a row has seen nothing (-inf -
+         * -inf would be NaN). */
+        float pad[2][VW] = {{0}};
+        for (int64_t i = 0; rows < VW && i < rows; ++i) pad[0][i] = rowmax[g + i];
+        float *const vmax = rows == VW ? rowmax + g : pad[0];
+        float *const valpha = rows == VW ? alpha + g : pad[1];
+        const vf vold = V_LOAD(vmax);
+        const vf vnew = V_MAX(V_MUL(v_hmax_rows(acc), vscale), vold);
+        V_STORE(valpha, V_BLEND(V_CMP_EQ(vnew, ninf), v_exp_nonpos(V_SUB(vold, vnew)), one));
+        V_STORE(vmax, vnew);
+        for (int64_t i = 0; rows < VW && i < rows; ++i) {
+            rowmax[g + i] = pad[0][i];
+            alpha[g + i] = pad[1][i];
+        }
+    }
+    /* Pass 2: p = exp(x - max) (never positive), and per row
+     * sum = sum·alpha + the tile's sum, where the row saw something. */
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf acc[VW];
+        float sum[VW];
+        for (int64_t i = 0; i < VW; ++i) {
+            acc[i] = V_ZERO();
+            if (i >= rows) continue;
+            float *sr = s + (g + i) * lds;
+            const float mx = rowmax[g + i];
+            if (mx == -INFINITY) { /* nothing visible so far: p = 0 */
+                for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+                continue;
+            }
+            acc[i] = SIMD(exp_row_full)(sr, c0, n, V_SET1(mx), vscale);
+        }
+        V_STORE(sum, v_hsum_rows(acc));
+        for (int64_t i = 0; i < rows; ++i)
+            if (rowmax[g + i] != -INFINITY)
+                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
+    }
+}
+
 static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,
                                  float *s, int64_t lds, float *rowmax, float *rowsum,
                                  float *alpha)
@@ -286,6 +382,12 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
      * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
      * monotone, and pass 2 forms fl(scale·s) itself, so nothing is stored. */
     const bool plain = !lg->bias && !(lg->softcap > 0.0f) && lg->alibi == 0.0f;
+    bool full = plain;
+    for (int64_t r = 0; full && r < m; ++r) full = lg->start[r] <= c0 && lg->end[r] >= n;
+    if (full) {
+        SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, rowmax, rowsum, alpha);
+        return;
+    }
     /* Pass 1, VW rows at a time: each row's logits x (hidden columns -inf)
      * replace its raw scores; the rows' maxima, reduced together, are kept
      * in alpha[] for now. */
@@ -316,7 +418,7 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
             }
             vmax[i] = vm;
         }
-        v_hmax_rows(vmax, mx);
+        V_STORE(mx, v_hmax_rows(vmax));
         for (int64_t i = 0; i < rows; ++i) {
             const float x = plain ? mx[i] * lg->scale : mx[i];
             alpha[g + i] = x > rowmax[g + i] ? x : rowmax[g + i];
@@ -359,7 +461,7 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
                                             lg->end[g + i])
                             : SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
         }
-        v_hsum_rows(vsum, sum);
+        V_STORE(sum, v_hsum_rows(vsum));
         for (int64_t i = 0; i < rows; ++i)
             if (rowmax[g + i] != -INFINITY) /* else the sum stays 0 */
                 rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
