@@ -238,6 +238,10 @@ typedef struct {
 /* Largest npad of any table: buffers sized with it fit every ISA. */
 #define SDPA_MAX_NPAD 32
 
+/* Keys per tile of the fused forward: softmax_online has an instance for
+ * exactly this many columns, its loops unrolled. */
+#define SDPA_KEY_TILE 64
+
 /* The GEMM of sdpa_gemm_fn that skips zero elements of A, so a hidden key
  * (probability exactly 0) never multiplies its operand row: 0·NaN would be
  * NaN. Portable and slow; only for tiles whose operands are not all finite. */

@@ -29,6 +29,11 @@
  * only on the inputs, never on threads.
  */
 
+#include <x86intrin.h>
+#ifndef SMT
+#define SMT
+__attribute__((weak)) unsigned long long sm_t1, sm_t2, sm_t3;
+#endif
 #define NR (NV * VW) /* microtile columns */
 
 /*
@@ -280,15 +285,15 @@ SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale
  * (v_exp_nonpos_k): as many as the register file holds without spilling. */
 #define EXP_K (VW == 16 ? 4 : 2)
 
-/* The exps of plain logits p = exp(fl(scale·s) - m) over [c0, n) of one
- * row (vm = m in every lane), in place; returns the lane sums, even vectors (from c0) summed in
- * one accumulator and odd ones in another, then added (n - c0 is a
- * multiple of npad = 2·VW). */
-static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, int64_t c0,
-                                                                    int64_t n, vf vm, vf vscale)
+/* The exps of plain logits p = exp(fl(scale·s) - m) of one row's w columns
+ * sr[0, w) (vm = m in every lane), in place; returns the lane sums, even
+ * vectors summed in one accumulator and odd ones in another, then added
+ * (w is a multiple of npad = 2·VW). */
+static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, int64_t w, vf vm,
+                                                                    vf vscale)
 {
     vf sum = V_ZERO(), sum2 = V_ZERO();
-    int64_t c = c0;
+    int64_t c = 0;
 #define EXP_VECTORS(K)                                                                         \
     do {                                                                                       \
         vf p[K];                                                                               \
@@ -302,21 +307,24 @@ static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, in
             sum2 = V_ADD(sum2, p[j + 1]);                                                      \
         }                                                                                      \
     } while (0)
-    for (; c + EXP_K * VW <= n; c += EXP_K * VW) EXP_VECTORS(EXP_K);
-    for (; c < n; c += 2 * VW) EXP_VECTORS(2);
+    _Pragma("GCC unroll 8") for (; c + EXP_K * VW <= w; c += EXP_K * VW) EXP_VECTORS(EXP_K);
+    for (; c < w; c += 2 * VW) EXP_VECTORS(2);
 #undef EXP_VECTORS
     return V_ADD(sum, sum2);
 }
 
 /* softmax_online for plain logits of rows that all see every column of
- * [c0, n) (the bulk of unmasked and causal attention): the values of the
- * general path below, bit for bit (each lane's max and sum in the same
+ * [c0, c0 + w) (the bulk of unmasked and causal attention): the values of
+ * the general path below, bit for bit (each lane's max and sum in the same
  * order, reduced by the same trees), without its per-row bounds and
- * per-vector masks, and with each step's exps interleaved. */
-static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s,
-                                      int64_t lds, float *rowmax, float *rowsum, float *alpha)
+ * per-vector masks, with each step's exps interleaved, and (inlined with a
+ * constant w) without loops over the columns. */
+static inline __attribute__((always_inline)) void
+SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int64_t lds,
+                   float *rowmax, float *rowsum, float *alpha)
 {
     const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale), one = V_SET1(1.0f);
+    s += c0;
     /* Pass 1 for all rows first, so that no row's exps wait for a reduction
      * tree: VW rows at a time, lane i of the statistics for row g+i (a last,
      * partial group through padded copies). */
@@ -326,7 +334,7 @@ static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float sc
         for (int64_t i = 0; i < VW; ++i) {
             const float *sr = s + (g + (i < rows ? i : 0)) * lds;
             vf vm = ninf;
-            for (int64_t c = c0; c < n; c += VW) vm = V_MAX(vm, V_LOAD(sr + c));
+            _Pragma("GCC unroll 8") for (int64_t c = 0; c < w; c += VW) vm = V_MAX(vm, V_LOAD(sr + c));
             acc[i] = vm;
         }
         /* The new maxima: max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0
@@ -358,16 +366,25 @@ static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float sc
             float *sr = s + (g + i) * lds;
             const float mx = rowmax[g + i];
             if (mx == -INFINITY) { /* nothing visible so far: p = 0 */
-                for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+                for (int64_t c = 0; c < w; c += VW) V_STORE(sr + c, V_ZERO());
                 continue;
             }
-            acc[i] = SIMD(exp_row_full)(sr, c0, n, V_SET1(mx), vscale);
+            acc[i] = SIMD(exp_row_full)(sr, w, V_SET1(mx), vscale);
         }
         V_STORE(sum, v_hsum_rows(acc));
         for (int64_t i = 0; i < rows; ++i)
             if (rowmax[g + i] != -INFINITY)
                 rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
     }
+}
+
+static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s,
+                                      int64_t lds, float *rowmax, float *rowsum, float *alpha)
+{
+    if (n - c0 == SDPA_KEY_TILE)
+        SIMD(softmax_full)(m, c0, SDPA_KEY_TILE, scale, s, lds, rowmax, rowsum, alpha);
+    else
+        SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, rowmax, rowsum, alpha);
 }
 
 static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,

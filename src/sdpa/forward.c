@@ -41,7 +41,7 @@
 
 enum {
     FWD_ROWS = 96,  /* query rows per unit (multiple of every MR) */
-    FWD_KEYS = 64,  /* keys per tile (multiple of SDPA_MAX_NPAD) */
+    FWD_KEYS = SDPA_KEY_TILE, /* keys per tile (multiple of SDPA_MAX_NPAD) */
     FWD_UNITS = 6,  /* row blocks (of any heads of the group) sharing a packed K/V tile */
     FWD_BAND = 12,  /* rows whose visible columns are bounded together (multiple of every MR) */
     FWD_DECODE_ROWS = 16,   /* at most this many query rows: a decoding shape */
