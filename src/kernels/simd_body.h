@@ -29,11 +29,6 @@
  * only on the inputs, never on threads.
  */
 
-#include <x86intrin.h>
-#ifndef SMT
-#define SMT
-__attribute__((weak)) unsigned long long sm_t1, sm_t2, sm_t3;
-#endif
 #define NR (NV * VW) /* microtile columns */
 
 /*
