@@ -154,7 +154,9 @@ static void store_tile(const gemm_plan *p, int64_t i0, int64_t mb, int64_t j0, i
         for (int64_t i = 0; i < mb; ++i) {
             float *restrict c = cg + (i0 + i) * p->ldc;
             const float *restrict a = acc + i * ldacc + (js - j0);
-            if (beta == 0.0f && bias) { /* a linear layer's store, in one pass */
+            if (beta == 0.0f && bias && bs == 1) { /* a linear layer's store, in one pass */
+                for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + bias[j];
+            } else if (beta == 0.0f && bias) {
                 for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j] + bias[j * bs];
             } else if (beta == 0.0f) {
                 for (int64_t j = 0; j < n; ++j) c[j] = alpha * a[j];
