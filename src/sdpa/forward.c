@@ -510,19 +510,24 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             float *alpha = w->alpha + e * FWD_ROWS, *o = w->o + e * FWD_ROWS * d->dvp;
             int64_t q_rs, q_cs;
             const float *qu = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
-            /* S = Q·Kᵀ over the visible columns only, band by band: on
-             * diagonal (causal), windowed or ragged tiles each band of rows
-             * covers just the columns its own rows may see. */
+            /* Each band of rows covers just the columns its own rows may see
+             * (on diagonal (causal), windowed or ragged tiles); P·V reads V
+             * rows [c0, hi) only: rows past the tile's keys may hold
+             * anything (poisoned memory, NaN). Bands that all cover the same
+             * columns run as one block. */
             int64_t band_c0[FWD_ROWS / FWD_BAND], band_c1[FWD_ROWS / FWD_BAND];
+            bool uniform = true;
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
-                const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND;
-                /* P·V reads V rows [c0, hi) only: rows past the tile's keys
-                 * may hold anything (poisoned memory, NaN). */
-                int64_t c0, hi;
-                sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &c0, &hi);
+                const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND, x = r0 / FWD_BAND;
+                sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &band_c0[x], &band_c1[x]);
+                uniform &= band_c0[x] == band_c0[0] && band_c1[x] == band_c1[0];
+            }
+            const int64_t step = uniform ? mi : FWD_BAND;
+            /* S = Q·Kᵀ over the visible columns only. */
+            for (int64_t r0 = 0; r0 < mi; r0 += step) {
+                const int64_t rb = mi - r0 < step ? mi - r0 : step;
+                const int64_t c0 = band_c0[r0 / FWD_BAND], hi = band_c1[r0 / FWD_BAND];
                 const int64_t c1 = sdpa_round_up(hi, npad);
-                band_c0[r0 / FWD_BAND] = c0;
-                band_c1[r0 / FWD_BAND] = hi;
                 const float *qr = qu + r0 * q_rs;
                 if (c1 > c0 && d->direct) {
                     const size_t ve = attn_dtype_size(p->vt);
@@ -546,11 +551,6 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             /* Per band: the online softmax over the band's columns, dropout
              * (on P after the row sums took it whole), O = alpha∘O + P·V
              * (k = 0 still applies alpha). */
-            /* Bands that all cover the same columns run as one block. */
-            bool uniform = true;
-            for (int64_t r0 = FWD_BAND; r0 < mi; r0 += FWD_BAND)
-                uniform &= band_c0[r0 / FWD_BAND] == band_c0[0] && band_c1[r0 / FWD_BAND] == band_c1[0];
-            const int64_t step = uniform ? mi : FWD_BAND;
             for (int64_t r0 = 0; r0 < mi; r0 += step) {
                 const int64_t rb = mi - r0 < step ? mi - r0 : step;
                 const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
