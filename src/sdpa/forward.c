@@ -410,7 +410,10 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
      * its scores were all NaN: then NaN, as everywhere else. */
     const bool empty = l == 0.0f;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    if (p->o) {
+    if (p->o && p->os[3] == 1 && !empty) { /* the common case, vectorised */
+        float *restrict dst = p->o + at;
+        for (int64_t c = 0; c < p->Dv; ++c) dst[c] = o[c] / l;
+    } else if (p->o) {
         for (int64_t c = 0; c < p->Dv; ++c) p->o[at + c * p->os[3]] = empty ? fill : o[c] / l;
     } else { /* 16-bit out: each value rounded once, as a converted float32 copy would be */
         for (int64_t c = 0; c < p->Dv; ++c) o[c] = empty ? fill : o[c] / l;
