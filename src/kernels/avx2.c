@@ -229,6 +229,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .npad = NV * VW,
     .gemm = avx2_gemm,
     .gemm16 = avx2_gemm16,
+    .gemm_max = avx2_gemm_max,
     .softmax_online = avx2_softmax_online,
     .probs = avx2_probs,
     .dsoftmax = avx2_dsoftmax,

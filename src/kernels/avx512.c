@@ -233,6 +233,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .npad = NV * VW,
     .gemm = avx512_gemm,
     .gemm16 = avx512_gemm16,
+    .gemm_max = avx512_gemm_max,
     .softmax_online = avx512_softmax_online,
     .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,

@@ -240,8 +240,9 @@ static float row_logits(const sdpa_logits *lg, const float *br, int64_t r, int64
 
 static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
                                    float *s, int64_t lds, float *rowmax, float *rowsum,
-                                   float *alpha)
+                                   float *alpha, const float *vmax)
 {
+    (void)vmax; /* this table has no gemm_max */
     for (int64_t r = 0; r < m; ++r) {
         float *sr = s + r * lds;
         const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;

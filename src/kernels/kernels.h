@@ -51,6 +51,22 @@ typedef void (*sdpa_gemm16_fn)(attn_dtype bt, int64_t m, int64_t n, int64_t k, c
                                float *c, int64_t ldc, const float *row_scale,
                                sdpa_gemm_mode mode);
 
+/* Lanes of the widest vector: the row stride of gemm_max's maxima. */
+#define SDPA_MAX_VW 16
+
+/*
+ * A score tile and its rows' maxima in one pass: C = A·B as sdpa_gemm_fn
+ * with SDPA_GEMM_SET, and for every row r the lane-wise maximum of C's
+ * vectors in column order folded into vmax (m × SDPA_MAX_VW, the table's VW
+ * lanes used; -inf on entry for a fresh row):
+ *   vmax[r] = max(...max(max(vmax[r], C(r, 0:VW)), C(r, VW:2VW))...)
+ * exactly the first pass of softmax_online, which then need not read the
+ * tile for it. NULL in tables that do not have it.
+ */
+typedef void (*sdpa_gemm_max_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                                 int64_t a_cs, const float *b, int64_t ldb, float *c,
+                                 int64_t ldc, float *vmax);
+
 /*
  * How the raw dot products of a score tile become logits, the same way in
  * every forward and backward primitive (so a probability recomputed in the
@@ -85,10 +101,13 @@ typedef struct {
  *   rowmax[r], rowsum[r]: running max and sum, updated;
  *   alpha[r] = exp(rowmax_old - rowmax_new), the factor for the output row
  *   (1 when the row has seen nothing yet).
+ *   vmax   NULL, or gemm_max's maxima of s's raw rows over [c0, n): used
+ *          where they are the maxima needed (plain logits, every column of
+ *          [c0, n) visible), so s is not read for them.
  */
 typedef void (*sdpa_softmax_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
                                 float *s, int64_t lds, float *rowmax, float *rowsum,
-                                float *alpha);
+                                float *alpha, const float *vmax);
 
 /*
  * Probabilities from the row statistics (backward, and the forward's weights
@@ -220,6 +239,7 @@ typedef struct {
     int npad;         /* gemm column counts are multiples of this */
     sdpa_gemm_fn gemm;
     sdpa_gemm16_fn gemm16;
+    sdpa_gemm_max_fn gemm_max;
     sdpa_softmax_fn softmax_online;
     sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;

@@ -53,7 +53,8 @@ static inline __attribute__((always_inline)) vf SIMD(load_b)(const void *b, int6
 static inline __attribute__((always_inline)) void
 SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                 attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                const float *row_scale, sdpa_gemm_mode mode, const int mr, const int nv)
+                const float *row_scale, sdpa_gemm_mode mode, float *vmax, const int mr,
+                const int nv)
 {
     vf acc[MR][2 * NV];
     const float *ar[MR];
@@ -75,6 +76,11 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
         float *cr = c + r * ldc;
         if (mode == SDPA_GEMM_SET) {
             for (int v = 0; v < nv; ++v) V_STORE(cr + v * VW, acc[r][v]);
+            if (vmax) { /* gemm_max: the row's lane maxima, in column order */
+                vf vm = V_LOAD(vmax + r * SDPA_MAX_VW);
+                for (int v = 0; v < nv; ++v) vm = V_MAX(vm, acc[r][v]);
+                V_STORE(vmax + r * SDPA_MAX_VW, vm);
+            }
         } else if (mode == SDPA_GEMM_ADD) {
             for (int v = 0; v < nv; ++v) V_STORE(cr + v * VW, V_ADD(V_LOAD(cr + v * VW), acc[r][v]));
         } else {
@@ -97,31 +103,31 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
 static inline __attribute__((always_inline)) void
 SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                     attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                    const float *row_scale, sdpa_gemm_mode mode)
+                    const float *row_scale, sdpa_gemm_mode mode, float *vmax)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 1, NV);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 2, NV);
     else if (rows <= 4)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 4, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 4, NV);
     else
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, MR, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, MR, NV);
 }
 
 /* The same, two column panels at once, for rows <= WIDE_ROWS. */
 static inline __attribute__((always_inline)) void
 SIMD(microtile_wide)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                      attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                     const float *row_scale, sdpa_gemm_mode mode)
+                     const float *row_scale, sdpa_gemm_mode mode, float *vmax)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 1, 2 * NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 1, 2 * NV);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, 2, 2 * NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 2, 2 * NV);
     else
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, WIDE_ROWS,
-                        2 * NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        WIDE_ROWS, 2 * NV);
 }
 
 /* The GEMM body for B of dtype bt (a compile-time constant). Column panels
@@ -131,7 +137,7 @@ SIMD(microtile_wide)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, cons
 static inline __attribute__((always_inline)) void
 SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
              const void *b, attn_dtype bt, int64_t ldb, float *c, int64_t ldc,
-             const float *row_scale, sdpa_gemm_mode mode)
+             const float *row_scale, sdpa_gemm_mode mode, float *vmax)
 {
     if (m <= 0) return;
     const size_t es = bt == ATTN_F32 ? sizeof(float) : sizeof(uint16_t);
@@ -140,22 +146,24 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
         for (; j0 + 2 * NR <= n; j0 += 2 * NR) {
             const void *bj = (const char *)b + (size_t)j0 * es;
             if (a_cs == 1)
-                SIMD(microtile_wide)(k, a, a_rs, 1, bj, bt, ldb, c + j0, ldc, m, row_scale, mode);
+                SIMD(microtile_wide)(k, a, a_rs, 1, bj, bt, ldb, c + j0, ldc, m, row_scale, mode,
+                                     vmax);
             else
                 SIMD(microtile_wide)(k, a, a_rs, a_cs, bj, bt, ldb, c + j0, ldc, m, row_scale,
-                                     mode);
+                                     mode, vmax);
         }
     for (int64_t j = j0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
+            float *vm = vmax ? vmax + i * SDPA_MAX_VW : NULL;
             const void *bj = (const char *)b + (size_t)j * es;
             if (a_cs == 1)
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, c + i * ldc + j, ldc,
-                                    rows, rs, mode);
+                                    rows, rs, mode, vm);
             else
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, c + i * ldc + j,
-                                    ldc, rows, rs, mode);
+                                    ldc, rows, rs, mode, vm);
         }
 }
 
@@ -163,7 +171,14 @@ static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
                        int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
                        const float *row_scale, sdpa_gemm_mode mode)
 {
-    SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, row_scale, mode);
+    SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, row_scale, mode, NULL);
+}
+
+static void SIMD(gemm_max)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                           int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                           float *vmax)
+{
+    SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, NULL, SDPA_GEMM_SET, vmax);
 }
 
 static void SIMD(gemm16)(attn_dtype bt, int64_t m, int64_t n, int64_t k, const float *a,
@@ -171,9 +186,9 @@ static void SIMD(gemm16)(attn_dtype bt, int64_t m, int64_t n, int64_t k, const f
                          int64_t ldc, const float *row_scale, sdpa_gemm_mode mode)
 {
     if (bt == ATTN_BF16)
-        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_BF16, ldb, c, ldc, row_scale, mode);
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_BF16, ldb, c, ldc, row_scale, mode, NULL);
     else
-        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F16, ldb, c, ldc, row_scale, mode);
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F16, ldb, c, ldc, row_scale, mode, NULL);
 }
 
 /* First lane of v_exp: scalar exp with the same error bound. */
@@ -316,7 +331,7 @@ static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, in
  * constant w) without loops over the columns. */
 static inline __attribute__((always_inline)) void
 SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int64_t lds,
-                   float *rowmax, float *rowsum, float *alpha)
+                   float *rowmax, float *rowsum, float *alpha, const float *vmax)
 {
     const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale), one = V_SET1(1.0f);
     s += c0;
@@ -327,9 +342,14 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
         const int64_t rows = m - g < VW ? m - g : VW;
         vf acc[VW];
         for (int64_t i = 0; i < VW; ++i) {
-            const float *sr = s + (g + (i < rows ? i : 0)) * lds;
+            const int64_t r = g + (i < rows ? i : 0);
+            if (vmax) { /* gemm_max folded the row as below */
+                acc[i] = V_LOAD(vmax + r * SDPA_MAX_VW);
+                continue;
+            }
             vf vm = ninf;
-            _Pragma("GCC unroll 8") for (int64_t c = 0; c < w; c += VW) vm = V_MAX(vm, V_LOAD(sr + c));
+            _Pragma("GCC unroll 8") for (int64_t c = 0; c < w; c += VW)
+                vm = V_MAX(vm, V_LOAD(s + r * lds + c));
             acc[i] = vm;
         }
         /* The new maxima: max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0
@@ -338,12 +358,12 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
          * -inf would be NaN). */
         float pad[2][VW] = {{0}};
         for (int64_t i = 0; rows < VW && i < rows; ++i) pad[0][i] = rowmax[g + i];
-        float *const vmax = rows == VW ? rowmax + g : pad[0];
+        float *const vrowmax = rows == VW ? rowmax + g : pad[0];
         float *const valpha = rows == VW ? alpha + g : pad[1];
-        const vf vold = V_LOAD(vmax);
+        const vf vold = V_LOAD(vrowmax);
         const vf vnew = V_MAX(V_MUL(v_hmax_rows(acc), vscale), vold);
         V_STORE(valpha, V_BLEND(V_CMP_EQ(vnew, ninf), v_exp_nonpos(V_SUB(vold, vnew)), one));
-        V_STORE(vmax, vnew);
+        V_STORE(vrowmax, vnew);
         for (int64_t i = 0; rows < VW && i < rows; ++i) {
             rowmax[g + i] = pad[0][i];
             alpha[g + i] = pad[1][i];
@@ -374,17 +394,18 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
 }
 
 static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s,
-                                      int64_t lds, float *rowmax, float *rowsum, float *alpha)
+                                      int64_t lds, float *rowmax, float *rowsum, float *alpha,
+                                      const float *vmax)
 {
     if (n - c0 == SDPA_KEY_TILE)
-        SIMD(softmax_full)(m, c0, SDPA_KEY_TILE, scale, s, lds, rowmax, rowsum, alpha);
+        SIMD(softmax_full)(m, c0, SDPA_KEY_TILE, scale, s, lds, rowmax, rowsum, alpha, vmax);
     else
-        SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, rowmax, rowsum, alpha);
+        SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, rowmax, rowsum, alpha, vmax);
 }
 
 static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,
                                  float *s, int64_t lds, float *rowmax, float *rowsum,
-                                 float *alpha)
+                                 float *alpha, const float *vmax)
 {
     /* A local copy: the stores into s cannot alias it, so the parameters
      * stay in registers instead of being reloaded for every vector. */
@@ -397,7 +418,7 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
     bool full = plain;
     for (int64_t r = 0; full && r < m; ++r) full = lg->start[r] <= c0 && lg->end[r] >= n;
     if (full) {
-        SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, rowmax, rowsum, alpha);
+        SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, rowmax, rowsum, alpha, vmax);
         return;
     }
     /* Pass 1, VW rows at a time: each row's logits x (hidden columns -inf)
@@ -405,9 +426,9 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
      * in alpha[] for now. */
     for (int64_t g = 0; g < m; g += VW) {
         const int64_t rows = m - g < VW ? m - g : VW;
-        vf vmax[VW];
+        vf lanemax[VW];
         float mx[VW];
-        for (int64_t i = rows; i < VW; ++i) vmax[i] = ninf;
+        for (int64_t i = rows; i < VW; ++i) lanemax[i] = ninf;
         for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = g + i;
             float *sr = s + r * lds;
@@ -428,9 +449,9 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
                     vm = V_MAX(vm, x);
                 }
             }
-            vmax[i] = vm;
+            lanemax[i] = vm;
         }
-        V_STORE(mx, v_hmax_rows(vmax));
+        V_STORE(mx, v_hmax_rows(lanemax));
         for (int64_t i = 0; i < rows; ++i) {
             const float x = plain ? mx[i] * lg->scale : mx[i];
             alpha[g + i] = x > rowmax[g + i] ? x : rowmax[g + i];

@@ -96,6 +96,7 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
+    float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
     float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
     const void *kr; /* direct: the tile's K rows (dtype krt, ldkr apart), in place or in kt */
@@ -134,6 +135,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size_add(&s, rows, 1, sizeof(float));          /* rowmax */
     sdpa_size_add(&s, rows, 1, sizeof(float));          /* rowsum */
     sdpa_size_add(&s, rows, 1, sizeof(float));          /* alpha */
+    sdpa_size_add(&s, FWD_ROWS, SDPA_MAX_VW, sizeof(float)); /* vmax */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, FWD_ROWS, 1, sizeof(int32_t));    /* end */
     /* qb, sized whether or not this shape decodes: a workspace sized for Nq
@@ -159,6 +161,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.rowmax = sdpa_take(&base, rows, sizeof(float));
     w.rowsum = sdpa_take(&base, rows, sizeof(float));
     w.alpha = sdpa_take(&base, rows, sizeof(float));
+    w.vmax = sdpa_take(&base, FWD_ROWS * SDPA_MAX_VW, sizeof(float));
     w.start = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
@@ -526,6 +529,13 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 uniform &= band_c0[x] == band_c0[0] && band_c1[x] == band_c1[0];
             }
             const int64_t step = uniform ? mi : FWD_BAND;
+            /* One float32 score GEMM for the unit also takes the rows'
+             * maxima on the way (softmax_online's first pass). */
+            const float *vmax = NULL;
+            if (uniform && !d->direct && !d->dot && kern->gemm_max) {
+                for (int64_t x = 0; x < mi * SDPA_MAX_VW; ++x) w->vmax[x] = -INFINITY;
+                vmax = w->vmax;
+            }
             /* S = Q·Kᵀ over the visible columns only. */
             for (int64_t r0 = 0; r0 < mi; r0 += step) {
                 const int64_t rb = mi - r0 < step ? mi - r0 : step;
@@ -546,6 +556,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                       (const uint32_t *)(w->q16 + (e * FWD_ROWS + r0) * p->D),
                                       p->D / 2, (const uint32_t *)w->kt + c0, d->bcp,
                                       w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
+                } else if (c1 > c0 && vmax) {
+                    kern->gemm_max(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->kt + c0, d->bcp,
+                                   w->s + r0 * d->bcp + c0, d->bcp, w->vmax);
                 } else if (c1 > c0) {
                     kern->gemm(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->kt + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
@@ -560,7 +573,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 const int64_t cn = sdpa_round_up(c1, npad);
                 const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
                 kern->softmax_online(rb, c0, cn, &lg, w->s + r0 * d->bcp, d->bcp, rowmax + r0,
-                                     rowsum + r0, alpha + r0);
+                                     rowsum + r0, alpha + r0, vmax);
                 if (p->dropout_p > 0.0f)
                     unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, cn, w->s + r0 * d->bcp,
                                  d->bcp);
