@@ -979,6 +979,60 @@ static void test_gemm_instances(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* gemm_max: C bitwise gemm's (SDPA_GEMM_SET) and each row's lane maxima
+ * folded in column order with maxps semantics (a > b ? a : b, so which NaN
+ * or signed zero survives depends on the order), onto the maxima already
+ * there; rows past m untouched. A holds a NaN, infinities and zeros. */
+static void test_gemm_max(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "gemm_max: the score GEMM's row maxima");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { M = 14, K = 40, N = 128 };
+    static float a[M * K], b[K * N], c[M * N], ref[M * N], vmax[M * SDPA_MAX_VW],
+        want[M * SDPA_MAX_VW];
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed);
+    for (int i = 0; i < M * K; ++i) a[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    for (int i = 0; i < K * N; ++i) b[i] = (float)(tu_rng_uniform(&rng) * 2.0 - 1.0);
+    a[1 * K + 3] = NAN;       /* row 1: all NaN */
+    a[2 * K + 5] = INFINITY;  /* row 2: ±inf, NaN where inf·0 */
+    for (int l = 0; l < K; ++l) a[3 * K + l] = 0.0f; /* row 3: signed zeros */
+    for (int x = 0; x < nisa; ++x) {
+        const sdpa_kernels *kern = isas[x].kern;
+        if (!kern->gemm_max) continue;
+        const int64_t vw = kern->npad / 2; /* lanes: a SIMD table's npad is two vectors */
+        bool ok = true;
+        for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
+            for (int64_t m = 1; m <= M && ok; ++m)
+                for (int fresh = 0; fresh < 2 && ok; ++fresh) {
+                    for (int i = 0; i < M * SDPA_MAX_VW; ++i)
+                        vmax[i] = fresh ? -INFINITY : (float)(tu_rng_uniform(&rng) - 0.5);
+                    memcpy(want, vmax, sizeof want);
+                    memset(c, 0, sizeof c);
+                    kern->gemm(m, n, K, a, K, 1, b, N, ref, N, NULL, SDPA_GEMM_SET);
+                    kern->gemm_max(m, n, K, a, K, 1, b, N, c, N, vmax);
+                    for (int64_t r = 0; r < m; ++r)
+                        for (int64_t j = 0; j < n; ++j) {
+                            float *w = &want[r * SDPA_MAX_VW + j % vw];
+                            const float y = ref[r * N + j];
+                            *w = *w > y ? *w : y;
+                        }
+                    bool same_c = true;
+                    for (int64_t r = 0; r < m; ++r)
+                        same_c &= memcmp(c + r * N, ref + r * N, sizeof(float) * (size_t)n) == 0;
+                    ok = same_c && memcmp(vmax, want, sizeof vmax) == 0;
+                    tu_check(&g, ok,
+                             "%s: m = %lld, n = %lld, %s maxima: %s", isas[x].name, (long long)m,
+                             (long long)n, fresh ? "fresh" : "running",
+                             same_c ? "the maxima differ from the sequential fold of C"
+                                    : "C differs from gemm's");
+                }
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -996,5 +1050,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "tile")) test_tile_edges(&s, &opt);
     if (tu_group_selected(&opt, "workspace")) test_workspace(&s, &opt);
     if (tu_group_selected(&opt, "GEMM")) test_gemm_instances(&s, &opt);
+    if (tu_group_selected(&opt, "gemm_max")) test_gemm_max(&s, &opt);
     return tu_suite_finish(&s);
 }
