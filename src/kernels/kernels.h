@@ -56,12 +56,12 @@ typedef void (*sdpa_gemm16_fn)(attn_dtype bt, int64_t m, int64_t n, int64_t k, c
 
 /*
  * A score tile and its rows' maxima in one pass: C = A·B as sdpa_gemm_fn
- * with SDPA_GEMM_SET, and for every row r the lane-wise maximum of C's
- * vectors in column order folded into vmax (m × SDPA_MAX_VW, the table's VW
- * lanes used; -inf on entry for a fresh row):
- *   vmax[r] = max(...max(max(vmax[r], C(r, 0:VW)), C(r, VW:2VW))...)
- * exactly the first pass of softmax_online, which then need not read the
- * tile for it. NULL in tables that do not have it.
+ * with SDPA_GEMM_SET, and vmax (m × SDPA_MAX_VW, the table's VW lanes used)
+ * receives for every row r the lane-wise maximum of C's vectors in column
+ * order,
+ *   vmax[r] = max(...max(max(-inf, C(r, 0:VW)), C(r, VW:2VW))...)
+ * (max(a, b) = a > b ? a : b), exactly the first pass of softmax_online,
+ * which then need not read the tile for it. NULL in tables without it.
  */
 typedef void (*sdpa_gemm_max_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
                                  int64_t a_cs, const float *b, int64_t ldb, float *c,

@@ -38,7 +38,9 @@
  * NV, or 2·NV for up to WIDE_ROWS rows). Missing rows reuse the last valid
  * row's A (always readable) and are not stored. Each stored element's sum
  * runs over l in the same order for every mr and nv: the choice of
- * instance never changes a bit.
+ * instance never changes a bit. With vmax (gemm_max, SET only), each stored
+ * row's lane maxima are folded into vmax[r·SDPA_MAX_VW], starting from -inf
+ * in the first column panel (vmax_first).
  */
 /* One vector of B's row: float32, or 16-bit widened exactly (bt is a
  * compile-time constant at every call site). */
@@ -53,8 +55,8 @@ static inline __attribute__((always_inline)) vf SIMD(load_b)(const void *b, int6
 static inline __attribute__((always_inline)) void
 SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                 attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                const float *row_scale, sdpa_gemm_mode mode, float *vmax, const int mr,
-                const int nv)
+                const float *row_scale, sdpa_gemm_mode mode, float *vmax, bool vmax_first,
+                const int mr, const int nv)
 {
     vf acc[MR][2 * NV];
     const float *ar[MR];
@@ -77,7 +79,7 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
         if (mode == SDPA_GEMM_SET) {
             for (int v = 0; v < nv; ++v) V_STORE(cr + v * VW, acc[r][v]);
             if (vmax) { /* gemm_max: the row's lane maxima, in column order */
-                vf vm = V_LOAD(vmax + r * SDPA_MAX_VW);
+                vf vm = vmax_first ? V_SET1(-INFINITY) : V_LOAD(vmax + r * SDPA_MAX_VW);
                 for (int v = 0; v < nv; ++v) vm = V_MAX(vm, acc[r][v]);
                 V_STORE(vmax + r * SDPA_MAX_VW, vm);
             }
@@ -103,31 +105,38 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
 static inline __attribute__((always_inline)) void
 SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                     attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                    const float *row_scale, sdpa_gemm_mode mode, float *vmax)
+                    const float *row_scale, sdpa_gemm_mode mode, float *vmax, bool vmax_first)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 1, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, 1, NV);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 2, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, 2, NV);
     else if (rows <= 4)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 4, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, 4, NV);
     else
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, MR, NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, MR, NV);
 }
 
 /* The same, two column panels at once, for rows <= WIDE_ROWS. */
 static inline __attribute__((always_inline)) void
 SIMD(microtile_wide)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                      attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                     const float *row_scale, sdpa_gemm_mode mode, float *vmax)
+                     const float *row_scale, sdpa_gemm_mode mode, float *vmax,
+                     bool vmax_first)
 {
     if (rows == 1)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 1, 2 * NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, 1, 2 * NV);
     else if (rows == 2)
-        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax, 2, 2 * NV);
+        SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
+                        vmax_first, 2, 2 * NV);
     else
         SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
-                        WIDE_ROWS, 2 * NV);
+                        vmax_first, WIDE_ROWS, 2 * NV);
 }
 
 /* The GEMM body for B of dtype bt (a compile-time constant). Column panels
@@ -147,10 +156,10 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
             const void *bj = (const char *)b + (size_t)j0 * es;
             if (a_cs == 1)
                 SIMD(microtile_wide)(k, a, a_rs, 1, bj, bt, ldb, c + j0, ldc, m, row_scale, mode,
-                                     vmax);
+                                     vmax, j0 == 0);
             else
                 SIMD(microtile_wide)(k, a, a_rs, a_cs, bj, bt, ldb, c + j0, ldc, m, row_scale,
-                                     mode, vmax);
+                                     mode, vmax, j0 == 0);
         }
     for (int64_t j = j0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
@@ -160,10 +169,10 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
             const void *bj = (const char *)b + (size_t)j * es;
             if (a_cs == 1)
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, c + i * ldc + j, ldc,
-                                    rows, rs, mode, vm);
+                                    rows, rs, mode, vm, j == 0);
             else
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, c + i * ldc + j,
-                                    ldc, rows, rs, mode, vm);
+                                    ldc, rows, rs, mode, vm, j == 0);
         }
 }
 

@@ -531,11 +531,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             const int64_t step = uniform ? mi : FWD_BAND;
             /* One float32 score GEMM for the unit also takes the rows'
              * maxima on the way (softmax_online's first pass). */
-            const float *vmax = NULL;
-            if (uniform && !d->direct && !d->dot && kern->gemm_max) {
-                for (int64_t x = 0; x < mi * SDPA_MAX_VW; ++x) w->vmax[x] = -INFINITY;
-                vmax = w->vmax;
-            }
+            const float *vmax =
+                uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
             /* S = Q·Kᵀ over the visible columns only. */
             for (int64_t r0 = 0; r0 < mi; r0 += step) {
                 const int64_t rb = mi - r0 < step ? mi - r0 : step;
