@@ -14,7 +14,9 @@
  *
  * Memory: per thread one Kᵀ and one V tile, a score tile, a bias tile and
  * the output accumulators of its rows: O(threads × tile × D), nothing of
- * size Nq × Nk. Attention weights, when requested, are written by a second
+ * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
+ * packed once up front instead of once per task (float32, the size of K):
+ * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). Attention weights, when requested, are written by a second
  * sweep over the key tiles of the task from the final LSE
  * (w = exp(scale·s + bias - lse)), which costs one more Q·Kᵀ.
  *
@@ -56,6 +58,7 @@ typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
     bool dot;         /* bfloat16 pair dot products (p->bf16_dot, where the CPU has them) */
+    bool prepacked;   /* every Kᵀ tile packed once up front, shared by all tasks */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -81,6 +84,9 @@ static fwd_dims forward_dims(const sdpa_problem *p)
         const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
         d.split = chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
     }
+    /* Several tasks per kv head would each transpose all its keys: pack
+     * them once instead (the caller still rules out direct and dot). */
+    d.prepacked = d.split == 1 && d.units > d.per_task;
     return d;
 }
 
@@ -96,6 +102,8 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
+    const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
+    const float *kpack; /* the pre-packed Kᵀ tiles (fwd_dims.prepacked) */
     float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
     float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
@@ -185,14 +193,29 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
     return s;
 }
 
+/* The pre-packed keys: per kv head, every tile's Kᵀ (D × bcp). */
+static int64_t key_tiles(const sdpa_problem *p) { return (p->Nk + FWD_KEYS - 1) / FWD_KEYS; }
+
+static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
+{
+    sdpa_size s = {0, true};
+    int64_t tiles = 0;
+    if (d->prepacked && !attn_mul_ok(p->B * p->Hkv, key_tiles(p), &tiles)) s.ok = false;
+    sdpa_size_add(&s, d->prepacked ? tiles : 0, p->D * d->bcp, sizeof(float));
+    return s;
+}
+
 /* Bytes this very call needs. */
 static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
 {
     const fwd_dims d = forward_dims(p);
-    sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d);
+    sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d),
+              pack = prepack_bytes(p, &d);
     int64_t total;
-    if (!per.ok || !part.ok || !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
+    if (!per.ok || !part.ok || !pack.ok ||
+        !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
         !attn_add_ok(total, (int64_t)part.bytes, &total) ||
+        !attn_add_ok(total, (int64_t)pack.bytes, &total) ||
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
     *bytes = (size_t)total;
@@ -213,6 +236,18 @@ bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
+/* Kᵀ (D × bcp) of keys [j0, j0+nj) of kv head (b, hk), widened to float32. */
+static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                    int64_t b, int64_t hk, int64_t j0, int64_t nj, float *kt)
+{
+    const int64_t ko = AT4(p->ks, b, hk, j0, 0);
+    if (p->kt == ATTN_F32)
+        kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, kt, d->bcp);
+    else
+        kern->pack_transposed16(p->kt, (const uint16_t *)p->k + ko, p->ks[2], p->ks[3], nj, p->D,
+                                kt, d->bcp);
+}
+
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
  * scores K's rows (in place unless their features are strided), and the V
  * operand (nj rows, packed only when V cannot be read in place). bfloat16
@@ -224,6 +259,7 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     if (d->dot) { /* Kᵀ as feature pairs (D/2 × bcp uint32: half of kt) */
         sdpa_bf16dot_pack_kt((const uint16_t *)p->k + ko, p->ks[2], nj, p->D, (uint32_t *)w->kt,
                              d->bcp);
+        w->ktp = w->kt;
     } else if (d->direct && p->ks[3] == 1) {
         w->kr = (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt);
         w->krt = p->kt;
@@ -241,12 +277,11 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
         w->kr = w->kt;
         w->krt = ATTN_F32;
         w->ldkr = p->D;
-    } else if (p->kt == ATTN_F32) {
-        kern->pack_transposed((const float *)p->k + ko, p->ks[2], p->ks[3], nj, p->D, w->kt,
-                              d->bcp);
+    } else if (d->prepacked) {
+        w->ktp = w->kpack + ((b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS) * p->D * d->bcp;
     } else {
-        kern->pack_transposed16(p->kt, (const uint16_t *)p->k + ko, p->ks[2], p->ks[3], nj, p->D,
-                                w->kt, d->bcp);
+        pack_kt(p, kern, d, b, hk, j0, nj, w->kt);
+        w->ktp = w->kt;
     }
     if (!with_v) return;
     w->v_finite = -1;
@@ -305,7 +340,7 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
                                    (t.cols < nj ? t.cols : nj) - c0, cn - c0, p->D, q, q_rs,
                                    q_cs, mi, w->s + c0, d->bcp, NULL, w->qb);
             else
-                kern->gemm(mi, cn - c0, p->D, q, q_rs, q_cs, w->kt + c0, d->bcp, w->s + c0,
+                kern->gemm(mi, cn - c0, p->D, q, q_rs, q_cs, w->ktp + c0, d->bcp, w->s + c0,
                            d->bcp, NULL, SDPA_GEMM_SET);
             kern->probs(mi, c0, cn, &lg, w->s, d->bcp, rowmax, rowll, NULL);
         }
@@ -551,13 +586,13 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 } else if (c1 > c0 && d->dot) {
                     sdpa_bf16dot_gemm(rb, c1 - c0, p->D / 2,
                                       (const uint32_t *)(w->q16 + (e * FWD_ROWS + r0) * p->D),
-                                      p->D / 2, (const uint32_t *)w->kt + c0, d->bcp,
+                                      p->D / 2, (const uint32_t *)w->ktp + c0, d->bcp,
                                       w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 } else if (c1 > c0 && vmax) {
-                    kern->gemm_max(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->kt + c0, d->bcp,
+                    kern->gemm_max(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->ktp + c0, d->bcp,
                                    w->s + r0 * d->bcp + c0, d->bcp, w->vmax);
                 } else if (c1 > c0) {
-                    kern->gemm(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->kt + c0, d->bcp,
+                    kern->gemm(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->ktp + c0, d->bcp,
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 }
             }
@@ -644,6 +679,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
+    const bool prepack = d.prepacked && !d.direct && !d.dot; /* the workspace has room */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
@@ -652,7 +688,9 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     RETURN_IF_ERROR(sdpa_workspace(p, need, &owned, &ws, err));
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
-    float *part = (float *)ws; /* the split-KV partials follow the threads' scratch */
+    float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
+    float *kpack = (float *)ws; /* then the pre-packed keys */
+    d.prepacked = prepack;
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
     const int64_t tasks = p->B * p->Hkv * per_kv * d.split;
@@ -661,6 +699,16 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
 #pragma omp parallel num_threads(threads)
     {
         fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
+        w.kpack = kpack;
+        if (d.prepacked) {
+            const int64_t tiles = key_tiles(p);
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < p->B * p->Hkv * tiles; ++t) {
+                const int64_t j0 = t % tiles * FWD_KEYS, bh = t / tiles;
+                const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
+                pack_kt(p, kern, &d, bh / p->Hkv, bh % p->Hkv, j0, nj, kpack + t * p->D * d.bcp);
+            }
+        }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t chunk = t % d.split, tu = t / d.split;
