@@ -265,44 +265,49 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
     return x;
 }
 
-/* Pass 2 of the online softmax for one row: s <- exp(x - m) over [c0, n),
- * returning the lane sums. x is s itself, or for plain rows fl(scale·s)
- * with the columns outside [lo, hi) selected to -inf (the values pass 1
- * maximised). Always inlined with a constant `plain`, so each caller gets
- * a loop without the other's work. */
+/* Vectors one step of a probability row exponentiates together
+ * (v_exp_nonpos_k): as many as the register file holds without spilling. */
+#define EXP_K (VW == 16 ? 4 : 2)
+
+/* K vectors of a probability row from column c: p = exp(LOGIT(col) - vm)
+ * stored in place, even vectors (counted from the row's first column, c
+ * and K even) summed into sum and odd ones into sum2. */
+#define EXP_VECTORS(K, LOGIT)                                                                  \
+    do {                                                                                       \
+        vf p[K];                                                                               \
+        _Pragma("GCC unroll 4") for (int j = 0; j < K; ++j)                                    \
+            p[j] = V_SUB(LOGIT(c + j * VW), vm);                                               \
+        v_exp_nonpos_k(p, K);                                                                  \
+        _Pragma("GCC unroll 4") for (int j = 0; j < K; j += 2) {                               \
+            V_STORE(sr + c + j * VW, p[j]);                                                    \
+            V_STORE(sr + c + (j + 1) * VW, p[j + 1]);                                          \
+            sum = V_ADD(sum, p[j]);                                                            \
+            sum2 = V_ADD(sum2, p[j + 1]);                                                      \
+        }                                                                                      \
+    } while (0)
+
+/* Pass 2 of the online softmax for one row: s <- exp(x - m) over [c0, n)
+ * (n - c0 a multiple of npad = 2·VW), returning the lane sums. x is s
+ * itself, or for plain rows fl(scale·s) with the columns outside [lo, hi)
+ * selected to -inf (the values pass 1 maximised). Always inlined with a
+ * constant `plain`, so each caller gets a loop without the other's work. */
 static inline __attribute__((always_inline)) vf
 SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale, int64_t lo,
               int64_t hi)
 {
     const vf vm = V_SET1(m), vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
-    vf vsum = V_ZERO(), vsum2 = V_ZERO();
+    vf sum = V_ZERO(), sum2 = V_ZERO();
     int64_t c = c0;
 #define LOGIT_AT(col)                                                                          \
     (!plain                           ? V_LOAD(sr + (col))                                     \
      : (col) < lo || (col) + VW > hi ? V_BLEND(v_cols_outside(col, lo, hi),                    \
                                                V_MUL(V_LOAD(sr + (col)), vscale), ninf)        \
                                      : V_MUL(V_LOAD(sr + (col)), vscale))
-    /* Two independent exps per step while whole vectors remain. */
-    for (; c + 2 * VW <= n; c += 2 * VW) {
-        const vf p0 = v_exp_nonpos(V_SUB(LOGIT_AT(c), vm));
-        const vf p1 = v_exp_nonpos(V_SUB(LOGIT_AT(c + VW), vm));
-        V_STORE(sr + c, p0);
-        V_STORE(sr + c + VW, p1);
-        vsum = V_ADD(vsum, p0);
-        vsum2 = V_ADD(vsum2, p1);
-    }
-    for (; c < n; c += VW) {
-        const vf pv = v_exp_nonpos(V_SUB(LOGIT_AT(c), vm));
-        V_STORE(sr + c, pv);
-        vsum = V_ADD(vsum, pv);
-    }
+    for (; c + EXP_K * VW <= n; c += EXP_K * VW) EXP_VECTORS(EXP_K, LOGIT_AT);
+    for (; c < n; c += 2 * VW) EXP_VECTORS(2, LOGIT_AT);
 #undef LOGIT_AT
-    return V_ADD(vsum, vsum2);
+    return V_ADD(sum, sum2);
 }
-
-/* Vectors one step of a probability row exponentiates together
- * (v_exp_nonpos_k): as many as the register file holds without spilling. */
-#define EXP_K (VW == 16 ? 4 : 2)
 
 /* The exps of plain logits p = exp(fl(scale·s) - m) of one row's w columns
  * sr[0, w) (vm = m in every lane), in place; returns the lane sums, even
@@ -313,24 +318,14 @@ static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, in
 {
     vf sum = V_ZERO(), sum2 = V_ZERO();
     int64_t c = 0;
-#define EXP_VECTORS(K)                                                                         \
-    do {                                                                                       \
-        vf p[K];                                                                               \
-        _Pragma("GCC unroll 4") for (int j = 0; j < K; ++j)                                    \
-            p[j] = V_SUB(V_MUL(V_LOAD(sr + c + j * VW), vscale), vm);                          \
-        v_exp_nonpos_k(p, K);                                                                  \
-        _Pragma("GCC unroll 4") for (int j = 0; j < K; j += 2) {                               \
-            V_STORE(sr + c + j * VW, p[j]);                                                    \
-            V_STORE(sr + c + (j + 1) * VW, p[j + 1]);                                          \
-            sum = V_ADD(sum, p[j]);                                                            \
-            sum2 = V_ADD(sum2, p[j + 1]);                                                      \
-        }                                                                                      \
-    } while (0)
-    _Pragma("GCC unroll 8") for (; c + EXP_K * VW <= w; c += EXP_K * VW) EXP_VECTORS(EXP_K);
-    for (; c < w; c += 2 * VW) EXP_VECTORS(2);
-#undef EXP_VECTORS
+#define SCALED_AT(col) V_MUL(V_LOAD(sr + (col)), vscale)
+    _Pragma("GCC unroll 8") for (; c + EXP_K * VW <= w; c += EXP_K * VW)
+        EXP_VECTORS(EXP_K, SCALED_AT);
+    for (; c < w; c += 2 * VW) EXP_VECTORS(2, SCALED_AT);
+#undef SCALED_AT
     return V_ADD(sum, sum2);
 }
+#undef EXP_VECTORS
 
 /* softmax_online for plain logits of rows that all see every column of
  * [c0, c0 + w) (the bulk of unmasked and causal attention): the values of
