@@ -51,9 +51,10 @@ static const char bench_details[] =
     "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
     "run one configuration per process to attribute it. With --window the\n"
     "fraction of (query, key) pairs visible is printed; FLOPs stay dense.\n"
-    "Forward and backward calls share one workspace sized by\n"
-    "attn_sdpa_workspace_size, as a training or serving loop would pass it;\n"
-    "--fresh-workspace times the calls allocating (and faulting in) their own.\n"
+    "Forward, backward and mha calls share one workspace sized by\n"
+    "attn_sdpa_workspace_size (attn_mha_workspace_size), as a training or serving\n"
+    "loop would pass it; --fresh-workspace times the calls allocating (and\n"
+    "faulting in) their own.\n"
     "--mode decode times attn_kvcache_attend: --seq new query tokens (default 1)\n"
     "per batch entry against a KV cache of --kv-seq tokens (default 32768;\n"
     "defaults H 32, Hkv 8, D 128), bottom-right causal. It prints the GB/s of\n"
@@ -79,7 +80,7 @@ typedef struct {
     bool json;
     attn_window window;
     bool alibi, sinks;
-    bool fresh_workspace; /* SDPA calls allocate their own workspace */
+    bool fresh_workspace; /* calls allocate their own workspace */
     bool bf16_dot;        /* opts.precision = ATTN_PRECISION_BF16_DOT */
     float softcap, dropout;
 } bench_config;
@@ -258,17 +259,26 @@ static int bench_one(const bench_config *c)
         }
     }
 
-    if (c->mode != MODE_MHA && !c->fresh_workspace) {
+    if (!c->fresh_workspace) {
         size_t bytes;
-        if (attn_sdpa_workspace_size(&s.q, &s.k, &s.v, c->mode == MODE_BACKWARD, &s.sopts, &bytes,
-                                     &err) != ATTN_OK) {
+        const attn_status st =
+            c->mode == MODE_MHA
+                ? attn_mha_workspace_size(s.mha, &s.x, NULL, NULL, &s.mopts, &bytes, &err)
+                : attn_sdpa_workspace_size(&s.q, &s.k, &s.v, c->mode == MODE_BACKWARD, &s.sopts,
+                                           &bytes, &err);
+        if (st != ATTN_OK) {
             rc = cli_report("bench", &err);
             goto done;
         }
         workspace = malloc(bytes ? bytes : 1);
         if (!workspace) goto oom;
-        s.sopts.workspace = workspace;
-        s.sopts.workspace_size = bytes;
+        if (c->mode == MODE_MHA) {
+            s.mopts.workspace = workspace;
+            s.mopts.workspace_size = bytes;
+        } else {
+            s.sopts.workspace = workspace;
+            s.sopts.workspace_size = bytes;
+        }
     }
     double *times = malloc(sizeof(double) * (size_t)c->runs);
     if (!times) goto oom;

@@ -541,10 +541,25 @@ typedef struct {
      * dropout_seed (the backward must get the same seed to regenerate it). */
     bool training;
     uint64_t dropout_seed;
-    uint64_t reserved[6]; /* zero; room for future options */
+    /* Optional scratch for attn_mha_forward, at least
+     * attn_mha_workspace_size bytes, any alignment, not shared with a
+     * concurrent call. Without it every call allocates its own, which a loop
+     * calling again and again pays for in page faults each time. The
+     * backward ignores it. */
+    void *workspace;
+    size_t workspace_size;
+    uint64_t reserved[4]; /* zero; room for future options */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);
+
+/* Bytes of workspace attn_mha_forward needs for these inputs and options
+ * (the projections, the heads' attention output and the attention's own
+ * scratch; mask conversions and non-contiguous inputs are still copied to
+ * buffers the call allocates). Checks the inputs as the forward would. */
+attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
+                                    const attn_tensor *key, const attn_tensor *value,
+                                    const attn_mha_opts *opts, size_t *bytes, attn_error *err);
 
 /*
  * Forward, batch_first:

@@ -1002,6 +1002,87 @@ static void test_fused_projections(tu_suite *suite)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ workspace */
+
+/* A caller's workspace (attn_mha_workspace_size bytes, at any alignment)
+ * gives the bits of the call that allocates its own, for self- and
+ * cross-attention, masks, appended keys, weights, one and three threads,
+ * sequence lengths that do and do not make several tasks per head; one
+ * short of the need is refused before anything is written. */
+static void test_workspace(tu_suite *suite)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "workspace");
+    const int64_t B = 2, E = 32;
+    for (int variant = 0; variant < 8; ++variant) {
+        const int64_t L = variant % 2 ? 700 : 37, S = variant / 2 % 2 ? L : 53;
+        const bool self = S == L && variant % 4 != 3, masked = variant >= 4;
+        const attn_mha_config cfg = {.embed_dim = E, .num_heads = 4, .bias = true,
+                                     .add_bias_kv = variant == 6};
+        attn_mha *m = NULL;
+        attn_error e;
+        if (!tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK, "create: %s", e.message))
+            break;
+        attn_mha_init(m, 7);
+        float *x = malloc(sizeof(float) * (size_t)(B * (L + S) * E));
+        float *outs = malloc(sizeof(float) * (size_t)(2 * B * L * E));
+        float *ws_w = malloc(sizeof(float) * (size_t)(2 * B * L * (S + 1)));
+        uint8_t *pad = calloc((size_t)(B * S), 1);
+        tu_rng r;
+        tu_rng_seed(&r, 0xAB5Eull + (uint64_t)variant);
+        for (int64_t i = 0; i < B * (L + S) * E; ++i) x[i] = (float)tu_rng_range(&r, -1.0, 1.0);
+        for (int64_t i = 0; i < B * S; i += 5) pad[i] = 1; /* true: ignore that key */
+        attn_tensor q = attn_tensor_3d(x, B, L, E), kv = attn_tensor_3d(x + B * L * E, B, S, E);
+        attn_tensor kpm = attn_tensor_make(pad, ATTN_BOOL, 2, (int64_t[]){B, S});
+        attn_mha_opts opts = attn_mha_opts_default();
+        opts.num_threads = variant % 3 ? 1 : 3;
+        opts.causal = masked && self;
+        if (masked) opts.key_padding_mask = &kpm;
+        const int64_t Sp = S + (variant == 6);
+        attn_tensor wt[2] = {attn_tensor_3d(ws_w, B, L, Sp),
+                             attn_tensor_3d(ws_w + B * L * Sp, B, L, Sp)};
+        const attn_tensor *key = self ? NULL : &kv;
+        size_t bytes = 0;
+        bool ok = tu_check(&g, attn_mha_workspace_size(m, &q, key, key, &opts, &bytes, &e) ==
+                                   ATTN_OK && bytes > 0,
+                           "variant %d: workspace size: %s", variant, e.message);
+        char *ws = ok ? malloc(bytes + 3) : NULL;
+        for (int run = 0; ok && run < 2; ++run) { /* 0: allocates, 1: the caller's (misaligned) */
+            attn_tensor o = attn_tensor_3d(outs + run * B * L * E, B, L, E);
+            opts.workspace = run ? ws + 3 : NULL;
+            opts.workspace_size = run ? bytes : 0;
+            opts.weights = variant == 5 ? &wt[run] : NULL;
+            ok = tu_check(&g, attn_mha_forward(m, &q, key, key, &o, &opts, &e) == ATTN_OK,
+                          "variant %d run %d: %s", variant, run, e.message);
+        }
+        if (ok)
+            tu_check(&g,
+                     memcmp(outs, outs + B * L * E, sizeof(float) * (size_t)(B * L * E)) == 0 &&
+                         (variant != 5 ||
+                          memcmp(ws_w, ws_w + B * L * Sp, sizeof(float) * (size_t)(B * L * Sp)) ==
+                              0),
+                     "variant %d (L = %lld, S = %lld, %s%s): the workspace changes the result",
+                     variant, (long long)L, (long long)S, self ? "self" : "cross",
+                     masked ? ", masked" : "");
+        if (ok) { /* short by more than the alignment slack */
+            for (int64_t i = 0; i < B * L * E; ++i) outs[i] = 7.0f;
+            attn_tensor o = attn_tensor_3d(outs, B, L, E);
+            opts.workspace = ws + 3;
+            opts.workspace_size = bytes - 64;
+            opts.weights = NULL;
+            const attn_status st = attn_mha_forward(m, &q, key, key, &o, &opts, &e);
+            bool untouched = true;
+            for (int64_t i = 0; i < B * L * E; ++i) untouched &= outs[i] == 7.0f;
+            tu_check(&g, st == ATTN_ERR_WORKSPACE && strstr(e.message, "workspace") && untouched,
+                     "variant %d: a short workspace gave %s '%s'%s", variant,
+                     attn_status_string(st), e.message, untouched ? "" : " and wrote out");
+        }
+        free(ws), free(x), free(outs), free(ws_w), free(pad);
+        attn_mha_free(m);
+    }
+    tu_group_end(&g);
+}
+
 /* ----------------------------------------------------------- validation */
 
 static void expect_error(tu_group *g, const char *what, attn_status got, const attn_error *e,
@@ -1296,6 +1377,7 @@ int main(int argc, char **argv)
 
     if (tu_group_selected(&opt, "masked-rows")) test_masked_rows(&suite);
     if (tu_group_selected(&opt, "threads")) test_threads(&suite);
+    if (tu_group_selected(&opt, "workspace")) test_workspace(&suite);
     if (tu_group_selected(&opt, "validation")) test_validation(&suite);
     return tu_suite_finish(&suite);
 }

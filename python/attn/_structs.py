@@ -92,7 +92,9 @@ class attn_mha_opts(C.Structure):
         ("scale", C.c_float),
         ("training", C.c_bool),
         ("dropout_seed", C.c_uint64),
-        ("reserved", C.c_uint64 * 6),
+        ("workspace", C.c_void_p),
+        ("workspace_size", C.c_size_t),
+        ("reserved", C.c_uint64 * 4),
     ]
 
 

@@ -7,6 +7,7 @@ from a torch state_dict with load_state_dict({k: v.numpy() ...}).
 """
 import ctypes as C
 import secrets
+import threading
 
 import numpy as np
 
@@ -40,6 +41,9 @@ class MultiheadAttention:
         self.kdim, self.vdim = resolved.kdim, resolved.vdim
         self.dropout, self.batch_first, self.training = dropout, batch_first, True
         self._params, self._grads = self._bind_parameters()
+        # forward's scratch, kept between calls (fresh pages every call cost
+        # page faults); a call finding it busy (another thread) allocates
+        self._workspace, self._workspace_lock = None, threading.Lock()
         lib.attn_mha_init(handle, seed)
 
     def __del__(self):
@@ -125,8 +129,22 @@ class MultiheadAttention:
             call.opts.weights = call.pointer(weights, "weights")
             call.opts.per_head_weights = not average_attn_weights
         err = new_error()
-        check(lib.attn_mha_forward(self._handle, *call.inputs(), call.pointer(
-            call.batch_first(out), "out"), C.byref(call.opts), C.byref(err)), err)
+        if not self._workspace_lock.acquire(blocking=False):
+            check(lib.attn_mha_forward(self._handle, *call.inputs(), call.pointer(
+                call.batch_first(out), "out"), C.byref(call.opts), C.byref(err)), err)
+            return out, weights
+        try:
+            size = C.c_size_t()
+            check(lib.attn_mha_workspace_size(self._handle, *call.inputs(), C.byref(call.opts),
+                                              C.byref(size), C.byref(err)), err)
+            if self._workspace is None or self._workspace.nbytes < size.value:
+                self._workspace = np.empty(size.value, dtype=np.uint8)
+            call.opts.workspace = self._workspace.ctypes.data
+            call.opts.workspace_size = self._workspace.nbytes
+            check(lib.attn_mha_forward(self._handle, *call.inputs(), call.pointer(
+                call.batch_first(out), "out"), C.byref(call.opts), C.byref(err)), err)
+        finally:
+            self._workspace_lock.release()
         return out, weights
 
     def backward(self, grad_output, query, key, value, key_padding_mask=None, attn_mask=None,

@@ -67,6 +67,8 @@ int main(void)
     FIELD(attn_mha_opts, scale);
     FIELD(attn_mha_opts, training);
     FIELD(attn_mha_opts, dropout_seed);
+    FIELD(attn_mha_opts, workspace);
+    FIELD(attn_mha_opts, workspace_size);
     FIELD(attn_mha_opts, reserved);
     return 0;
 }

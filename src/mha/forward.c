@@ -107,7 +107,24 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
                 vh = mha_head_major_view(act->v, c, Sp), ah = mha_head_view(act->a, c, L);
     attn_sdpa_opts o = mha_sdpa_opts(c);
     o.softmax_stats = stats;
+    o.workspace = act->sdpa_ws;
+    o.workspace_size = act->sdpa_ws_size;
     return attn_sdpa(&qh, &kh, &vh, &ah, NULL, weights, &o, err);
+}
+
+/* The forward's buffers: q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order
+ * (see mha_acts), then the attention's workspace (attn_sdpa_workspace_size
+ * on the head views: shapes and strides only, so they may point anywhere). */
+static attn_status forward_sizes(const mha_call *c, size_t *act_bytes, size_t *sdpa_bytes,
+                                 attn_error *err)
+{
+    const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
+    *act_bytes = (2 * nq + 2 * nk) * sizeof(float); /* sizes were overflow-checked */
+    static float probe; /* the views' data: never read */
+    attn_tensor qh = mha_head_major_view(&probe, c, c->L), kh = mha_head_major_view(&probe, c, c->Sp),
+                vh = mha_head_major_view(&probe, c, c->Sp);
+    attn_sdpa_opts o = mha_sdpa_opts(c);
+    return attn_sdpa_workspace_size(&qh, &kh, &vh, false, &o, sdpa_bytes, err);
 }
 
 /* Checks the weights output: (B,L,Sp) averaged or (B,H,L,Sp) per head,
@@ -156,13 +173,32 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     if (w) RETURN_IF_ERROR(check_weights(w, per_head, c, err));
     if (c->B == 0 || c->L == 0) return ATTN_OK; /* out and weights are empty */
 
-    /* Workspace: q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see
-     * mha_acts), plus (B,H,L,Sp) only when averaged weights are requested.
-     * Sizes were overflow-checked. */
+    /* The activations and the attention's scratch, from the caller's
+     * workspace or allocated; plus (B,H,L,Sp) only when averaged weights are
+     * requested. */
     const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
-    float *buf = mha_call_alloc(c, (2 * nq + 2 * nk) * sizeof(float), "workspace", err);
-    if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
-    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk};
+    float *buf;
+    void *sdpa_ws = NULL;
+    size_t sdpa_ws_size = 0;
+    if (opts && opts->workspace) {
+        size_t act_bytes, sdpa_bytes;
+        RETURN_IF_ERROR(forward_sizes(c, &act_bytes, &sdpa_bytes, err));
+        const uintptr_t at = (uintptr_t)opts->workspace;
+        const size_t skew = (64 - at % 64) % 64, act_span = (act_bytes + 63) / 64 * 64;
+        RETURN_IF(opts->workspace_size < skew + act_span + sdpa_bytes, err, ATTN_ERR_WORKSPACE,
+                  "workspace: %zu bytes given, %zu needed (attn_mha_workspace_size)",
+                  opts->workspace_size, skew + act_span + sdpa_bytes);
+        buf = (float *)((char *)opts->workspace + skew);
+        sdpa_ws = (char *)buf + act_span;
+        sdpa_ws_size = opts->workspace_size - skew - act_span;
+    } else {
+        buf = mha_call_alloc(c, (2 * nq + 2 * nk) * sizeof(float), "workspace", err);
+        if (!buf) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
+    }
+    /* (attn_sdpa_workspace_size knows nothing of a weights output, which
+     * may change the attention's tiling: then it allocates its own.) */
+    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk,
+                    .sdpa_ws = w ? NULL : sdpa_ws, .sdpa_ws_size = w ? 0 : sdpa_ws_size};
 
     attn_tensor heads_w, *sdpa_w = NULL;
     float *avg = NULL;
@@ -206,6 +242,23 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
         linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E, mha_gemm_of(c));
         mha_rows_scatter(act.q, out, c->batched, c->B, c->L, c->E);
     }
+    return ATTN_OK;
+}
+
+attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
+                                    const attn_tensor *key, const attn_tensor *value,
+                                    const attn_mha_opts *opts, size_t *bytes, attn_error *err)
+{
+    RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
+    mha_call c;
+    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
+    size_t act_bytes = 0, sdpa_bytes = 0;
+    attn_status s = forward_sizes(&c, &act_bytes, &sdpa_bytes, err);
+    mha_call_free(&c);
+    if (s != ATTN_OK) return s;
+    /* 63 bytes for aligning the caller's pointer, 63 to align the attention's part */
+    *bytes = 63 + (act_bytes + 63) / 64 * 64 + sdpa_bytes;
+    attn_ok(err);
     return ATTN_OK;
 }
 

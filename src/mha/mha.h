@@ -100,6 +100,8 @@ typedef struct {
     float *v; /* (H,B,Sp,hd) likewise; k = q + B·L·E and v = k + B·Sp·E let
                  self-attention project all three in one GEMM */
     float *a; /* (B,L,E)     attention output, heads concatenated */
+    void *sdpa_ws; /* the attention's workspace, or NULL: it allocates its own */
+    size_t sdpa_ws_size;
 } mha_acts;
 
 /* (B,N,E) buffer viewed as (B,H,N,E/H): heads split without a copy. */
