@@ -180,7 +180,14 @@ static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
                        int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
                        const float *row_scale, sdpa_gemm_mode mode)
 {
-    SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, row_scale, mode, NULL);
+    /* one instance per mode: the mode a compile-time constant in each */
+    if (mode == SDPA_GEMM_SET)
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, NULL, SDPA_GEMM_SET, NULL);
+    else if (mode == SDPA_GEMM_ADD)
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, NULL, SDPA_GEMM_ADD, NULL);
+    else
+        SIMD(gemm_b)(m, n, k, a, a_rs, a_cs, b, ATTN_F32, ldb, c, ldc, row_scale,
+                     SDPA_GEMM_SCALE_ADD, NULL);
 }
 
 static void SIMD(gemm_max)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
