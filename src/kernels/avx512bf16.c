@@ -59,9 +59,9 @@ microtile(int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b, int64_
     }
 }
 
-void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
-                       const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
-                       const float *row_scale, sdpa_gemm_mode mode)
+static inline __attribute__((always_inline)) void
+gemm_mode(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b,
+          int64_t ldb, float *c, int64_t ldc, const float *row_scale, sdpa_gemm_mode mode)
 {
     for (int64_t j = 0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
@@ -74,6 +74,19 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
             else
                 microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, MR);
         }
+}
+
+void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                       const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
+                       const float *row_scale, sdpa_gemm_mode mode)
+{
+    /* one instance per mode, as the float32 GEMM (simd_body.h) */
+    if (mode == SDPA_GEMM_SET)
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET);
+    else if (mode == SDPA_GEMM_ADD)
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_ADD);
+    else
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, row_scale, SDPA_GEMM_SCALE_ADD);
 }
 
 /* 16 × 16 transpose of 32-bit elements in registers: o[i] lane j = r[j] lane i. */
