@@ -78,8 +78,9 @@ static inline __attribute__((always_inline)) void v_exp_nonpos_k(vf *x, const in
     /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
      * shorter dependency chains than Horner, so more exps are in flight. */
     EXP_STEP(r2[i] = _mm256_mul_ps(r[i], r[i]));
-    EXP_STEP(lo[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C3), r[i], _mm256_set1_ps(SDPA_EXP_C2)));
-    EXP_STEP(hi[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C5), r[i], _mm256_set1_ps(SDPA_EXP_C4)));
+    const vf c2 = _mm256_set1_ps(SDPA_EXP_C2), c4 = _mm256_set1_ps(SDPA_EXP_C4);
+    EXP_STEP(lo[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C3), r[i], c2));
+    EXP_STEP(hi[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C5), r[i], c4));
     EXP_STEP(hi[i] = _mm256_fmadd_ps(_mm256_set1_ps(SDPA_EXP_C6), r2[i], hi[i]));
     EXP_STEP(lo[i] = _mm256_fmadd_ps(hi[i], r2[i], lo[i]));
     EXP_STEP(p[i] = _mm256_add_ps(_mm256_fmadd_ps(lo[i], r2[i], r[i]), _mm256_set1_ps(1.0f)));
@@ -106,7 +107,6 @@ typedef __m256 vmask;
 #define V_CMP_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
 #define V_BLEND(m, a, b) _mm256_blendv_ps(a, b, m)
 #define V_CMP_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
-#define V_LANE(v, i) _mm256_permutevar8x32_ps(v, _mm256_set1_epi32((int)(i)))
 #define v_any(m) (_mm256_movemask_ps(m) != 0)
 #define V_RCP(a) _mm256_rcp_ps(a) /* relative error <= 1.5·2^-12 */
 #define V_ABS(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)

@@ -54,8 +54,9 @@ static inline void avx512_store_bf16(uint16_t *p, __m512 v)
 #define V_STORE_BF16(p, v) avx512_store_bf16((p), (v))
 
 /* e^x for x <= 0, -inf and NaN (the algorithm of avx2.c, see there) of
- * k <= 4 vectors in place, each step for all k before the next: the k dependency chains (about 50 cycles each) then overlap even
- * where the out-of-order window would hold only one or two whole exps. */
+ * k <= 4 vectors in place, each step for all k before the next: the k
+ * dependency chains (about 50 cycles each) then overlap even where the
+ * out-of-order window would hold only one or two whole exps. */
 #define EXP_STEP(stmt) \
     _Pragma("GCC unroll 4") for (int i = 0; i < k; ++i) stmt
 static inline __attribute__((always_inline)) void v_exp_nonpos_k(vf *x, const int k)
@@ -73,8 +74,9 @@ static inline __attribute__((always_inline)) void v_exp_nonpos_k(vf *x, const in
     /* Estrin-style evaluation of 1 + r + r²(c2 + c3 r + c4 r² + c5 r³ + c6 r⁴):
      * shorter dependency chains than Horner, so more exps are in flight. */
     EXP_STEP(r2[i] = _mm512_mul_ps(r[i], r[i]));
-    EXP_STEP(lo[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C3), r[i], _mm512_set1_ps(SDPA_EXP_C2)));
-    EXP_STEP(hi[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C5), r[i], _mm512_set1_ps(SDPA_EXP_C4)));
+    const vf c2 = _mm512_set1_ps(SDPA_EXP_C2), c4 = _mm512_set1_ps(SDPA_EXP_C4);
+    EXP_STEP(lo[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C3), r[i], c2));
+    EXP_STEP(hi[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C5), r[i], c4));
     EXP_STEP(hi[i] = _mm512_fmadd_ps(_mm512_set1_ps(SDPA_EXP_C6), r2[i], hi[i]));
     EXP_STEP(lo[i] = _mm512_fmadd_ps(hi[i], r2[i], lo[i]));
     EXP_STEP(lo[i] = _mm512_add_ps(_mm512_fmadd_ps(lo[i], r2[i], r[i]), _mm512_set1_ps(1.0f)));
@@ -99,7 +101,6 @@ typedef __mmask16 vmask;
 #define V_CMP_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)
 #define V_BLEND(m, a, b) _mm512_mask_blend_ps(m, a, b)
 #define V_CMP_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
-#define V_LANE(v, i) _mm512_permutexvar_ps(_mm512_set1_epi32((int)(i)), v)
 #define v_any(m) ((m) != 0)
 #define V_RCP(a) _mm512_rcp14_ps(a) /* relative error <= 2^-14 */
 #define V_ABS(a) _mm512_abs_ps(a)
@@ -157,10 +158,10 @@ static inline vmask v_keep(vi w, vi keep)
 }
 
 /* Horizontal max (is_max) or sum of each of the 16 vectors x[0..15], as
- * lane i of the result for x[i]. Each row by the same fixed tree: its 8-lane halves combined
- * (lower ∘ upper), then the 4-lane quarters, then lane pairs, then the last
- * two lanes, the lower always the first operand (max_ps keeps its second on
- * ties and NaN). The 16 trees are interleaved, a shuffle serving two rows at
+ * lane i of the result for x[i]. Each row by the same fixed tree: its 8-lane
+ * halves combined (lower ∘ upper), then the 4-lane quarters, then lane
+ * pairs, then the last two lanes, the lower always the first operand (max_ps
+ * keeps its second on ties and NaN). The 16 trees are interleaved, a shuffle serving two rows at
  * a time, so no row waits on its own chain of shuffles. */
 static inline __attribute__((always_inline)) vf avx512_reduce_rows(const vf *x, const bool is_max)
 {

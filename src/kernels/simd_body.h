@@ -19,7 +19,6 @@
  *   v_hmax_rows(x), v_hsum_rows(x)   horizontal max / sum of each of the VW
  *                              vectors x[], lane i of the result for x[i]
  *                              (a fixed tree per row)
- *   V_LANE(v, i)               lane i of v in every lane
  *   v_hsum4(a, b, c, d)        the four horizontal sums in one __m128, each by
  *                              the same fixed tree
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)

@@ -121,8 +121,8 @@ static attn_status forward_sizes(const mha_call *c, size_t *act_bytes, size_t *s
     const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
     *act_bytes = (2 * nq + 2 * nk) * sizeof(float); /* sizes were overflow-checked */
     static float probe; /* the views' data: never read */
-    attn_tensor qh = mha_head_major_view(&probe, c, c->L), kh = mha_head_major_view(&probe, c, c->Sp),
-                vh = mha_head_major_view(&probe, c, c->Sp);
+    attn_tensor qh = mha_head_major_view(&probe, c, c->L),
+                kh = mha_head_major_view(&probe, c, c->Sp), vh = kh;
     attn_sdpa_opts o = mha_sdpa_opts(c);
     return attn_sdpa_workspace_size(&qh, &kh, &vh, false, &o, sdpa_bytes, err);
 }
@@ -256,7 +256,8 @@ attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
     attn_status s = forward_sizes(&c, &act_bytes, &sdpa_bytes, err);
     mha_call_free(&c);
     if (s != ATTN_OK) return s;
-    /* 63 bytes for aligning the caller's pointer, 63 to align the attention's part */
+    /* up to 63 bytes to align the caller's pointer; the activations in whole
+     * cache lines, so that the attention's part starts on one */
     *bytes = 63 + (act_bytes + 63) / 64 * 64 + sdpa_bytes;
     attn_ok(err);
     return ATTN_OK;

@@ -16,9 +16,10 @@
  * the output accumulators of its rows: O(threads × tile × D), nothing of
  * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
  * packed once up front instead of once per task (float32, the size of K):
- * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). Attention weights, when requested, are written by a second
- * sweep over the key tiles of the task from the final LSE
- * (w = exp(scale·s + bias - lse)), which costs one more Q·Kᵀ.
+ * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task).
+ * Attention weights, when requested, are written by a second sweep over the
+ * key tiles of the task from the final LSE (w = exp(scale·s + bias - lse)),
+ * which costs one more Q·Kᵀ.
  *
  * Decoding (a few query rows against many keys) changes three things, all
  * chosen from the shapes alone:
@@ -42,12 +43,12 @@
 
 
 enum {
-    FWD_ROWS = 96,  /* query rows per unit (multiple of every MR) */
+    FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
     FWD_KEYS = SDPA_KEY_TILE, /* keys per tile (multiple of SDPA_MAX_NPAD) */
-    FWD_UNITS = 6,  /* row blocks (of any heads of the group) sharing a packed K/V tile */
-    FWD_BAND = 12,  /* rows whose visible columns are bounded together (multiple of every MR) */
-    FWD_DECODE_ROWS = 16,   /* at most this many query rows: a decoding shape */
-    FWD_SPLIT_KEYS = 2048,  /* keys per split-KV chunk (a multiple of FWD_KEYS) */
+    FWD_UNITS = 6,            /* row blocks (of any heads of the group) sharing a K/V tile */
+    FWD_BAND = 12,            /* rows whose visible columns are bounded together (× every MR) */
+    FWD_DECODE_ROWS = 16,     /* at most this many query rows: a decoding shape */
+    FWD_SPLIT_KEYS = 2048,    /* keys per split-KV chunk (a multiple of FWD_KEYS) */
     FWD_MAX_SPLIT = 64,
 };
 
