@@ -713,10 +713,13 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t chunk = t % d.split, tu = t / d.split;
-            /* Causal rows late in the sequence cost most: hand them out first. */
-            int64_t k = tu % per_kv;
-            if (p->causal != ATTN_CAUSAL_NONE) k = per_kv - 1 - k;
-            const int64_t bh = tu / per_kv, u0 = k * d.per_task;
+            /* Causal rows late in the sequence cost most: every head's late
+             * rows are handed out first, its early (cheap) rows last, so the
+             * threads finish together. */
+            const bool causal = p->causal != ATTN_CAUSAL_NONE;
+            const int64_t heads = tasks / d.split / per_kv;
+            const int64_t k = causal ? per_kv - 1 - tu / heads : tu % per_kv;
+            const int64_t bh = causal ? tu % heads : tu / per_kv, u0 = k * d.per_task;
             const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
             forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
         }
