@@ -263,7 +263,7 @@ static int bench_one(const bench_config *c)
         size_t bytes;
         const attn_status st =
             c->mode == MODE_MHA
-                ? attn_mha_workspace_size(s.mha, &s.x, NULL, NULL, &s.mopts, &bytes, &err)
+                ? attn_mha_workspace_size(s.mha, &s.x, NULL, NULL, false, &s.mopts, &bytes, &err)
                 : attn_sdpa_workspace_size(&s.q, &s.k, &s.v, c->mode == MODE_BACKWARD, &s.sopts,
                                            &bytes, &err);
         if (st != ATTN_OK) {

@@ -541,11 +541,10 @@ typedef struct {
      * dropout_seed (the backward must get the same seed to regenerate it). */
     bool training;
     uint64_t dropout_seed;
-    /* Optional scratch for attn_mha_forward, at least
-     * attn_mha_workspace_size bytes, any alignment, not shared with a
-     * concurrent call. Without it every call allocates its own, which a loop
-     * calling again and again pays for in page faults each time. The
-     * backward ignores it. */
+    /* Optional scratch, at least attn_mha_workspace_size bytes (for the
+     * forward or the backward, as the call is), any alignment, not shared
+     * with a concurrent call. Without it every call allocates its own, which
+     * a loop calling again and again pays for in page faults each time. */
     void *workspace;
     size_t workspace_size;
     uint64_t reserved[4]; /* zero; room for future options */
@@ -553,13 +552,16 @@ typedef struct {
 
 attn_mha_opts attn_mha_opts_default(void);
 
-/* Bytes of workspace attn_mha_forward needs for these inputs and options
- * (the projections, the heads' attention output and the attention's own
- * scratch; mask conversions and non-contiguous inputs are still copied to
- * buffers the call allocates). Checks the inputs as the forward would. */
+/* Bytes of workspace attn_mha_forward (backward = false) or
+ * attn_mha_backward (true) needs for these inputs and options: the
+ * projections, the attention's output and scratch, and for the backward
+ * the gradients in between (mask conversions and non-contiguous inputs are
+ * still copied to buffers the call allocates). The backward's figure also
+ * serves the forward. Checks the inputs as the call would. */
 attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
                                     const attn_tensor *key, const attn_tensor *value,
-                                    const attn_mha_opts *opts, size_t *bytes, attn_error *err);
+                                    bool backward, const attn_mha_opts *opts, size_t *bytes,
+                                    attn_error *err);
 
 /*
  * Forward, batch_first:

@@ -1005,7 +1005,8 @@ static void test_fused_projections(tu_suite *suite)
 /* ------------------------------------------------------------ workspace */
 
 /* A caller's workspace (attn_mha_workspace_size bytes, at any alignment)
- * gives the bits of the call that allocates its own, for self- and
+ * gives the bits of the call that allocates its own, forward and backward
+ * (input and parameter gradients), for self- and
  * cross-attention, masks, appended keys, weights, one and three threads,
  * sequence lengths that do and do not make several tasks per head; one
  * short of the need is refused before anything is written. */
@@ -1043,7 +1044,7 @@ static void test_workspace(tu_suite *suite)
                              attn_tensor_3d(ws_w + B * L * Sp, B, L, Sp)};
         const attn_tensor *key = self ? NULL : &kv;
         size_t bytes = 0;
-        bool ok = tu_check(&g, attn_mha_workspace_size(m, &q, key, key, &opts, &bytes, &e) ==
+        bool ok = tu_check(&g, attn_mha_workspace_size(m, &q, key, key, false, &opts, &bytes, &e) ==
                                    ATTN_OK && bytes > 0,
                            "variant %d: workspace size: %s", variant, e.message);
         char *ws = ok ? malloc(bytes + 3) : NULL;
@@ -1064,6 +1065,36 @@ static void test_workspace(tu_suite *suite)
                      "variant %d (L = %lld, S = %lld, %s%s): the workspace changes the result",
                      variant, (long long)L, (long long)S, self ? "self" : "cross",
                      masked ? ", masked" : "");
+        /* The backward: input and parameter gradients with and without a
+         * workspace sized for it. */
+        size_t bbytes = 0;
+        ok = ok && tu_check(&g, attn_mha_workspace_size(m, &q, key, key, true, &opts, &bbytes,
+                                                        &e) == ATTN_OK && bbytes >= bytes,
+                            "variant %d: backward workspace size: %s", variant, e.message);
+        char *bws = ok ? malloc(bbytes + 5) : NULL;
+        float *dx = malloc(sizeof(float) * (size_t)(2 * B * L * E)), *grads[2] = {NULL, NULL};
+        size_t np = 0;
+        opts.weights = NULL;
+        for (int run = 0; ok && run < 2; ++run) {
+            attn_tensor dy = attn_tensor_3d(outs, B, L, E),
+                        dq = attn_tensor_3d(dx + run * B * L * E, B, L, E);
+            opts.workspace = run ? bws + 5 : NULL;
+            opts.workspace_size = run ? bbytes : 0;
+            attn_mha_zero_grad(m);
+            ok = tu_check(&g,
+                          attn_mha_backward(m, &q, key, key, &dy, &dq, NULL, NULL, &opts, &e) ==
+                              ATTN_OK,
+                          "variant %d backward run %d: %s", variant, run, e.message);
+            const float *G = attn_mha_grads_flat(m, &np);
+            grads[run] = malloc(np * sizeof(float));
+            memcpy(grads[run], G, np * sizeof(float));
+        }
+        if (ok)
+            tu_check(&g,
+                     memcmp(dx, dx + B * L * E, sizeof(float) * (size_t)(B * L * E)) == 0 &&
+                         memcmp(grads[0], grads[1], np * sizeof(float)) == 0,
+                     "variant %d: the workspace changes the backward's gradients", variant);
+        free(bws), free(dx), free(grads[0]), free(grads[1]);
         if (ok) { /* short by more than the alignment slack */
             for (int64_t i = 0; i < B * L * E; ++i) outs[i] = 7.0f;
             attn_tensor o = attn_tensor_3d(outs, B, L, E);

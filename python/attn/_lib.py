@@ -82,7 +82,7 @@ _proto("attn_mha_param_at", _status, _mha, C.c_int, C.POINTER(C.c_char_p), _tens
 _proto("attn_mha_zero_grad", None, _mha)
 _proto("attn_mha_forward", _status, _mha, _tensor, _tensor, _tensor, _tensor,
        C.POINTER(S.attn_mha_opts), _err)
-_proto("attn_mha_workspace_size", _status, _mha, _tensor, _tensor, _tensor,
+_proto("attn_mha_workspace_size", _status, _mha, _tensor, _tensor, _tensor, C.c_bool,
        C.POINTER(S.attn_mha_opts), C.POINTER(C.c_size_t), _err)
 _proto("attn_mha_backward", _status, _mha, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor,
        _tensor, C.POINTER(S.attn_mha_opts), _err)

@@ -41,8 +41,9 @@ class MultiheadAttention:
         self.kdim, self.vdim = resolved.kdim, resolved.vdim
         self.dropout, self.batch_first, self.training = dropout, batch_first, True
         self._params, self._grads = self._bind_parameters()
-        # forward's scratch, kept between calls (fresh pages every call cost
-        # page faults); a call finding it busy (another thread) allocates
+        # scratch kept between forward and backward calls (fresh pages every
+        # call cost page faults); a call finding it busy (another thread)
+        # allocates its own
         self._workspace, self._workspace_lock = None, threading.Lock()
         lib.attn_mha_init(handle, seed)
 
@@ -128,24 +129,32 @@ class MultiheadAttention:
             weights = np.empty(lead + heads + (call.L, call.S_total), dtype=np.float32)
             call.opts.weights = call.pointer(weights, "weights")
             call.opts.per_head_weights = not average_attn_weights
+        out_view = call.pointer(call.batch_first(out), "out")
+        self._run(call, False, lambda err: lib.attn_mha_forward(
+            self._handle, *call.inputs(), out_view, C.byref(call.opts), C.byref(err)))
+        return out, weights
+
+    def _run(self, call, backward, fn):
+        """fn(err) with the module's kept workspace in call.opts, grown to what
+        this call needs (a call finding it busy in another thread runs
+        without one, allocating its own)."""
         err = new_error()
         if not self._workspace_lock.acquire(blocking=False):
-            check(lib.attn_mha_forward(self._handle, *call.inputs(), call.pointer(
-                call.batch_first(out), "out"), C.byref(call.opts), C.byref(err)), err)
-            return out, weights
+            check(fn(err), err)
+            return
         try:
             size = C.c_size_t()
-            check(lib.attn_mha_workspace_size(self._handle, *call.inputs(), C.byref(call.opts),
-                                              C.byref(size), C.byref(err)), err)
+            check(lib.attn_mha_workspace_size(self._handle, *call.inputs(), backward,
+                                              C.byref(call.opts), C.byref(size), C.byref(err)),
+                  err)
             if self._workspace is None or self._workspace.nbytes < size.value:
                 self._workspace = np.empty(size.value, dtype=np.uint8)
             call.opts.workspace = self._workspace.ctypes.data
             call.opts.workspace_size = self._workspace.nbytes
-            check(lib.attn_mha_forward(self._handle, *call.inputs(), call.pointer(
-                call.batch_first(out), "out"), C.byref(call.opts), C.byref(err)), err)
+            check(fn(err), err)
         finally:
+            call.opts.workspace, call.opts.workspace_size = None, 0
             self._workspace_lock.release()
-        return out, weights
 
     def backward(self, grad_output, query, key, value, key_padding_mask=None, attn_mask=None,
                  is_causal=False, *, needs_input_grad=(True, True, True), dropout_seed=None,
@@ -169,10 +178,9 @@ class MultiheadAttention:
         views = [call.pointer(call.batch_first(g), n) if g is not None else None
                  for g, n in zip(grads, ("grad_query", "grad_key", "grad_value"))]
         views += [None] * (3 - len(views))
-        err = new_error()
-        check(lib.attn_mha_backward(self._handle, *call.inputs(),
-                                    call.pointer(call.batch_first(dout), "grad_output"), *views,
-                                    C.byref(call.opts), C.byref(err)), err)
+        dout_view = call.pointer(call.batch_first(dout), "grad_output")
+        self._run(call, True, lambda err: lib.attn_mha_backward(
+            self._handle, *call.inputs(), dout_view, *views, C.byref(call.opts), C.byref(err)))
         return tuple(grads) + (None,) * (3 - len(grads))
 
 

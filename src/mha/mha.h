@@ -112,6 +112,16 @@ attn_tensor mha_head_major_view(float *buf, const mha_call *c, int64_t N);
 /* SDPA options for this call (masks, causal, threads, path). */
 attn_sdpa_opts mha_sdpa_opts(const mha_call *c);
 
+/* act_bytes of activations (*act) and the attention's scratch (*sdpa_ws,
+ * *sdpa_ws_size) from the caller's workspace, checked against what this
+ * forward or backward needs; without one, *act is allocated (owned by the
+ * call) and the attention allocates its own (*sdpa_ws NULL). */
+attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
+                          size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
+                          attn_error *err);
+/* The backward's activations and gradients (see backward.c). */
+size_t mha_backward_act_bytes(const mha_call *c);
+
 /* Forward up to the attention output: projections (with appended keys)
  * and SDPA. lse (B,H,L) and per-head weights (B,H,L,Sp) are optional. */
 attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act,
