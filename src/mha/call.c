@@ -1,5 +1,6 @@
-/* Validation of an MHA forward/backward call, inputs as row matrices, and
- * the conversion of torch-MHA masks to SDPA masks.
+/* Validation of an MHA forward/backward call, inputs as row matrices, the
+ * conversion of torch-MHA masks to SDPA masks, and the call's buffers (its
+ * own allocations or the caller's workspace).
  *
  * Mask semantics (torch >= 2.0's, and torch 1.13's wherever 1.13 is
  * self-consistent): every mask becomes an additive float mask — bool true
@@ -359,4 +360,69 @@ attn_status mha_call_init(mha_call *c, const attn_mha *m, const attn_tensor *que
     attn_status s = call_init(c, m, query, key, value, opts, err);
     if (s != ATTN_OK) mha_call_free(c);
     return s;
+}
+
+/* Bytes of the attention's workspace for this call's head views (shapes and
+ * strides only, so the views may point anywhere): the forward's, or for a
+ * backward the larger of its recomputing forward's and its own (they run one
+ * after the other in the same bytes). */
+static attn_status sdpa_bytes(const mha_call *c, bool backward, size_t *bytes, attn_error *err)
+{
+    static float probe; /* the views' data: never read */
+    attn_tensor qh = mha_head_major_view(&probe, c, c->L),
+                kh = mha_head_major_view(&probe, c, c->Sp), vh = kh;
+    attn_sdpa_opts o = mha_sdpa_opts(c);
+    RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, false, &o, bytes, err));
+    size_t bwd = 0;
+    if (backward) RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, true, &o, &bwd, err));
+    if (bwd > *bytes) *bytes = bwd;
+    return ATTN_OK;
+}
+
+/* Up to 63 bytes to align the caller's pointer, the activations in whole
+ * cache lines, then the attention's part. */
+static size_t workspace_total(size_t act_bytes, size_t sdpa)
+{
+    return 63 + (act_bytes + 63) / 64 * 64 + sdpa;
+}
+
+attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
+                          size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
+                          attn_error *err)
+{
+    *sdpa_ws = NULL;
+    *sdpa_ws_size = 0;
+    if (!opts || !opts->workspace) {
+        *act = mha_call_alloc(c, act_bytes, "workspace", err);
+        return *act ? ATTN_OK : ATTN_ERR_ALLOC;
+    }
+    size_t sdpa;
+    RETURN_IF_ERROR(sdpa_bytes(c, backward, &sdpa, err));
+    const size_t skew = (64 - (uintptr_t)opts->workspace % 64) % 64;
+    const size_t act_span = (act_bytes + 63) / 64 * 64;
+    RETURN_IF(opts->workspace_size < skew + act_span + sdpa, err, ATTN_ERR_WORKSPACE,
+              "workspace: %zu bytes given, %zu needed (attn_mha_workspace_size)",
+              opts->workspace_size, workspace_total(act_bytes, sdpa));
+    *act = (float *)((char *)opts->workspace + skew);
+    *sdpa_ws = (char *)*act + act_span;
+    *sdpa_ws_size = opts->workspace_size - skew - act_span;
+    return ATTN_OK;
+}
+
+attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
+                                    const attn_tensor *key, const attn_tensor *value,
+                                    bool backward, const attn_mha_opts *opts, size_t *bytes,
+                                    attn_error *err)
+{
+    RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
+    mha_call c;
+    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
+    size_t sdpa = 0;
+    attn_status s = sdpa_bytes(&c, backward, &sdpa, err);
+    const size_t act = backward ? mha_backward_act_bytes(&c) : mha_forward_act_bytes(&c);
+    mha_call_free(&c);
+    if (s != ATTN_OK) return s;
+    *bytes = workspace_total(act, sdpa);
+    attn_ok(err);
+    return ATTN_OK;
 }

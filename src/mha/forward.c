@@ -112,56 +112,9 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
     return attn_sdpa(&qh, &kh, &vh, &ah, NULL, weights, &o, err);
 }
 
-/* Bytes of the attention's workspace for this call's head views (shapes and
- * strides only, so the views may point anywhere): the forward's, or for a
- * backward the larger of its recomputing forward's and its own (they run one
- * after the other in the same bytes). */
-static attn_status sdpa_bytes(const mha_call *c, bool backward, size_t *bytes, attn_error *err)
-{
-    static float probe; /* the views' data: never read */
-    attn_tensor qh = mha_head_major_view(&probe, c, c->L),
-                kh = mha_head_major_view(&probe, c, c->Sp), vh = kh;
-    attn_sdpa_opts o = mha_sdpa_opts(c);
-    RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, false, &o, bytes, err));
-    size_t bwd = 0;
-    if (backward) RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, true, &o, &bwd, err));
-    if (bwd > *bytes) *bytes = bwd;
-    return ATTN_OK;
-}
-
-/* Up to 63 bytes to align the caller's pointer, the activations in whole
- * cache lines, then the attention's part. */
-static size_t workspace_total(size_t act_bytes, size_t sdpa)
-{
-    return 63 + (act_bytes + 63) / 64 * 64 + sdpa;
-}
-
-attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
-                          size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
-                          attn_error *err)
-{
-    *sdpa_ws = NULL;
-    *sdpa_ws_size = 0;
-    if (!opts || !opts->workspace) {
-        *act = mha_call_alloc(c, act_bytes, "workspace", err);
-        return *act ? ATTN_OK : ATTN_ERR_ALLOC;
-    }
-    size_t sdpa;
-    RETURN_IF_ERROR(sdpa_bytes(c, backward, &sdpa, err));
-    const size_t skew = (64 - (uintptr_t)opts->workspace % 64) % 64;
-    const size_t act_span = (act_bytes + 63) / 64 * 64;
-    RETURN_IF(opts->workspace_size < skew + act_span + sdpa, err, ATTN_ERR_WORKSPACE,
-              "workspace: %zu bytes given, %zu needed (attn_mha_workspace_size)",
-              opts->workspace_size, workspace_total(act_bytes, sdpa));
-    *act = (float *)((char *)opts->workspace + skew);
-    *sdpa_ws = (char *)*act + act_span;
-    *sdpa_ws_size = opts->workspace_size - skew - act_span;
-    return ATTN_OK;
-}
-
-/* The forward's activations: q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this
- * order (see mha_acts). Sizes were overflow-checked. */
-static size_t forward_act_bytes(const mha_call *c)
+/* q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see mha_acts). Sizes
+ * were overflow-checked. */
+size_t mha_forward_act_bytes(const mha_call *c)
 {
     const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
     return (2 * nq + 2 * nk) * sizeof(float);
@@ -220,7 +173,7 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
     float *buf;
     void *sdpa_ws;
     size_t sdpa_ws_size;
-    RETURN_IF_ERROR(mha_workspace(c, opts, false, forward_act_bytes(c), &buf, &sdpa_ws,
+    RETURN_IF_ERROR(mha_workspace(c, opts, false, mha_forward_act_bytes(c), &buf, &sdpa_ws,
                                   &sdpa_ws_size, err));
     /* (attn_sdpa_workspace_size knows nothing of a weights output, which
      * may change the attention's tiling: then it allocates its own.) */
@@ -269,24 +222,6 @@ static attn_status forward(const attn_mha *m, mha_call *c, attn_tensor *out,
         linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E, mha_gemm_of(c));
         mha_rows_scatter(act.q, out, c->batched, c->B, c->L, c->E);
     }
-    return ATTN_OK;
-}
-
-attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
-                                    const attn_tensor *key, const attn_tensor *value,
-                                    bool backward, const attn_mha_opts *opts, size_t *bytes,
-                                    attn_error *err)
-{
-    RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
-    mha_call c;
-    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
-    size_t sdpa = 0;
-    attn_status s = sdpa_bytes(&c, backward, &sdpa, err);
-    const size_t act = backward ? mha_backward_act_bytes(&c) : forward_act_bytes(&c);
-    mha_call_free(&c);
-    if (s != ATTN_OK) return s;
-    *bytes = workspace_total(act, sdpa);
-    attn_ok(err);
     return ATTN_OK;
 }
 

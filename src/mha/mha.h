@@ -119,7 +119,9 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c);
 attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
                           size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
                           attn_error *err);
-/* The backward's activations and gradients (see backward.c). */
+/* Bytes of the forward's activations (forward.c) and of the backward's
+ * activations and gradients (backward.c). */
+size_t mha_forward_act_bytes(const mha_call *c);
 size_t mha_backward_act_bytes(const mha_call *c);
 
 /* Forward up to the attention output: projections (with appended keys)
