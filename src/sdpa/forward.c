@@ -680,7 +680,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
-    const bool prepack = d.prepacked && !d.direct && !d.dot; /* the workspace has room */
+    d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
@@ -691,10 +691,10 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
     float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
     float *kpack = (float *)ws; /* then the pre-packed keys */
-    d.prepacked = prepack;
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
-    const int64_t tasks = p->B * p->Hkv * per_kv * d.split;
+    const int64_t kv_heads = p->B * p->Hkv, tasks = kv_heads * per_kv * d.split;
+    const bool causal = p->causal != ATTN_CAUSAL_NONE;
     const int threads = p->threads;
 
 #pragma omp parallel num_threads(threads)
@@ -704,7 +704,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         if (d.prepacked) {
             const int64_t tiles = key_tiles(p);
 #pragma omp for schedule(static)
-            for (int64_t t = 0; t < p->B * p->Hkv * tiles; ++t) {
+            for (int64_t t = 0; t < kv_heads * tiles; ++t) {
                 const int64_t j0 = t % tiles * FWD_KEYS, bh = t / tiles;
                 const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
                 pack_kt(p, kern, &d, bh / p->Hkv, bh % p->Hkv, j0, nj, kpack + t * p->D * d.bcp);
@@ -716,10 +716,8 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             /* Causal rows late in the sequence cost most: every head's late
              * rows are handed out first, its early (cheap) rows last, so the
              * threads finish together. */
-            const bool causal = p->causal != ATTN_CAUSAL_NONE;
-            const int64_t heads = tasks / d.split / per_kv;
-            const int64_t k = causal ? per_kv - 1 - tu / heads : tu % per_kv;
-            const int64_t bh = causal ? tu % heads : tu / per_kv, u0 = k * d.per_task;
+            const int64_t k = causal ? per_kv - 1 - tu / kv_heads : tu % per_kv;
+            const int64_t bh = causal ? tu % kv_heads : tu / per_kv, u0 = k * d.per_task;
             const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
             forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
         }
