@@ -482,6 +482,20 @@ static float *partial_at(const sdpa_problem *p, const fwd_dims *d, float *part, 
     return part + (chunk * p->B * p->Hq * p->Nq + row) * (d->dvp + 2);
 }
 
+/* One past the last row of the run of bands from row r0 (a band start)
+ * that share their columns [c0, c1), c1 rounded up to `round` (npad: the
+ * panels of a score GEMM; 1: the exact keys of a P·V). */
+static int64_t band_run_end(const int64_t *band_c0, const int64_t *band_c1, int64_t r0,
+                            int64_t mi, int64_t round)
+{
+    const int64_t x = r0 / FWD_BAND;
+    int64_t r1 = r0 + FWD_BAND;
+    while (r1 < mi && band_c0[r1 / FWD_BAND] == band_c0[x] &&
+           sdpa_round_up(band_c1[r1 / FWD_BAND], round) == sdpa_round_up(band_c1[x], round))
+        r1 += FWD_BAND;
+    return r1 < mi ? r1 : mi;
+}
+
 /* One task: units [u0, u0+nu) of kv head (b, hk) over the keys of split
  * chunk `chunk`; the outputs, or (split-KV) the chunk's partials. */
 static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
@@ -555,8 +569,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             /* Each band of rows covers just the columns its own rows may see
              * (on diagonal (causal), windowed or ragged tiles); P·V reads V
              * rows [c0, hi) only: rows past the tile's keys may hold
-             * anything (poisoned memory, NaN). Bands that all cover the same
-             * columns run as one block. */
+             * anything (poisoned memory, NaN). */
             int64_t band_c0[FWD_ROWS / FWD_BAND], band_c1[FWD_ROWS / FWD_BAND];
             bool uniform = true;
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
@@ -564,15 +577,18 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &band_c0[x], &band_c1[x]);
                 uniform &= band_c0[x] == band_c0[0] && band_c1[x] == band_c1[0];
             }
-            const int64_t step = uniform ? mi : FWD_BAND;
-            /* One float32 score GEMM for the unit also takes the rows'
+            /* One float32 score GEMM for a uniform unit also takes the rows'
              * maxima on the way (softmax_online's first pass). */
             const float *vmax =
                 uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
-            /* S = Q·Kᵀ over the visible columns only. */
-            for (int64_t r0 = 0; r0 < mi; r0 += step) {
-                const int64_t rb = mi - r0 < step ? mi - r0 : step;
-                const int64_t c0 = band_c0[r0 / FWD_BAND], hi = band_c1[r0 / FWD_BAND];
+            /* S = Q·Kᵀ over the visible columns only, one GEMM for each run
+             * of bands with the same column panels. */
+            for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
+                r1 = band_run_end(band_c0, band_c1, r0, mi, npad);
+                const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
+                int64_t hi = 0; /* the run's last key (direct scores read no further) */
+                for (int64_t r = r0; r < r1; r += FWD_BAND)
+                    hi = band_c1[r / FWD_BAND] > hi ? band_c1[r / FWD_BAND] : hi;
                 const int64_t c1 = sdpa_round_up(hi, npad);
                 const float *qr = qu + r0 * q_rs;
                 if (c1 > c0 && d->direct) {
@@ -597,19 +613,36 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 }
             }
-            /* Per band: the online softmax over the band's columns, dropout
-             * (on P after the row sums took it whole), O = alpha∘O + P·V
-             * (k = 0 still applies alpha). */
-            for (int64_t r0 = 0; r0 < mi; r0 += step) {
-                const int64_t rb = mi - r0 < step ? mi - r0 : step;
+            /* The online softmax in one call for all rows from the first to
+             * the last band that sees a column, over the columns of all of
+             * them: each row's own bounds hide the rest (never read as
+             * scores). Rows outside keep their statistics (none visible). */
+            int64_t ra = mi, rz = 0, sc0 = d->bcp, scn = 0;
+            for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
+                const int64_t x = r0 / FWD_BAND;
+                if (band_c1[x] == band_c0[x]) continue;
+                ra = ra < r0 ? ra : r0;
+                rz = r0 + FWD_BAND < mi ? r0 + FWD_BAND : mi;
+                sc0 = band_c0[x] < sc0 ? band_c0[x] : sc0;
+                scn = sdpa_round_up(band_c1[x], npad) > scn ? sdpa_round_up(band_c1[x], npad) : scn;
+            }
+            if (rz > ra) {
+                const sdpa_logits lg = sdpa_tile_logits(p, &t, ra, w->start, w->end, w->bias);
+                kern->softmax_online(rz - ra, sc0, scn, &lg, w->s + ra * d->bcp, d->bcp,
+                                     rowmax + ra, rowsum + ra, alpha + ra, vmax);
+            }
+            /* Per run of bands with the same columns: dropout (on P after
+             * the row sums took it whole), O = alpha∘O + P·V. Rows that saw
+             * nothing keep O (alpha would be 1), unless O is still to be
+             * set (k = 0 zeroes it). */
+            for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
+                r1 = band_run_end(band_c0, band_c1, r0, mi, 1);
+                const int64_t rb = r1 - r0;
                 const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
-                const int64_t cn = sdpa_round_up(c1, npad);
-                const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
-                kern->softmax_online(rb, c0, cn, &lg, w->s + r0 * d->bcp, d->bcp, rowmax + r0,
-                                     rowsum + r0, alpha + r0, vmax);
+                if (c1 == c0 && o_set[e]) continue;
                 if (p->dropout_p > 0.0f)
-                    unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, cn, w->s + r0 * d->bcp,
-                                 d->bcp);
+                    unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, sdpa_round_up(c1, npad),
+                                 w->s + r0 * d->bcp, d->bcp);
                 band_pv(kern, p, &t, w, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
                         o + r0 * d->dvp, d->dvp, alpha + r0, nj,
                         o_set[e] ? SDPA_GEMM_SCALE_ADD : SDPA_GEMM_SET);
