@@ -1035,6 +1035,46 @@ static void test_gemm_max(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* rows_finite: false exactly when one value of the rows (not of the gaps
+ * between them) is inf, -inf or NaN, wherever it sits: in a vector body,
+ * in a scalar tail, in the last row. */
+static void test_rows_finite(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "rows_finite: the scan for non-finite values");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { ROWS = 5, LD = 90 };
+    static float buf[ROWS * LD];
+    const float bad[3] = {INFINITY, -INFINITY, NAN};
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed);
+    for (int x = 0; x < nisa; ++x) {
+        const sdpa_kernels *kern = isas[x].kern;
+        int64_t wrong = 0, checks = 0;
+        for (int64_t w = 1; w <= 80; w += 13)
+            for (int64_t rows = 1; rows <= ROWS; rows += 2) {
+                for (int i = 0; i < ROWS * LD; ++i)
+                    buf[i] = (float)((tu_rng_uniform(&rng) - 0.5) * 1e30);
+                for (int64_t r = 0; r < ROWS; ++r) /* the gaps are not scanned */
+                    for (int64_t c = w; c < LD; ++c) buf[r * LD + c] = NAN;
+                wrong += !kern->rows_finite(buf, LD, rows, w);
+                ++checks;
+                for (int64_t at = 0; at < rows * LD; ++at) {
+                    if (at % LD >= w) continue;
+                    const float keep = buf[at];
+                    buf[at] = bad[at % 3];
+                    wrong += kern->rows_finite(buf, LD, rows, w);
+                    buf[at] = keep;
+                    ++checks;
+                }
+            }
+        tu_check(&g, wrong == 0, "%s: %lld of %lld scans wrong", isas[x].name, (long long)wrong,
+                 (long long)checks);
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -1053,5 +1093,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "workspace")) test_workspace(&s, &opt);
     if (tu_group_selected(&opt, "GEMM")) test_gemm_instances(&s, &opt);
     if (tu_group_selected(&opt, "gemm_max")) test_gemm_max(&s, &opt);
+    if (tu_group_selected(&opt, "rows_finite")) test_rows_finite(&s, &opt);
     return tu_suite_finish(&s);
 }

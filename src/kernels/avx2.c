@@ -241,6 +241,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .scores_rows = avx2_scores_rows,
     .widen = avx2_widen,
     .narrow = avx2_narrow,
+    .rows_finite = avx2_rows_finite,
     .vexp = avx2_vexp,
     .vtanh = avx2_vtanh,
 };

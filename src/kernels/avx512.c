@@ -246,6 +246,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .scores_rows = avx512_scores_rows,
     .widen = avx512_widen,
     .narrow = avx512_narrow,
+    .rows_finite = avx512_rows_finite,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,
 };

@@ -377,6 +377,14 @@ static void narrow_generic(attn_dtype t, const float *src, int64_t n, uint16_t *
     for (int64_t i = 0; i < n; ++i) attn_store_float(dst, t, i, src[i]);
 }
 
+static bool rows_finite_generic(const float *src, int64_t ld, int64_t rows, int64_t w)
+{
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < w; ++c)
+            if (!isfinite(src[r * ld + c])) return false;
+    return true;
+}
+
 static void vexp_generic(const float *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; ++i) y[i] = exp_generic(x[i]);
@@ -401,6 +409,7 @@ const sdpa_kernels sdpa_kernels_generic = {
     .pack_transposed16 = pack_transposed16_generic,
     .widen = widen_generic,
     .narrow = narrow_generic,
+    .rows_finite = rows_finite_generic,
     .vexp = vexp_generic,
     .vtanh = vtanh_generic,
 };

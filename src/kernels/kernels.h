@@ -231,6 +231,11 @@ typedef void (*sdpa_scores_rows_fn)(attn_dtype t, const void *k, int64_t rs, int
                                     int64_t n_out, int64_t D, const float *q, int64_t ldq, int m, float *s,
                                     int64_t lds, const sdpa_prefetch *pf);
 
+/* Whether the rows [0, rows) of w floats each (ld apart) hold only finite
+ * values: else a zero probability of a key some row does not see would
+ * meet an infinite or NaN value in a product (0·inf = NaN). */
+typedef bool (*sdpa_finite_fn)(const float *src, int64_t ld, int64_t rows, int64_t w);
+
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
 
@@ -251,6 +256,7 @@ typedef struct {
     sdpa_scores_rows_fn scores_rows; /* NULL: pack Kᵀ and use gemm */
     sdpa_widen_fn widen;
     sdpa_narrow_fn narrow;
+    sdpa_finite_fn rows_finite;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */
 } sdpa_kernels;

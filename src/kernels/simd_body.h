@@ -922,6 +922,29 @@ static void SIMD(narrow)(attn_dtype t, const float *src, int64_t n, uint16_t *ds
     for (; i < n; ++i) attn_store_float(dst, t, i, src[i]);
 }
 
+/* x·0 is NaN exactly when x is infinite or NaN: four sums of those
+ * (independent chains) stay zero while every value is finite. */
+static bool SIMD(rows_finite)(const float *src, int64_t ld, int64_t rows, int64_t w)
+{
+    const vf zero = V_ZERO();
+    vf acc[4] = {zero, zero, zero, zero};
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *row = src + r * ld;
+        int64_t c = 0;
+        for (; c + 4 * VW <= w; c += 4 * VW)
+            for (int j = 0; j < 4; ++j)
+                acc[j] = V_ADD(acc[j], V_MUL(V_LOAD(row + c + j * VW), zero));
+        for (; c + VW <= w; c += VW) acc[0] = V_ADD(acc[0], V_MUL(V_LOAD(row + c), zero));
+        for (; c < w; ++c)
+            if (!isfinite(row[c])) return false;
+    }
+    float lanes[VW];
+    V_STORE(lanes, V_ADD(V_ADD(acc[0], acc[1]), V_ADD(acc[2], acc[3])));
+    for (int l = 0; l < VW; ++l)
+        if (lanes[l] != 0.0f) return false; /* NaN */
+    return true;
+}
+
 static void SIMD(vexp)(const float *x, float *y, int64_t n)
 {
     int64_t i = 0;

@@ -376,7 +376,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
                     p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
-                if (p->dq && t.ragged && k_finite < 0) k_finite = sdpa_rows_finite(kr, ldk, 1, nj, p->D);
+                if (p->dq && t.ragged && k_finite < 0) k_finite = kern->rows_finite(kr, ldk, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
                     const int64_t r0 = e * bd.rows, rb = mi - r0 < bd.rows ? mi - r0 : bd.rows;

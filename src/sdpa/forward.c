@@ -433,7 +433,7 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
         w->vop = w->v;
     }
     if (t->ragged && w->v_finite < 0)
-        w->v_finite = sdpa_rows_finite(w->vop, w->ldv, 1, nj, p->Dv);
+        w->v_finite = kern->rows_finite(w->vop, w->ldv, nj, p->Dv);
     const sdpa_gemm_fn gemm = t->ragged && !w->v_finite ? sdpa_gemm_skip_zeros : kern->gemm;
     gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo, alpha, mode);
 }
