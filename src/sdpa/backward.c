@@ -224,17 +224,18 @@ static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const 
 }
 
 /*
- * How a tile's products are cut. Row band e (rows [e·rows, ...)) sees
- * columns [c0[e], c1[e]): S, P, dP and dS are formed there and dQ sums over
- * those keys only. Key block e (keys [k0[e], k1[e])) is seen by rows
+ * How a tile's products are cut. Row band e (rows [r0b[e], r1b[e]): a run of
+ * BWD_BAND-row bands whose columns round to the same panels) sees columns
+ * [c0[e], c1[e]): S, P, dP and dS are formed there (up to c1 rounded to
+ * npad) and dQ sums over those keys only. Key block e (keys [k0[e], k1[e])) is seen by rows
  * [r0[e], r1[e]) only: dV and dK sum over those rows. Everything skipped is
  * an exact zero (or a term the zero-skipping GEMM leaves out), so the sums
  * are those of the whole tile, bit for bit. A tile whose rows all see the
  * same columns [c0, cols) is one band and one key block.
  */
 typedef struct {
-    int64_t n, rows;
-    int64_t c0[BWD_MAX_BANDS], c1[BWD_MAX_BANDS];
+    int64_t n;
+    int64_t r0b[BWD_MAX_BANDS], r1b[BWD_MAX_BANDS], c0[BWD_MAX_BANDS], c1[BWD_MAX_BANDS];
     int64_t nk;
     int64_t k0[BWD_MAX_KBLOCKS], k1[BWD_MAX_KBLOCKS], r0[BWD_MAX_KBLOCKS], r1[BWD_MAX_KBLOCKS];
 } bwd_bands;
@@ -242,14 +243,24 @@ typedef struct {
 static bwd_bands backward_bands(const bwd_scratch *w, int64_t mi, int64_t c0, int64_t cols,
                                 int64_t npad)
 {
-    bwd_bands bd = {.n = 1, .rows = mi, .c0 = {c0}, .c1 = {cols}, .nk = 1, .k0 = {c0},
-                    .k1 = {cols}, .r0 = {0}, .r1 = {mi}};
-    bwd_bands cut = {.n = 0, .rows = BWD_BAND, .nk = 0};
+    bwd_bands bd = {.n = 1, .r0b = {0}, .r1b = {mi}, .c0 = {c0}, .c1 = {cols}, .nk = 1,
+                    .k0 = {c0}, .k1 = {cols}, .r0 = {0}, .r1 = {mi}};
+    bwd_bands cut = {.n = 0, .nk = 0};
     bool uniform = true;
-    for (int64_t r0 = 0; r0 < mi; r0 += BWD_BAND, ++cut.n) {
+    for (int64_t r0 = 0; r0 < mi; r0 += BWD_BAND) {
         const int64_t rb = mi - r0 < BWD_BAND ? mi - r0 : BWD_BAND;
-        sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &cut.c0[cut.n], &cut.c1[cut.n]);
-        uniform &= cut.c0[cut.n] == c0 && cut.c1[cut.n] == cols;
+        int64_t b0, b1;
+        sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &b0, &b1);
+        uniform &= b0 == c0 && b1 == cols;
+        const int64_t e = cut.n - 1;
+        if (e >= 0 && cut.c0[e] == b0 &&
+            sdpa_round_up(cut.c1[e], npad) == sdpa_round_up(b1, npad)) { /* joins the run */
+            cut.r1b[e] = r0 + rb;
+            cut.c1[e] = b1 > cut.c1[e] ? b1 : cut.c1[e];
+            continue;
+        }
+        cut.r0b[cut.n] = r0, cut.r1b[cut.n] = r0 + rb, cut.c0[cut.n] = b0, cut.c1[cut.n] = b1;
+        ++cut.n;
     }
     if (uniform) return bd;
     for (int64_t k0 = c0; k0 < cols; k0 += BWD_BAND) {
@@ -340,7 +351,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                  * by band over the columns each band's rows may see (zeros
                  * elsewhere in [c0, cn), for the products over whole columns). */
                 for (int64_t e = 0; e < bd.n; ++e) {
-                    const int64_t r0 = e * bd.rows, rb = mi - r0 < bd.rows ? mi - r0 : bd.rows;
+                    const int64_t r0 = bd.r0b[e], rb = bd.r1b[e] - r0;
                     const int64_t b0 = bd.c0[e], bn = sdpa_round_up(bd.c1[e], npad);
                     float *sb = w->s + r0 * d->bcp, *db = w->dps + r0 * d->bcp;
                     const sdpa_logits lg = sdpa_tile_logits(p, &t, r0, w->start, w->end, w->bias);
@@ -379,7 +390,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (p->dq && t.ragged && k_finite < 0) k_finite = kern->rows_finite(kr, ldk, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
-                    const int64_t r0 = e * bd.rows, rb = mi - r0 < bd.rows ? mi - r0 : bd.rows;
+                    const int64_t r0 = bd.r0b[e], rb = bd.r1b[e] - r0;
                     const int64_t b0 = bd.c0[e], b1 = bd.c1[e], bn = sdpa_round_up(b1, npad);
                     float *db = w->dps + r0 * d->bcp;
                     /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
