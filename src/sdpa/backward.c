@@ -272,6 +272,11 @@ static bwd_bands backward_bands(const bwd_scratch *w, int64_t mi, int64_t c0, in
                 last = r + 1;
             }
         if (last <= first) continue;
+        const int64_t e = cut.nk - 1;
+        if (e >= 0 && cut.k1[e] == k0 && cut.r0[e] == first && cut.r1[e] == last) {
+            cut.k1[e] = k1; /* the same rows: one block */
+            continue;
+        }
         cut.k0[cut.nk] = k0, cut.k1[cut.nk] = k1, cut.r0[cut.nk] = first, cut.r1[cut.nk] = last;
         ++cut.nk;
     }
