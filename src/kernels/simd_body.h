@@ -292,6 +292,21 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
         }                                                                                      \
     } while (0)
 
+/* The columns [*cb, *ce) of [c0, n) that hold all of a row's visible
+ * columns [lo, hi), in whole steps of `step` from c0 (a divisor of n - c0);
+ * empty when the row sees none. The columns outside are hidden: -inf
+ * logits, zero probabilities. */
+static inline void SIMD(visible_span)(int64_t c0, int64_t n, int64_t lo, int64_t hi, int64_t step,
+                                      int64_t *cb, int64_t *ce)
+{
+    if (hi <= lo) {
+        *cb = *ce = c0;
+        return;
+    }
+    *cb = lo > c0 ? lo - (lo - c0) % step : c0;
+    *ce = hi < n ? c0 + (hi - c0 + step - 1) / step * step : n;
+}
+
 /* Pass 2 of the online softmax for one row: s <- exp(x - m) over [c0, n)
  * (n - c0 a multiple of npad = 2·VW), returning the lane sums. x is s
  * itself, or for plain rows fl(scale·s) with the columns outside [lo, hi)
@@ -445,8 +460,10 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
             const float *br = lg->bias ? lg->bias + r * lg->ldbias : NULL;
             const int64_t lo = lg->start[r], hi = lg->end[r];
             vf vm = ninf;
-            if (plain) {
-                for (int64_t c = c0; c < n; c += VW) {
+            if (plain) { /* the vectors holding a visible column: the rest are -inf */
+                int64_t cb, ce;
+                SIMD(visible_span)(c0, n, lo, hi, VW, &cb, &ce);
+                for (int64_t c = cb; c < ce; c += VW) {
                     vf x = V_LOAD(sr + c);
                     if (c < lo || c + VW > hi) x = V_BLEND(v_cols_outside(c, lo, hi), x, ninf);
                     vm = V_MAX(vm, x);
@@ -500,9 +517,19 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
                 for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
                 continue;
             }
-            vsum[i] = plain ? SIMD(exp_row)(sr, c0, n, mnew, true, lg->scale, lg->start[g + i],
-                                            lg->end[g + i])
-                            : SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
+            if (!plain) {
+                vsum[i] = SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
+                continue;
+            }
+            /* Plain rows exponentiate the pairs of vectors that hold a
+             * visible column (pairs: the lane sums' order is kept) and
+             * store the other probabilities, exp(-inf) = 0, directly. */
+            const int64_t lo = lg->start[g + i], hi = lg->end[g + i];
+            int64_t cb, ce;
+            SIMD(visible_span)(c0, n, lo, hi, 2 * VW, &cb, &ce);
+            for (int64_t c = c0; c < cb; c += VW) V_STORE(sr + c, V_ZERO());
+            for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+            vsum[i] = SIMD(exp_row)(sr, cb, ce, mnew, true, lg->scale, lo, hi);
         }
         V_STORE(sum, v_hsum_rows(vsum));
         for (int64_t i = 0; i < rows; ++i)
@@ -527,8 +554,16 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp
         }
         const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
         const bool has_ll = rowll[r] != 0.0f; /* x - m - 0 is x - m: one step less */
-        vf t = V_ZERO(), dist = SIMD(alibi_dist)(lg, r, c0);
-        for (int64_t c = c0; c < n; c += VW) {
+        /* Vectors of hidden columns only are 0 (exp(-inf - m - ll), unless a
+         * NaN statistic makes them NaN; with softcap dfac is written whole). */
+        int64_t cb = c0, ce = n;
+        if (!capped && (-INFINITY - rowmax[r]) - rowll[r] == -INFINITY) {
+            SIMD(visible_span)(c0, n, lo, hi, VW, &cb, &ce);
+            for (int64_t c = c0; c < cb; c += VW) V_STORE(sr + c, V_ZERO());
+            for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+        }
+        vf t = V_ZERO(), dist = SIMD(alibi_dist)(lg, r, cb);
+        for (int64_t c = cb; c < ce; c += VW) {
             const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
             const vf e = has_ll ? V_SUB(V_SUB(x, vm), vll) : V_SUB(x, vm);
             V_STORE(sr + c, v_exp(e));
