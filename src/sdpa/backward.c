@@ -439,6 +439,20 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     }
 }
 
+/* Σ_c a[c·as]·b[c·bs] for c < n in a fixed order whatever the strides:
+ * eight lane sums (lane c mod 8, in c order), then a fixed tree. (A single
+ * running sum waits on each addition in turn; eight vectorise.) */
+static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t c = 0;
+    if (as == 1 && bs == 1)
+        for (; c + 8 <= n; c += 8)
+            for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
+    for (; c < n; ++c) lane[c % 8] += a[c * as] * b[c * bs];
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
 /* d sink_h = -Σ_(b,i) exp(sink_h - m - ll)·D_i, summed in a fixed order. */
 static void sink_gradients(const sdpa_problem *p, const float *rm, const float *rll,
                            const float *di)
@@ -509,9 +523,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     for (int64_t row = 0; row < d.rows; ++row) {
         const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
         const float *orow = o + AT4(os, b, h, i, 0), *drow = p->dout + AT4(p->dos, b, h, i, 0);
-        float acc = 0.0f;
-        for (int64_t c = 0; c < p->Dv; ++c) acc += drow[c * p->dos[3]] * orow[c * os[3]];
-        di[row] = acc;
+        di[row] = dot_fixed(drow, p->dos[3], orow, os[3], p->Dv);
         const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
         nonfinite[row] = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
                          (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
