@@ -43,6 +43,9 @@ enum {
     /* Aim for this many (b, kv head, chunk) tasks so small batches still
      * spread over threads; a function of the shape alone. */
     BWD_TARGET_TASKS = 24,
+    /* Rows a thread takes at a time in the passes over all rows (dynamic:
+     * a thread the machine pauses does not hold the others up). */
+    BWD_ROW_CHUNK = 256,
 };
 /* dQ partial copies beyond the first may use at most this much memory. */
 #define BWD_PARTIAL_BUDGET ((int64_t)64 << 20)
@@ -519,7 +522,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 
     /* D_i = rowsum(dO_i ∘ O_i), and the row statistics in row order: the
      * exact (m, ll) when known, else (lse, 0), whose P carries lse's rounding. */
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
     for (int64_t row = 0; row < d.rows; ++row) {
         const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
         const float *orow = o + AT4(os, b, h, i, 0), *drow = p->dout + AT4(p->dos, b, h, i, 0);
@@ -553,7 +556,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     /* dQ = Σ partials of the chunks whose keys the row can see, in chunk
      * order (the others hold exact zeros). */
     if (p->dq) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row) {
             const int64_t i = row % p->Nq, bh = row / p->Nq;
             float *dst = p->dq + AT4(p->dqs, bh / p->Hq, bh % p->Hq, i, 0), *restrict acc = NULL;

@@ -734,9 +734,10 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     {
         fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
         w.kpack = kpack;
-        if (d.prepacked) {
+        if (d.prepacked) { /* dynamic: on a shared machine a paused thread would hold
+                            * the others at the barrier with its share */
             const int64_t tiles = key_tiles(p);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4)
             for (int64_t t = 0; t < kv_heads * tiles; ++t) {
                 const int64_t j0 = t % tiles * FWD_KEYS, bh = t / tiles;
                 const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
