@@ -521,6 +521,17 @@ static void group_window(tu_suite *s)
             c.poison = n % 2 == 0;
             run_vcase(&g, &c, rp);
         }
+    /* Rows enough for one kv head to make several forward tasks: they share
+     * the packed key tiles, while each task sees other keys of them. */
+    for (int li = 0; li < 2; ++li) {
+        vcase c = base(tu_mix(g_seed ^ (0x3170ull + (uint64_t)n++)));
+        c.window = li ? (attn_window){true, 200, 0} : (attn_window){true, 17, 3};
+        c.Nq = 700, c.Nk = 700 + 40 * li;
+        c.causal = li ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+        c.Hq = 4, c.Hkv = 2;
+        c.poison = li == 0;
+        run_vcase(&g, &c, rp);
+    }
     tu_group_end(&g);
 }
 

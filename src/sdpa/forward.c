@@ -15,8 +15,11 @@
  * Memory: per thread one Kᵀ and one V tile, a score tile, a bias tile and
  * the output accumulators of its rows: O(threads × tile × D), nothing of
  * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
- * packed once up front instead of once per task (float32, the size of K):
- * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task).
+ * packed once per call instead of once per task (float32, the size of K):
+ * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). The
+ * first task to reach a tile packs it, between its products (a phase of
+ * transposes alone would wait on memory with every thread); a task that
+ * finds it being packed by another packs its own copy.
  * Attention weights, when requested, are written by a second sweep over the
  * key tiles of the task from the final LSE (w = exp(scale·s + bias - lse)),
  * which costs one more Q·Kᵀ.
@@ -41,6 +44,8 @@
 #include "fused_util.h"
 #include "../kernels/bf16dot.h"
 
+#include <stdatomic.h>
+
 
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
@@ -59,7 +64,7 @@ typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
     bool dot;         /* bfloat16 pair dot products (p->bf16_dot, where the CPU has them) */
-    bool prepacked;   /* every Kᵀ tile packed once up front, shared by all tasks */
+    bool prepacked;   /* every Kᵀ tile packed once per call, shared by all tasks */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -104,7 +109,8 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
-    const float *kpack; /* the pre-packed Kᵀ tiles (fwd_dims.prepacked) */
+    float *kpack; /* the shared Kᵀ tiles (fwd_dims.prepacked) */
+    atomic_uchar *kstate; /* per shared tile: TILE_FREE, TILE_CLAIMED or TILE_READY */
     float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
     float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
@@ -194,8 +200,10 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
     return s;
 }
 
-/* The pre-packed keys: per kv head, every tile's Kᵀ (D × bcp). */
+/* The shared keys: per kv head, every tile's Kᵀ (D × bcp), and its state. */
 static int64_t key_tiles(const sdpa_problem *p) { return (p->Nk + FWD_KEYS - 1) / FWD_KEYS; }
+
+enum { TILE_FREE, TILE_CLAIMED, TILE_READY };
 
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
@@ -203,6 +211,7 @@ static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
     int64_t tiles = 0;
     if (d->prepacked && !attn_mul_ok(p->B * p->Hkv, key_tiles(p), &tiles)) s.ok = false;
     sdpa_size_add(&s, d->prepacked ? tiles : 0, p->D * d->bcp, sizeof(float));
+    sdpa_size_add(&s, d->prepacked ? tiles : 0, 1, sizeof(atomic_uchar));
     return s;
 }
 
@@ -249,6 +258,30 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                                 kt, d->bcp);
 }
 
+/* The shared Kᵀ of the tile from key j0 of kv head (b, hk), all its keys
+ * (tasks that see fewer share it): packed by the first task that asks
+ * (acquire/release on its state orders the packing before any read), or,
+ * while another task is packing it, this task's own copy in w->kt. Every
+ * copy holds the same bits. */
+static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                              int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
+{
+    const int64_t t = (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
+    const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
+    float *kt = w->kpack + t * p->D * d->bcp;
+    unsigned char state = atomic_load_explicit(&w->kstate[t], memory_order_acquire);
+    if (state == TILE_FREE &&
+        atomic_compare_exchange_strong_explicit(&w->kstate[t], &state, TILE_CLAIMED,
+                                                memory_order_acquire, memory_order_acquire)) {
+        pack_kt(p, kern, d, b, hk, j0, nj, kt);
+        atomic_store_explicit(&w->kstate[t], TILE_READY, memory_order_release);
+        return kt;
+    }
+    if (state == TILE_READY) return kt;
+    pack_kt(p, kern, d, b, hk, j0, nj, w->kt);
+    return w->kt;
+}
+
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
  * scores K's rows (in place unless their features are strided), and the V
  * operand (nj rows, packed only when V cannot be read in place). bfloat16
@@ -279,7 +312,7 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
         w->krt = ATTN_F32;
         w->ldkr = p->D;
     } else if (d->prepacked) {
-        w->ktp = w->kpack + ((b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS) * p->D * d->bcp;
+        w->ktp = shared_kt(p, kern, d, b, hk, j0, w);
     } else {
         pack_kt(p, kern, d, b, hk, j0, nj, w->kt);
         w->ktp = w->kt;
@@ -723,7 +756,11 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
     float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
-    float *kpack = (float *)ws; /* then the pre-packed keys */
+    float *kpack = sdpa_take(&ws, d.prepacked ? p->B * p->Hkv * key_tiles(p) * p->D * d.bcp : 0,
+                             sizeof(float)); /* then the shared keys */
+    atomic_uchar *kstate = (atomic_uchar *)ws;
+    for (int64_t t = 0; d.prepacked && t < p->B * p->Hkv * key_tiles(p); ++t)
+        atomic_init(&kstate[t], TILE_FREE);
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
     const int64_t kv_heads = p->B * p->Hkv, tasks = kv_heads * per_kv * d.split;
@@ -734,16 +771,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     {
         fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
         w.kpack = kpack;
-        if (d.prepacked) { /* dynamic: on a shared machine a paused thread would hold
-                            * the others at the barrier with its share */
-            const int64_t tiles = key_tiles(p);
-#pragma omp for schedule(dynamic, 4)
-            for (int64_t t = 0; t < kv_heads * tiles; ++t) {
-                const int64_t j0 = t % tiles * FWD_KEYS, bh = t / tiles;
-                const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
-                pack_kt(p, kern, &d, bh / p->Hkv, bh % p->Hkv, j0, nj, kpack + t * p->D * d.bcp);
-            }
-        }
+        w.kstate = kstate;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t chunk = t % d.split, tu = t / d.split;
