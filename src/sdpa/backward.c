@@ -230,7 +230,8 @@ static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const 
  * How a tile's products are cut. Row band e (rows [r0b[e], r1b[e]): a run of
  * BWD_BAND-row bands whose columns round to the same panels) sees columns
  * [c0[e], c1[e]): S, P, dP and dS are formed there (up to c1 rounded to
- * npad) and dQ sums over those keys only. Key block e (keys [k0[e], k1[e])) is seen by rows
+ * npad) and dQ sums over those keys only. Key block e (keys [k0[e], k1[e]),
+ * consecutive BWD_BAND-key blocks seen by the same rows) is seen by rows
  * [r0[e], r1[e]) only: dV and dK sum over those rows. Everything skipped is
  * an exact zero (or a term the zero-skipping GEMM leaves out), so the sums
  * are those of the whole tile, bit for bit. A tile whose rows all see the
@@ -395,7 +396,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
                     p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
-                if (p->dq && t.ragged && k_finite < 0) k_finite = kern->rows_finite(kr, ldk, nj, p->D);
+                if (p->dq && t.ragged && k_finite < 0)
+                    k_finite = kern->rows_finite(kr, ldk, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
                     const int64_t r0 = bd.r0b[e], rb = bd.r1b[e] - r0;

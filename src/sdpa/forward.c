@@ -756,11 +756,10 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
     float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
-    float *kpack = sdpa_take(&ws, d.prepacked ? p->B * p->Hkv * key_tiles(p) * p->D * d.bcp : 0,
-                             sizeof(float)); /* then the shared keys */
-    atomic_uchar *kstate = (atomic_uchar *)ws;
-    for (int64_t t = 0; d.prepacked && t < p->B * p->Hkv * key_tiles(p); ++t)
-        atomic_init(&kstate[t], TILE_FREE);
+    const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p) : 0; /* Kᵀ tiles */
+    float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
+    atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
+    for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], TILE_FREE);
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
     const int64_t kv_heads = p->B * p->Hkv, tasks = kv_heads * per_kv * d.split;
