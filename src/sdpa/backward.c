@@ -32,6 +32,8 @@
  */
 #include "fused_util.h"
 
+#include <stdatomic.h>
+
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
@@ -130,9 +132,18 @@ static bwd_dims backward_dims(const sdpa_problem *p, bool *ok)
     return d;
 }
 
+/* Blocks of BWD_ROWS query rows of every (b, head): the unit in which the
+ * per-row quantities (D, statistics, flags) are computed. */
+static int64_t row_blocks(const sdpa_problem *p)
+{
+    return p->B * p->Hq * ((p->Nq + BWD_ROWS - 1) / BWD_ROWS);
+}
+
 typedef struct {
     float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac, *z;
     int32_t *start, *end;
+    float *own_di, *own_rm, *own_rll; /* a block's row statistics (row_block) */
+    uint8_t *own_nf;
 } bwd_scratch;
 
 static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
@@ -152,6 +163,8 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, p->dropout_p > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* z */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
+    sdpa_size_add(&s, BWD_ROWS, 3, sizeof(float));      /* own_di, own_rm, own_rll */
+    sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
     return s;
 }
 
@@ -172,6 +185,9 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.z = p->dropout_p > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
     w.start = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
+    w.own_di = sdpa_take(&base, 3 * BWD_ROWS, sizeof(float));
+    w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS;
+    w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
     return w;
 }
 
@@ -184,6 +200,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
+    sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
@@ -299,11 +316,96 @@ static void zero_outside(float *buf, int64_t ld, int64_t rows, int64_t c0, int64
     }
 }
 
+/* Σ_c a[c·as]·b[c·bs] for c < n in a fixed order whatever the strides:
+ * eight lane sums (lane c mod 8, in c order), then a fixed tree. (A single
+ * running sum waits on each addition in turn; eight vectorise.) */
+static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t c = 0;
+    if (as == 1 && bs == 1)
+        for (; c + 8 <= n; c += 8)
+            for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
+    for (; c < n; ++c) lane[c % 8] += a[c * as] * b[c * bs];
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+           ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+/*
+ * Per query row: D_i = rowsum(dO_i∘O_i), the statistics (m, ll) of its
+ * softmax (the exact ones when known, else (lse, 0), whose P carries lse's
+ * rounding) and which of its Q and dO rows hold a non-finite value. They are
+ * computed a block of BWD_ROWS rows at a time by the first task that needs
+ * the block, while its O and dO rows are about to be read anyway (a pass of
+ * its own over all rows would wait on memory with every thread); a task
+ * that finds the block being computed computes its own copy (the same bits).
+ */
+enum { BLOCK_FREE, BLOCK_CLAIMED, BLOCK_READY };
+
+typedef struct {
+    float *di, *rm, *rll; /* per row (b, h, i) */
+    uint8_t *nonfinite;
+    atomic_uchar *state;  /* per block (row_blocks) */
+    const float *o, *st;  /* O and the saved (m, ll), or NULL: the LSE */
+    int64_t os[4], ss[4];
+} bwd_rows;
+
+/* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
+static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
+                           int64_t i, float *di, float *rm, float *rll, uint8_t *nf)
+{
+    const float *orow = rs->o + AT4(rs->os, b, h, i, 0);
+    const float *drow = p->dout + AT4(p->dos, b, h, i, 0);
+    *di = dot_fixed(drow, p->dos[3], orow, rs->os[3], p->Dv);
+    const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
+    *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
+          (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+    if (rs->st) {
+        *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
+        *rll = rs->st[AT4(rs->ss, b, h, i, 1)];
+    } else {
+        const float lse = p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]];
+        *rm = lse;
+        *rll = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
+    }
+}
+
+/* The quantities of row block `it` (a multiple of BWD_ROWS) of head (b, h),
+ * row it + x at index x: the shared ones, or this task's copy. */
+typedef struct {
+    const float *di, *rm, *rll;
+    const uint8_t *nf;
+} row_view;
+
+static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
+                          int64_t it, bwd_scratch *w)
+{
+    const int64_t row = (b * p->Hq + h) * p->Nq + it;
+    const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
+    const int64_t blk = (b * p->Hq + h) * ((p->Nq + BWD_ROWS - 1) / BWD_ROWS) + it / BWD_ROWS;
+    const row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row};
+    unsigned char state = atomic_load_explicit(&rs->state[blk], memory_order_acquire);
+    if (state == BLOCK_READY) return shared;
+    const bool mine = state == BLOCK_FREE &&
+                      atomic_compare_exchange_strong_explicit(&rs->state[blk], &state,
+                                                              BLOCK_CLAIMED, memory_order_acquire,
+                                                              memory_order_acquire);
+    if (!mine && state == BLOCK_READY) return shared;
+    float *di = mine ? rs->di + row : w->own_di, *rm = mine ? rs->rm + row : w->own_rm;
+    float *rll = mine ? rs->rll + row : w->own_rll;
+    uint8_t *nf = mine ? rs->nonfinite + row : w->own_nf;
+    for (int64_t x = 0; x < n; ++x)
+        row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &nf[x]);
+    if (!mine) return (row_view){di, rm, rll, nf};
+    atomic_store_explicit(&rs->state[blk], BLOCK_READY, memory_order_release);
+    return shared;
+}
+
 /* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the
  * chunk's partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
-                          int64_t b, int64_t hk, int64_t chunk, const float *rm, const float *rll,
-                          const float *di, const uint8_t *nonfinite, float *part, bwd_scratch *w)
+                          int64_t b, int64_t hk, int64_t chunk, const bwd_rows *rs, float *part,
+                          bwd_scratch *w)
 {
     const int64_t span = d->span[chunk];
     part += d->part_at[chunk];
@@ -349,12 +451,13 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const float *dob = sdpa_rows_operand(p->dout + AT4(p->dos, b, h, i0, 0),
                                                      p->dos[2], p->dos[3], mi, p->Dv, npad,
                                                      w->dob, d->dvp, &lddo);
-                const int64_t row0 = (b * p->Hq + h) * p->Nq + i0;
+                const row_view rv = row_block(p, rs, b, h, it, w);
+                const int64_t x0 = i0 - it; /* row i0 in the block's quantities */
                 float *dq_rows = part + ((b * p->Hq + h) * span + i0 - d->rlo[chunk]) * d->dp;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv =
-                    p->dv ? guarded(kern, &t, nonfinite + row0, mi, BWD_DO_NONFINITE) : NULL;
+                    p->dv ? guarded(kern, &t, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
                  * by band over the columns each band's rows may see (zeros
@@ -371,7 +474,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     else if (bn > b0)
                         kern->gemm(rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1, w->kt + b0, d->bcp,
                                    sb + b0, d->bcp, NULL, SDPA_GEMM_SET);
-                    kern->probs(rb, b0, bn, &lg, sb, d->bcp, rm + row0 + r0, rll + row0 + r0,
+                    kern->probs(rb, b0, bn, &lg, sb, d->bcp, rv.rm + x0 + r0, rv.rll + x0 + r0,
                                 w->dfac ? w->dfac + r0 * d->bcp : NULL);
                     zero_outside(sb, d->bcp, rb, c0, cn, b0, bn);
                     /* With dropout the forward used P∘Z (Z: 0 or 1/(1-p));
@@ -395,7 +498,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 NULL, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
-                    p->dk ? guarded(kern, &t, nonfinite + row0, mi, BWD_Q_NONFINITE) : NULL;
+                    p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
                 if (p->dq && t.ragged && k_finite < 0)
                     k_finite = kern->rows_finite(kr, ldk, nj, p->D);
                 const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
@@ -413,7 +516,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
                     /* Only ragged tiles hold hidden keys between visible ones. */
                     kern->dsoftmax(rb, b0, bn, p->scale, w->s + r0 * d->bcp, d->bcp, db, d->bcp,
-                                   di + row0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,
+                                   rv.di + x0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,
                                    t.ragged);
                     zero_outside(db, d->bcp, rb, c0, cn, b0, bn);
                     /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
@@ -442,20 +545,6 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
             }
         }
     }
-}
-
-/* Σ_c a[c·as]·b[c·bs] for c < n in a fixed order whatever the strides:
- * eight lane sums (lane c mod 8, in c order), then a fixed tree. (A single
- * running sum waits on each addition in turn; eight vectorise.) */
-static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, int64_t n)
-{
-    float lane[8] = {0};
-    int64_t c = 0;
-    if (as == 1 && bs == 1)
-        for (; c + 8 <= n; c += 8)
-            for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
-    for (; c < n; ++c) lane[c % 8] += a[c * as] * b[c * bs];
-    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 /* d sink_h = -Σ_(b,i) exp(sink_h - m - ll)·D_i, summed in a fixed order. */
@@ -489,6 +578,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
+    atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
@@ -522,26 +612,20 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         memcpy(ss, f.ss, sizeof ss);
     }
 
-    /* D_i = rowsum(dO_i ∘ O_i), and the row statistics in row order: the
-     * exact (m, ll) when known, else (lse, 0), whose P carries lse's rounding. */
+    /* The per-row quantities: computed by the tasks as they need them, or
+     * all up front when the sinks' gradients need every row's. */
+    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}};
+    memcpy(rs.os, os, sizeof os);
+    memcpy(rs.ss, ss, sizeof ss);
+    for (int64_t x = 0; x < row_blocks(p); ++x)
+        atomic_init(&row_state[x], p->dsinks ? BLOCK_READY : BLOCK_FREE);
+    if (p->dsinks) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
-    for (int64_t row = 0; row < d.rows; ++row) {
-        const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-        const float *orow = o + AT4(os, b, h, i, 0), *drow = p->dout + AT4(p->dos, b, h, i, 0);
-        di[row] = dot_fixed(drow, p->dos[3], orow, os[3], p->Dv);
-        const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
-        nonfinite[row] = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
-                         (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
-        if (st) {
-            rm[row] = st[AT4(ss, b, h, i, 0)];
-            rll[row] = st[AT4(ss, b, h, i, 1)];
-        } else {
-            const float lse = p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]];
-            rm[row] = lse;
-            rll[row] = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
-        }
+        for (int64_t row = 0; row < d.rows; ++row)
+            row_quantities(p, &rs, row / (p->Nq * p->Hq), (row / p->Nq) % p->Hq, row % p->Nq,
+                           &di[row], &rm[row], &rll[row], &nonfinite[row]);
+        sink_gradients(p, rm, rll, di);
     }
-    if (p->dsinks) sink_gradients(p, rm, rll, di);
 
     const int64_t tasks = p->B * p->Hkv * d.chunks;
 #pragma omp parallel num_threads(threads)
@@ -550,8 +634,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
-            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, rm, rll, di, nonfinite,
-                          part, &w);
+            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, &rs, part, &w);
         }
     }
 

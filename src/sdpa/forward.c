@@ -656,8 +656,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 if (band_c1[x] == band_c0[x]) continue;
                 ra = ra < r0 ? ra : r0;
                 rz = r0 + FWD_BAND < mi ? r0 + FWD_BAND : mi;
+                const int64_t cn = sdpa_round_up(band_c1[x], npad);
                 sc0 = band_c0[x] < sc0 ? band_c0[x] : sc0;
-                scn = sdpa_round_up(band_c1[x], npad) > scn ? sdpa_round_up(band_c1[x], npad) : scn;
+                scn = cn > scn ? cn : scn;
             }
             if (rz > ra) {
                 const sdpa_logits lg = sdpa_tile_logits(p, &t, ra, w->start, w->end, w->bias);
