@@ -32,8 +32,6 @@
  */
 #include "fused_util.h"
 
-#include <stdatomic.h>
-
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
@@ -340,12 +338,10 @@ static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, i
  * its own over all rows would wait on memory with every thread); a task
  * that finds the block being computed computes its own copy (the same bits).
  */
-enum { BLOCK_FREE, BLOCK_CLAIMED, BLOCK_READY };
-
 typedef struct {
     float *di, *rm, *rll; /* per row (b, h, i) */
     uint8_t *nonfinite;
-    atomic_uchar *state;  /* per block (row_blocks) */
+    atomic_uchar *state;  /* per block (row_blocks): sdpa_item_claim */
     const float *o, *st;  /* O and the saved (m, ll), or NULL: the LSE */
     int64_t os[4], ss[4];
 } bwd_rows;
@@ -384,20 +380,16 @@ static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, 
     const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
     const int64_t blk = (b * p->Hq + h) * ((p->Nq + BWD_ROWS - 1) / BWD_ROWS) + it / BWD_ROWS;
     const row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row};
-    unsigned char state = atomic_load_explicit(&rs->state[blk], memory_order_acquire);
-    if (state == BLOCK_READY) return shared;
-    const bool mine = state == BLOCK_FREE &&
-                      atomic_compare_exchange_strong_explicit(&rs->state[blk], &state,
-                                                              BLOCK_CLAIMED, memory_order_acquire,
-                                                              memory_order_acquire);
-    if (!mine && state == BLOCK_READY) return shared;
+    const sdpa_claim claim = sdpa_item_claim(&rs->state[blk]);
+    if (claim == SDPA_CLAIM_READY) return shared;
+    const bool mine = claim == SDPA_CLAIM_MINE;
     float *di = mine ? rs->di + row : w->own_di, *rm = mine ? rs->rm + row : w->own_rm;
     float *rll = mine ? rs->rll + row : w->own_rll;
     uint8_t *nf = mine ? rs->nonfinite + row : w->own_nf;
     for (int64_t x = 0; x < n; ++x)
         row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &nf[x]);
     if (!mine) return (row_view){di, rm, rll, nf};
-    atomic_store_explicit(&rs->state[blk], BLOCK_READY, memory_order_release);
+    sdpa_item_done(&rs->state[blk]);
     return shared;
 }
 
@@ -618,7 +610,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     memcpy(rs.os, os, sizeof os);
     memcpy(rs.ss, ss, sizeof ss);
     for (int64_t x = 0; x < row_blocks(p); ++x)
-        atomic_init(&row_state[x], p->dsinks ? BLOCK_READY : BLOCK_FREE);
+        atomic_init(&row_state[x], p->dsinks ? SDPA_ITEM_READY : SDPA_ITEM_FREE);
     if (p->dsinks) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row)

@@ -44,8 +44,6 @@
 #include "fused_util.h"
 #include "../kernels/bf16dot.h"
 
-#include <stdatomic.h>
-
 
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
@@ -110,7 +108,7 @@ typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
     float *kpack; /* the shared Kᵀ tiles (fwd_dims.prepacked) */
-    atomic_uchar *kstate; /* per shared tile: TILE_FREE, TILE_CLAIMED or TILE_READY */
+    atomic_uchar *kstate; /* per shared tile: its sdpa_item_claim state */
     float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
     float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
@@ -203,8 +201,6 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
 /* The shared keys: per kv head, every tile's Kᵀ (D × bcp), and its state. */
 static int64_t key_tiles(const sdpa_problem *p) { return (p->Nk + FWD_KEYS - 1) / FWD_KEYS; }
 
-enum { TILE_FREE, TILE_CLAIMED, TILE_READY };
-
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
@@ -269,17 +265,12 @@ static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, c
     const int64_t t = (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
     const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
     float *kt = w->kpack + t * p->D * d->bcp;
-    unsigned char state = atomic_load_explicit(&w->kstate[t], memory_order_acquire);
-    if (state == TILE_FREE &&
-        atomic_compare_exchange_strong_explicit(&w->kstate[t], &state, TILE_CLAIMED,
-                                                memory_order_acquire, memory_order_acquire)) {
-        pack_kt(p, kern, d, b, hk, j0, nj, kt);
-        atomic_store_explicit(&w->kstate[t], TILE_READY, memory_order_release);
-        return kt;
-    }
-    if (state == TILE_READY) return kt;
-    pack_kt(p, kern, d, b, hk, j0, nj, w->kt);
-    return w->kt;
+    const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
+    if (claim == SDPA_CLAIM_READY) return kt;
+    float *dst = claim == SDPA_CLAIM_MINE ? kt : w->kt;
+    pack_kt(p, kern, d, b, hk, j0, nj, dst);
+    if (claim == SDPA_CLAIM_MINE) sdpa_item_done(&w->kstate[t]);
+    return dst;
 }
 
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
@@ -760,7 +751,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p) : 0; /* Kᵀ tiles */
     float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
-    for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], TILE_FREE);
+    for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], SDPA_ITEM_FREE);
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
     const int64_t kv_heads = p->B * p->Hkv, tasks = kv_heads * per_kv * d.split;

@@ -5,10 +5,37 @@
 
 #include "problem.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
+
+/* Work done once per call by whichever task first needs it (the forward's
+ * shared Kᵀ tiles, the backward's row blocks): one state per item, set to
+ * SDPA_ITEM_FREE (or READY) before the tasks start. */
+enum { SDPA_ITEM_FREE, SDPA_ITEM_CLAIMED, SDPA_ITEM_READY };
+typedef enum {
+    SDPA_CLAIM_READY, /* done: its writes are visible (acquire) */
+    SDPA_CLAIM_MINE,  /* the caller does it, then calls sdpa_item_done */
+    SDPA_CLAIM_BUSY,  /* another task is doing it: make a private copy */
+} sdpa_claim;
+
+static inline sdpa_claim sdpa_item_claim(atomic_uchar *state)
+{
+    unsigned char s = atomic_load_explicit(state, memory_order_acquire);
+    if (s == SDPA_ITEM_FREE &&
+        atomic_compare_exchange_strong_explicit(state, &s, SDPA_ITEM_CLAIMED,
+                                                memory_order_acquire, memory_order_acquire))
+        return SDPA_CLAIM_MINE;
+    return s == SDPA_ITEM_READY ? SDPA_CLAIM_READY : SDPA_CLAIM_BUSY;
+}
+
+/* Publishes a claimed item's writes (release). */
+static inline void sdpa_item_done(atomic_uchar *state)
+{
+    atomic_store_explicit(state, SDPA_ITEM_READY, memory_order_release);
+}
 
 /* Workspace pieces start on cache lines. */
 #define SDPA_ALIGN 64
