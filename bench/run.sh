@@ -15,7 +15,8 @@
 # Environment: THREADS (default 2), RUNS (timed calls per row, default 5,
 # after one warm-up; more for small N, fewer for N >= 16384), ROUNDS (times
 # the whole list of rows is repeated, interleaved; make_table.py takes the
-# median; default 2, --quick 1), ISAS (attn kernels rated against the
+# median; default 2, --quick 1), PAIRS (A-B-B-A quadruples per round of each
+# wall-time ratio, default 2), ISAS (attn kernels rated against the
 # targets, default: the best the CPU has, and avx2 below avx512), BUILD_DIR
 # (default build-bench), ATTN_BIN (use this attn binary instead of building
 # one), PYTHON (default /usr/bin/python3, needs torch; rows skipped without
@@ -39,6 +40,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 ROUNDS=${ROUNDS:-$((2 - QUICK))}
+PAIRS=${PAIRS:-2}
 note() { echo "bench: $*" >&2; }
 # sgemm and PyTorch: the machine's own BLAS kernels, whatever the environment forces.
 blas_env() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
@@ -179,6 +181,31 @@ attn() {
 torchb() { [ "$HAVE_TORCH" = 1 ] || return 0; note "torch $*"; row "" blas_env "$PYTHON" "$ROOT/bench/torch_attention.py" $(runs_of "$@") "$@"; }
 ggml() { [ -n "$GGML_BIN" ] || return 0; note "ggml $*"; row "" "$GGML_BIN" $(runs_of "$@") "$@"; }
 
+# paired NAME ISA "ARGS_A" "ARGS_B": the wall-time ratios (causal ÷ unmasked,
+# 1 thread ÷ T threads) from runs right next to each other, A B B A, PAIRS
+# times, with no sgemm between: the two sides share the machine's state,
+# which rows minutes apart do not. ISA "sgemm": OpenBLAS sgemm 2048³ on
+# ARGS threads, for what the machine's own GEMM gains from more threads
+# at the same moments. Tagged "pair"/"slot"/"rep" for
+# make_table.py, which keeps them out of the per-configuration medians.
+paired() {
+    name=$1 isa=$2 a=$3 b=$4
+    note "paired $name: $isa $a | $b"
+    k=1
+    while [ $k -le "$PAIRS" ]; do
+        for slot in a b b a; do
+            if [ $slot = a ]; then args=$a; else args=$b; fi
+            # shellcheck disable=SC2086 # word splitting of the argument lists is intended
+            if [ "$isa" = sgemm ]; then
+                OPENBLAS_NUM_THREADS=$args blas_env "$SGEMM" 2048 7
+            else
+                ATTN_ARCH=$isa "$ATTN_BIN" bench --json $(runs_of $args) $args
+            fi | sed "s/^{/{\"pair\":\"$name\",\"slot\":\"$slot\",\"rep\":\"$round.$k\",/" >>"$OUT"
+        done
+        k=$((k + 1))
+    done
+}
+
 T=$THREADS
 SMALL="--batch 8 --heads 8 --seq 128"    # B·H = 64
 one_round() {
@@ -196,7 +223,14 @@ one_round() {
         attn "$isa" --seq 2048 --mode mha --threads $T
         attn "$isa" --seq 2048 --threads 1
         attn "$isa" --seq 2048 --mode backward --threads 1
+        for mode in forward backward; do
+            paired "causal-$mode" "$isa" "--seq 2048 --mode $mode --threads $T" \
+                "--seq 2048 --mode $mode --causal --threads $T"
+            paired "threads-$mode" "$isa" "--seq 2048 --mode $mode --threads 1" \
+                "--seq 2048 --mode $mode --threads $T"
+        done
     done
+    paired threads-sgemm sgemm 1 "$T"
     attn generic --seq 2048 --threads $T
     attn generic --seq 2048 --mode backward --threads $T
     attn generic --seq 2048 --mode mha --threads $T
