@@ -130,11 +130,17 @@ static bwd_dims backward_dims(const sdpa_problem *p, bool *ok)
     return d;
 }
 
-/* Blocks of BWD_ROWS query rows of every (b, head): the unit in which the
- * per-row quantities (D, statistics, flags) are computed. */
+/* Blocks of BWD_ROWS query rows of one head. */
+static int64_t row_tiles(const sdpa_problem *p)
+{
+    return (p->Nq + BWD_ROWS - 1) / BWD_ROWS;
+}
+
+/* ... of every (b, head): the unit in which the per-row quantities (D,
+ * statistics, flags) are computed. */
 static int64_t row_blocks(const sdpa_problem *p)
 {
-    return p->B * p->Hq * ((p->Nq + BWD_ROWS - 1) / BWD_ROWS);
+    return p->B * p->Hq * row_tiles(p);
 }
 
 typedef struct {
@@ -142,6 +148,8 @@ typedef struct {
     int32_t *start, *end;
     float *own_di, *own_rm, *own_rll; /* a block's row statistics (row_block) */
     uint8_t *own_nf;
+    uint8_t *dq_zeroed; /* per head of the group and block of BWD_ROWS rows: its dQ
+                         * partial rows zeroed by this task yet (dq_row) */
 } bwd_scratch;
 
 static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
@@ -163,6 +171,7 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
     sdpa_size_add(&s, BWD_ROWS, 3, sizeof(float));      /* own_di, own_rm, own_rll */
     sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
+    sdpa_size_add(&s, p->group, row_tiles(p), 1);       /* dq_zeroed */
     return s;
 }
 
@@ -186,6 +195,7 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.own_di = sdpa_take(&base, 3 * BWD_ROWS, sizeof(float));
     w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS;
     w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
+    w.dq_zeroed = sdpa_take(&base, p->group * row_tiles(p), 1);
     return w;
 }
 
@@ -378,7 +388,7 @@ static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, 
 {
     const int64_t row = (b * p->Hq + h) * p->Nq + it;
     const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
-    const int64_t blk = (b * p->Hq + h) * ((p->Nq + BWD_ROWS - 1) / BWD_ROWS) + it / BWD_ROWS;
+    const int64_t blk = (b * p->Hq + h) * row_tiles(p) + it / BWD_ROWS;
     const row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row};
     const sdpa_claim claim = sdpa_item_claim(&rs->state[blk]);
     if (claim == SDPA_CLAIM_READY) return shared;
@@ -393,17 +403,46 @@ static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, 
     return shared;
 }
 
+/* Row i of head h in the task's dQ partial (which holds rows [rlo, rlo +
+ * span) of each head). The rows of i's block of BWD_ROWS are zeroed on the
+ * task's first visit: just before the products add into them, while they
+ * are in cache, rather than all at once up front (dq_leftovers zeroes the
+ * blocks no tile visited). */
+static float *dq_row(const sdpa_problem *p, const bwd_dims *d, int64_t chunk, float *part,
+                     int64_t b, int64_t h, int64_t i, bwd_scratch *w)
+{
+    const int64_t rlo = d->rlo[chunk], span = d->span[chunk], it = i - i % BWD_ROWS;
+    float *head = part + (b * p->Hq + h) * span * d->dp;
+    uint8_t *zeroed = &w->dq_zeroed[(h % p->group) * row_tiles(p) + it / BWD_ROWS];
+    if (!*zeroed) {
+        const int64_t lo = it > rlo ? it : rlo;
+        const int64_t hi = it + BWD_ROWS < rlo + span ? it + BWD_ROWS : rlo + span;
+        if (hi > lo)
+            memset(head + (lo - rlo) * d->dp, 0, (size_t)((hi - lo) * d->dp) * sizeof(float));
+        *zeroed = 1;
+    }
+    return head + (i - rlo) * d->dp;
+}
+
+/* Zeros of the task's dQ partial rows that no tile reached (the sum over
+ * chunks reads every row of every partial). */
+static void dq_leftovers(const sdpa_problem *p, const bwd_dims *d, int64_t chunk, float *part,
+                         int64_t b, int64_t hk, bwd_scratch *w)
+{
+    const int64_t rlo = d->rlo[chunk], rhi = rlo + d->span[chunk];
+    for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
+        for (int64_t it = rlo - rlo % BWD_ROWS; it < rhi; it += BWD_ROWS)
+            dq_row(p, d, chunk, part, b, h, it > rlo ? it : rlo, w);
+}
+
 /* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the
  * chunk's partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
                           int64_t b, int64_t hk, int64_t chunk, const bwd_rows *rs, float *part,
                           bwd_scratch *w)
 {
-    const int64_t span = d->span[chunk];
     part += d->part_at[chunk];
-    if (p->dq)
-        memset(part + (b * p->Hq + hk * p->group) * span * d->dp, 0,
-               (size_t)(p->group * span * d->dp) * sizeof(float));
+    memset(w->dq_zeroed, 0, (size_t)(p->group * row_tiles(p)));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
     const bool want_ds = p->dk || p->dq, direct = sdpa_scores_direct(p, kern);
@@ -445,7 +484,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                                      w->dob, d->dvp, &lddo);
                 const row_view rv = row_block(p, rs, b, h, it, w);
                 const int64_t x0 = i0 - it; /* row i0 in the block's quantities */
-                float *dq_rows = part + ((b * p->Hq + h) * span + i0 - d->rlo[chunk]) * d->dp;
+                float *dq_rows = p->dq ? dq_row(p, d, chunk, part, b, h, i0, w) : NULL;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv =
@@ -537,6 +576,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
             }
         }
     }
+    if (p->dq) dq_leftovers(p, d, chunk, part, b, hk, w);
 }
 
 /* d sink_h = -Σ_(b,i) exp(sink_h - m - ll)·D_i, summed in a fixed order. */
