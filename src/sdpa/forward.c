@@ -109,6 +109,7 @@ typedef struct {
     const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
     float *kpack; /* the shared Kᵀ tiles (fwd_dims.prepacked) */
     atomic_uchar *kstate; /* per shared tile: its sdpa_item_claim state */
+    int64_t kend;         /* the task reads no key from here on */
     float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
     float *qf; /* a 16-bit Q (p->q16): the task's unit rows widened, D floats each */
@@ -201,6 +202,12 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
 /* The shared keys: per kv head, every tile's Kᵀ (D × bcp), and its state. */
 static int64_t key_tiles(const sdpa_problem *p) { return (p->Nk + FWD_KEYS - 1) / FWD_KEYS; }
 
+/* Keys of the tile from key j0. */
+static int64_t tile_keys(const sdpa_problem *p, int64_t j0)
+{
+    return p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
+}
+
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
@@ -254,23 +261,36 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                                 kt, d->bcp);
 }
 
+/* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
+ * caller claims it; the claim. */
+static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                               int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
+{
+    const int64_t t = (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
+    const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
+    if (claim == SDPA_CLAIM_MINE) {
+        pack_kt(p, kern, d, b, hk, j0, tile_keys(p, j0), w->kpack + t * p->D * d->bcp);
+        sdpa_item_done(&w->kstate[t]);
+    }
+    return claim;
+}
+
 /* The shared Kᵀ of the tile from key j0 of kv head (b, hk), all its keys
  * (tasks that see fewer share it): packed by the first task that asks
- * (acquire/release on its state orders the packing before any read), or,
- * while another task is packing it, this task's own copy in w->kt. Every
- * copy holds the same bits. */
+ * (acquire/release on its state orders the packing before any read). A
+ * task that finds it being packed packs the next tile meanwhile (tasks of
+ * one head walk the keys in step: they take turns instead of each packing
+ * every tile), and if it is still not ready then, its own copy in w->kt.
+ * Every copy holds the same bits. */
 static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                               int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
-    const int64_t t = (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
-    const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
-    float *kt = w->kpack + t * p->D * d->bcp;
-    const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
-    if (claim == SDPA_CLAIM_READY) return kt;
-    float *dst = claim == SDPA_CLAIM_MINE ? kt : w->kt;
-    pack_kt(p, kern, d, b, hk, j0, nj, dst);
-    if (claim == SDPA_CLAIM_MINE) sdpa_item_done(&w->kstate[t]);
-    return dst;
+    float *kt = w->kpack + ((b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS) * p->D * d->bcp;
+    if (pack_if_free(p, kern, d, b, hk, j0, w) != SDPA_CLAIM_BUSY) return kt;
+    if (j0 + FWD_KEYS < w->kend) pack_if_free(p, kern, d, b, hk, j0 + FWD_KEYS, w);
+    if (pack_if_free(p, kern, d, b, hk, j0, w) == SDPA_CLAIM_READY) return kt;
+    pack_kt(p, kern, d, b, hk, j0, tile_keys(p, j0), w->kt);
+    return w->kt;
 }
 
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
@@ -573,6 +593,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     }
     if (kbeg < key0) kbeg = key0;
     if (kend > key1) kend = key1;
+    w->kend = kend;
     for (int64_t j0 = kbeg - kbeg % FWD_KEYS; j0 < kend; j0 += FWD_KEYS) {
         const int64_t nj = kend - j0 < FWD_KEYS ? kend - j0 : FWD_KEYS;
         bool packed = false;
