@@ -14,13 +14,12 @@
  *   dK_j += dSᵀ·Q_i                      (forward: S = scale·Q·Kᵀ)
  *   dQ_i += dS·K_j                       (forward: S = scale·Q·Kᵀ)
  *
- * Determinism without atomic sums: a task is (b, kv head, chunk of key
- * tiles) and owns dK/dV of its keys outright (summing the group's query
- * heads in a fixed order). dQ_i collects contributions from every key tile,
- * so each chunk accumulates into its own dQ partial, and whichever of a kv
- * head's chunks finishes last adds its partials in chunk order. The
- * chunking depends only on the shapes, never on the thread count, so
- * results are bit-identical for any number of threads.
+ * Determinism without atomics: a task is (b, kv head, chunk of key tiles)
+ * and owns dK/dV of its keys outright (summing the group's query heads in a
+ * fixed order). dQ_i collects contributions from every key tile, so each
+ * chunk accumulates into its own dQ partial and the partials are added in
+ * chunk order at the end. The chunking depends only on the shapes, never on
+ * the thread count, so results are bit-identical for any number of threads.
  *
  * Sinks: a sink is a logit without a value, so dS_sink = -P_sink·D_i and
  * d sink_h = -Σ_(b,i) exp(sink_h - m_i - ll_i)·D_i.
@@ -592,8 +591,7 @@ static void sum_dq(const sdpa_problem *p, const bwd_dims *d, float *part, int64_
             float *dst = p->dq + AT4(p->dqs, b, h, i, 0), *restrict acc = NULL;
             for (int64_t c = 0; c < d->chunks; ++c) {
                 if (i < d->rlo[c] || i >= d->rlo[c] + d->span[c]) continue;
-                const int64_t at = d->part_at[c] + (bh * d->span[c] + i - d->rlo[c]) * d->dp;
-                float *restrict pc = part + at;
+                float *restrict pc = part + d->part_at[c] + (bh * d->span[c] + i - d->rlo[c]) * d->dp;
                 if (!acc) {
                     acc = pc; /* the first: accumulate into it, contiguous and vectorised */
                     continue;
