@@ -209,7 +209,6 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
-    sdpa_size_add(&s, p->B * p->Hkv, 1, sizeof(atomic_int));   /* chunks done per kv head */
     sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
@@ -580,28 +579,6 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     if (p->dq) dq_leftovers(p, d, chunk, part, b, hk, w);
 }
 
-/* dQ of the query heads reading kv head (b, hk): per row, the sum of the
- * partials of the chunks whose keys it can see, in chunk order (the others
- * hold exact zeros). */
-static void sum_dq(const sdpa_problem *p, const bwd_dims *d, float *part, int64_t b, int64_t hk)
-{
-    for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
-        for (int64_t i = 0; i < p->Nq; ++i) {
-            const int64_t bh = b * p->Hq + h;
-            float *dst = p->dq + AT4(p->dqs, b, h, i, 0), *restrict acc = NULL;
-            for (int64_t c = 0; c < d->chunks; ++c) {
-                if (i < d->rlo[c] || i >= d->rlo[c] + d->span[c]) continue;
-                float *restrict pc = part + d->part_at[c] + (bh * d->span[c] + i - d->rlo[c]) * d->dp;
-                if (!acc) {
-                    acc = pc; /* the first: accumulate into it, contiguous and vectorised */
-                    continue;
-                }
-                for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
-            }
-            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc ? acc[x] : 0.0f;
-        }
-}
-
 /* d sink_h = -Σ_(b,i) exp(sink_h - m - ll)·D_i, summed in a fixed order. */
 static void sink_gradients(const sdpa_problem *p, const float *rm, const float *rll,
                            const float *di)
@@ -634,7 +611,6 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
-    atomic_int *chunks_done = sdpa_take(&cursor, p->B * p->Hkv, sizeof(atomic_int));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
@@ -683,7 +659,6 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         sink_gradients(p, rm, rll, di);
     }
 
-    for (int64_t x = 0; x < p->B * p->Hkv; ++x) atomic_init(&chunks_done[x], 0);
     const int64_t tasks = p->B * p->Hkv * d.chunks;
 #pragma omp parallel num_threads(threads)
     {
@@ -692,12 +667,26 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
             backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, &rs, part, &w);
-            /* The kv head's last chunk to finish sums its dQ (acq_rel: the
-             * other chunks' partials are visible), beside the others' tasks
-             * rather than in a pass after them all. */
-            if (p->dq && atomic_fetch_add_explicit(&chunks_done[bh], 1, memory_order_acq_rel) ==
-                             d.chunks - 1)
-                sum_dq(p, &d, part, bh / p->Hkv, bh % p->Hkv);
+        }
+    }
+
+    /* dQ = Σ partials of the chunks whose keys the row can see, in chunk
+     * order (the others hold exact zeros). */
+    if (p->dq) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
+        for (int64_t row = 0; row < d.rows; ++row) {
+            const int64_t i = row % p->Nq, bh = row / p->Nq;
+            float *dst = p->dq + AT4(p->dqs, bh / p->Hq, bh % p->Hq, i, 0), *restrict acc = NULL;
+            for (int64_t c = 0; c < d.chunks; ++c) {
+                if (i < d.rlo[c] || i >= d.rlo[c] + d.span[c]) continue;
+                float *restrict pc = part + d.part_at[c] + (bh * d.span[c] + i - d.rlo[c]) * d.dp;
+                if (!acc) {
+                    acc = pc; /* the first: accumulate into it, contiguous and vectorised */
+                    continue;
+                }
+                for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
+            }
+            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc ? acc[x] : 0.0f;
         }
     }
     free(owned);
