@@ -31,14 +31,15 @@ import tempfile
 
 # (part, pattern on "dso symbol"), first match wins. GCC outlines the
 # backward's OpenMP regions in source order: ._omp_fn.0 computes every
-# row's D and statistics up front (with sink gradients only), ._omp_fn.1
-# runs the tasks (which compute them on first use and sum dQ, sum_dq).
+# row's D and statistics up front (with sink gradients only; otherwise the
+# tasks do, in row_quantities), ._omp_fn.1 runs the tasks, ._omp_fn.2 sums
+# the dQ partials.
 PARTS = [
     ("GEMM microkernel", r"_gemm|gemm_"),
     ("exp / softmax", r"softmax|_probs|dsoftmax|vexp|\bexpf|__exp"),
     ("packing (transposes, copies)", r"transpose|pack|memcpy|memmove"),
     ("reductions (D, dQ partials, row finish, LSE)",
-     r"backward\._omp_fn\.0\b|row_quantities|sum_dq|finish_row|merge_row|logf"),
+     r"backward\._omp_fn\.[02]\b|row_quantities|finish_row|merge_row|logf"),
     ("synchronisation (OpenMP runtime)", r"^libgomp"),
     ("tile planning, task loop, zeroing", r"plan_tile|_omp_fn|_task|row_keys|memset"),
 ]
