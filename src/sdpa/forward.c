@@ -17,9 +17,8 @@
  * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
  * packed once per call instead of once per task (float32, the size of K):
  * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). The
- * first task to reach a tile packs it, between its products (a phase of
- * transposes alone would wait on memory with every thread); a task that
- * finds it being packed by another packs its own copy.
+ * first task to reach a tile packs it, between its products: a phase of
+ * transposes alone would wait on memory with every thread (shared_kt).
  * Attention weights, when requested, are written by a second sweep over the
  * key tiles of the task from the final LSE (w = exp(scale·s + bias - lse)),
  * which costs one more Q·Kᵀ.
@@ -261,12 +260,18 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                                 kt, d->bcp);
 }
 
+/* Index of the shared tile from key j0 of kv head (b, hk). */
+static int64_t shared_tile(const sdpa_problem *p, int64_t b, int64_t hk, int64_t j0)
+{
+    return (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
+}
+
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
  * caller claims it; the claim. */
 static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                                int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
-    const int64_t t = (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
+    const int64_t t = shared_tile(p, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
         pack_kt(p, kern, d, b, hk, j0, tile_keys(p, j0), w->kpack + t * p->D * d->bcp);
@@ -285,7 +290,7 @@ static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, 
 static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                               int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
-    float *kt = w->kpack + ((b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS) * p->D * d->bcp;
+    float *kt = w->kpack + shared_tile(p, b, hk, j0) * p->D * d->bcp;
     if (pack_if_free(p, kern, d, b, hk, j0, w) != SDPA_CLAIM_BUSY) return kt;
     if (j0 + FWD_KEYS < w->kend) pack_if_free(p, kern, d, b, hk, j0 + FWD_KEYS, w);
     if (pack_if_free(p, kern, d, b, hk, j0, w) == SDPA_CLAIM_READY) return kt;
