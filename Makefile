@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build build-quiet test demo asan tsan fuzz clean install stress-full python
+.PHONY: all build build-quiet test demo asan tsan fuzz clean install stress-full python tile-cycles
 
 all: build
 
@@ -81,5 +81,13 @@ fuzz:
 	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log; \
 	done
 
+# Cycles per part of the fused kernels, unmasked beside causal, from the
+# profiling build (-DATTN_PROFILE=ON; bench/tile_cycles.c): e.g.
+#   make tile-cycles ARGS="--threads 2 --mode backward"
+tile-cycles:
+	@cmake -S . -B build-profile -DATTN_PROFILE=ON -DATTN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build-profile -j $(JOBS) --target tile_cycles >build-profile/build.log 2>&1 || { cat build-profile/build.log; exit 1; }
+	@./build-profile/tile_cycles $(ARGS)
+
 clean:
-	@rm -rf build build-asan build-tsan build-fuzz
+	@rm -rf build build-asan build-tsan build-fuzz build-profile

@@ -31,6 +31,7 @@
  * in the sequence length.
  */
 #include "fused_util.h"
+#include "profile.h"
 
 
 enum {
@@ -598,6 +599,7 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
 
 attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
+    SDPA_PROF_START(t_call);
     bool ok;
     const bwd_dims d = backward_dims(p, &ok);
     size_t per_thread, fwd_bytes;
@@ -660,15 +662,21 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     }
 
     const int64_t tasks = p->B * p->Hkv * d.chunks;
+    SDPA_PROF_START(t_loop);
 #pragma omp parallel num_threads(threads)
     {
+        SDPA_PROF_START(t_setup);
         bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
+        SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
+            SDPA_PROF_START(t_task);
             backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, &rs, part, &w);
+            SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
         }
     }
+    SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
 
     /* dQ = Σ partials of the chunks whose keys the row can see, in chunk
      * order (the others hold exact zeros). */
@@ -690,5 +698,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         }
     }
     free(owned);
+    SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
+    SDPA_PROF_CALL(SDPA_PROF_BACKWARD);
     return ATTN_OK;
 }

@@ -41,6 +41,7 @@
  * order, so results do not depend on the thread count or scheduling.
  */
 #include "fused_util.h"
+#include "profile.h"
 #include "../kernels/bf16dot.h"
 
 
@@ -605,13 +606,18 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
             unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+            SDPA_PROF_START(t_plan);
             const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
                                                w->bias, d->bcp);
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_PLAN, t_plan);
             if (t.cols == 0) continue; /* hidden: not even packed */
             if (!packed) {
+                SDPA_PROF_START(t_pack);
                 pack_kv(p, kern, d, b, hk, j0, nj, w, true);
+                SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_PACK, t_pack);
                 packed = true;
             }
+            SDPA_PROF_COUNT(SDPA_PROF_FORWARD, t.ragged, sdpa_prof_visible(w->start, w->end, mi), 0);
             float *rowmax = w->rowmax + e * FWD_ROWS, *rowsum = w->rowsum + e * FWD_ROWS;
             float *alpha = w->alpha + e * FWD_ROWS, *o = w->o + e * FWD_ROWS * d->dvp;
             int64_t q_rs, q_cs;
@@ -633,6 +639,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
             /* S = Q·Kᵀ over the visible columns only, one GEMM for each run
              * of bands with the same column panels. */
+            SDPA_PROF_START(t_scores);
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
                 r1 = band_run_end(band_c0, band_c1, r0, mi, npad);
                 const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
@@ -641,6 +648,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                     hi = band_c1[r / FWD_BAND] > hi ? band_c1[r / FWD_BAND] : hi;
                 const int64_t c1 = sdpa_round_up(hi, npad);
                 const float *qr = qu + r0 * q_rs;
+                SDPA_PROF_COUNT(SDPA_PROF_FORWARD, t.ragged, 0, (uint64_t)(rb * (c1 - c0)));
                 if (c1 > c0 && d->direct) {
                     const size_t ve = attn_dtype_size(p->vt);
                     const sdpa_prefetch vpf = {
@@ -663,10 +671,12 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
                 }
             }
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, t.ragged, SDPA_PROF_SCORES, t_scores);
             /* The online softmax in one call for all rows from the first to
              * the last band that sees a column, over the columns of all of
              * them: each row's own bounds hide the rest (never read as
              * scores). Rows outside keep their statistics (none visible). */
+            SDPA_PROF_START(t_softmax);
             int64_t ra = mi, rz = 0, sc0 = d->bcp, scn = 0;
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t x = r0 / FWD_BAND;
@@ -682,10 +692,12 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 kern->softmax_online(rz - ra, sc0, scn, &lg, w->s + ra * d->bcp, d->bcp,
                                      rowmax + ra, rowsum + ra, alpha + ra, vmax);
             }
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, t.ragged, SDPA_PROF_SOFTMAX, t_softmax);
             /* Per run of bands with the same columns: dropout (on P after
              * the row sums took it whole), O = alpha∘O + P·V. Rows that saw
              * nothing keep O (alpha would be 1), unless O is still to be
              * set (k = 0 zeroes it). */
+            SDPA_PROF_START(t_pv);
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
                 r1 = band_run_end(band_c0, band_c1, r0, mi, 1);
                 const int64_t rb = r1 - r0;
@@ -698,9 +710,11 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                         o + r0 * d->dvp, d->dvp, alpha + r0, nj,
                         o_set[e] ? SDPA_GEMM_SCALE_ADD : SDPA_GEMM_SET);
             }
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, t.ragged, SDPA_PROF_PV, t_pv);
             o_set[e] = true;
         }
     }
+    SDPA_PROF_START(t_finish);
     /* A unit no tile reached still finishes from O = 0 (a row with a sink
      * has sum 1 and no key). */
     for (int64_t e = 0; e < nu; ++e)
@@ -731,6 +745,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                           lse_rows, w);
         }
     }
+    SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_FINISH, t_finish);
 }
 
 /* Split-KV: row (b, h, i)'s chunks merged in chunk order,
@@ -759,6 +774,7 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
+    SDPA_PROF_START(t_call);
     fwd_dims d = forward_dims(p);
     d.direct = sdpa_scores_direct(p, kern); /* the workspace has room either way */
     d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
@@ -784,9 +800,12 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const bool causal = p->causal != ATTN_CAUSAL_NONE;
     const int threads = p->threads;
 
+    SDPA_PROF_START(t_loop);
 #pragma omp parallel num_threads(threads)
     {
+        SDPA_PROF_START(t_setup);
         fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
+        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
         w.kpack = kpack;
         w.kstate = kstate;
 #pragma omp for schedule(dynamic, 1)
@@ -798,7 +817,9 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             const int64_t k = causal ? per_kv - 1 - tu / kv_heads : tu % per_kv;
             const int64_t bh = causal ? tu % kv_heads : tu / per_kv, u0 = k * d.per_task;
             const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
+            SDPA_PROF_START(t_task);
             forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
         }
         if (d.split > 1) {
             float *o = w.o; /* a free accumulator row */
@@ -808,6 +829,9 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
                           row % p->Nq, o);
         }
     }
+    SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
     free(owned);
+    SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
+    SDPA_PROF_CALL(SDPA_PROF_FORWARD);
     return ATTN_OK;
 }
