@@ -583,18 +583,20 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 w->q16[(e * FWD_ROWS + r) * p->D + l] = src[r * d->q_rs + l * p->qs[3]];
     }
 
-    /* Keys outside [kbeg, kend) are visible to none of the units' rows. */
+    /* Keys outside [kbeg, kend) are visible to none of the units' rows. The
+     * bounds are monotone within a head: each head's first and last rows of
+     * a unit give them (the first bounds it, empty or not). */
     int64_t kbeg = key1, kend = key0;
     for (int64_t e = 0; e < nu; ++e) {
         int64_t h, i0, mi, lo, hi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        for (int64_t r = 0; r < mi; ++r) {
-            const int64_t g = i0 + r;
-            /* the bounds are monotone within a head: its first and last rows */
-            if (r > 0 && r < mi - 1 && g % p->Nq != 0 && (g + 1) % p->Nq != 0) continue;
+        for (int64_t g = i0, next; g < i0 + mi; g = next) {
+            next = (g / p->Nq + 1) * p->Nq; /* the next head's first row */
+            next = next < i0 + mi ? next : i0 + mi;
             sdpa_row_keys(p, g % p->Nq, &lo, &hi);
-            if (lo < kbeg) kbeg = lo; /* a head's first row bounds it, empty or not */
-            if (hi > kend) kend = hi;
+            kbeg = lo < kbeg ? lo : kbeg;
+            sdpa_row_keys(p, (next - 1) % p->Nq, &lo, &hi);
+            kend = hi > kend ? hi : kend;
         }
     }
     if (kbeg < key0) kbeg = key0;

@@ -105,9 +105,11 @@ sdpa_tile sdpa_plan_tile(const sdpa_problem *p, const sdpa_kernels *kern, int64_
     /* ... and when the last row starts and the first row ends outside the
      * tile, every row sees all of it (most tiles of a causal call). */
     const bool whole = one_head && lo1 <= j0 && hi0 >= j0 + nj;
+    const int64_t i_first = i0 % p->Nq; /* one head: row r is query row i_first + r */
     for (int64_t r = 0; r < mi; ++r) {
         int64_t lo = lo0, hi = hi0;
-        if (!same && !whole) sdpa_row_keys(p, (i0 + r) % p->Nq, &lo, &hi);
+        if (!same && !whole)
+            sdpa_row_keys(p, one_head ? i_first + r : (i0 + r) % p->Nq, &lo, &hi);
         lo -= j0, hi -= j0;
         lo = lo < 0 ? 0 : lo > nj ? nj : lo;
         hi = hi < lo ? lo : hi > nj ? nj : hi;
