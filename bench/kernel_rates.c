@@ -2,10 +2,10 @@
  *   peak       16 independent 512-bit (AVX2: 256-bit) FMAs per loop step,
  *              inline assembly, so nothing but FMAs issues;
  *   GEMM       the kernel table's microkernel on one unit-tile of the fused
- *              forward (96 query rows × 64 keys × 64 features, in L1/L2):
+ *              forward (96 query rows × SDPA_KEY_TILE keys × 64 features, in L1/L2):
  *              S = Q·Kᵀ with its row maxima (gemm_max), O = alpha∘O + P·V
  *              (SDPA_GEMM_SCALE_ADD), and plain C = A·B (SDPA_GEMM_SET);
- *   softmax    softmax_online over that 96 × 64 score tile (ns per tile),
+ *   softmax    softmax_online over that score tile (ns per tile),
  *              fed the maxima from gemm_max as the forward does.
  * Medians of 7 timed batches; the peak from the fastest batch (a busy
  * sibling hyperthread or a lower clock only ever slows the loop down).
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { M = 96, N = 64, K = 64, REPS = 7 };
+enum { M = 96, N = SDPA_KEY_TILE, K = 64, REPS = 7 }; /* one unit-tile of the forward */
 
 static double now(void)
 {

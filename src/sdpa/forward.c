@@ -3,8 +3,9 @@
  *
  * A task is (batch b, kv head hk, up to FWD_UNITS "units"), a unit being
  * FWD_ROWS query rows of one query head reading hk: consecutive row blocks
- * of a head and/or the heads of a GQA group. For each key tile of FWD_KEYS
- * keys the task packs Kᵀ and V once, then for each of its units:
+ * of a head and/or the heads of a GQA group. For each key tile (FWD_KEYS
+ * keys; FWD_DIRECT_KEYS for direct scores, below) the task packs Kᵀ and V
+ * once, then for each of its units:
  *   S  = Q·Kᵀ              (rows × keys; Q read in place, any strides)
  *   P  = exp(scale·S + bias - m_new), m and l updated   (online softmax)
  *   O  = alpha∘O + P·V     (alpha rescales rows whose max grew)
@@ -48,21 +49,27 @@
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
     FWD_KEYS = SDPA_KEY_TILE, /* keys per tile (multiple of SDPA_MAX_NPAD) */
+    FWD_DIRECT_KEYS = 64,     /* keys per tile of direct scores: the V rows it prefetches stay in
+                               * L1 at D = 128 (with 128 keys a 2-thread float32 decode step
+                               * over 32768 keys took 5% longer) */
     FWD_UNITS = 6,            /* row blocks (of any heads of the group) sharing a K/V tile */
     FWD_BAND = 12,            /* rows whose visible columns are bounded together (× every MR) */
     FWD_DECODE_ROWS = 16,     /* at most this many query rows: a decoding shape */
-    FWD_SPLIT_KEYS = 2048,    /* keys per split-KV chunk (a multiple of FWD_KEYS) */
+    FWD_SPLIT_KEYS = 2048,    /* keys per split-KV chunk (a multiple of both tiles) */
     FWD_MAX_SPLIT = 64,
 };
 
 _Static_assert(FWD_ROWS % FWD_BAND == 0, "row bands must tile a row block");
-_Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0, "key tiles are whole column panels");
+_Static_assert(FWD_KEYS % SDPA_MAX_NPAD == 0 && FWD_DIRECT_KEYS % SDPA_MAX_NPAD == 0,
+               "key tiles are whole column panels");
+_Static_assert(FWD_DIRECT_KEYS <= FWD_KEYS, "the scratch holds FWD_KEYS keys");
 
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
     bool dot;         /* bfloat16 pair dot products (p->bf16_dot, where the CPU has them) */
     bool prepacked;   /* every Kᵀ tile packed once per call, shared by all tasks */
+    int64_t keys;     /* keys per tile: FWD_KEYS, or FWD_DIRECT_KEYS (direct) */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
     int64_t per_task; /* units per task */
@@ -73,13 +80,14 @@ typedef struct {
 static fwd_dims forward_dims(const sdpa_problem *p)
 {
     fwd_dims d;
-    d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD);
+    d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD); /* the caller's with direct */
     d.dvp = sdpa_round_up(p->Dv, SDPA_MAX_NPAD);
     const bool decode = p->Nq <= FWD_DECODE_ROWS && !p->w;
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
     d.direct = d.dot = false; /* set by the caller, which knows the kernels */
+    d.keys = FWD_KEYS;
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
@@ -98,9 +106,9 @@ static fwd_dims forward_dims(const sdpa_problem *p)
 static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int64_t *k0,
                        int64_t *k1)
 {
-    const int64_t tiles = (p->Nk + FWD_KEYS - 1) / FWD_KEYS;
-    *k0 = tiles * c / d->split * FWD_KEYS;
-    *k1 = c + 1 == d->split ? p->Nk : tiles * (c + 1) / d->split * FWD_KEYS;
+    const int64_t tiles = (p->Nk + d->keys - 1) / d->keys;
+    *k0 = tiles * c / d->split * d->keys;
+    *k1 = c + 1 == d->split ? p->Nk : tiles * (c + 1) / d->split * d->keys;
 }
 
 /* Per-thread scratch, in the order forward_thread_bytes sizes it. */
@@ -142,7 +150,7 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
     sdpa_size s = {0, true};
     const int64_t rows = task_rows(d);
     sdpa_size_add(&s, p->D, d->bcp, sizeof(float));    /* kt */
-    sdpa_size_add(&s, FWD_KEYS, d->dvp, sizeof(float)); /* v */
+    sdpa_size_add(&s, d->keys, d->dvp, sizeof(float)); /* v */
     sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* s */
     sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(float)); /* bias */
     sdpa_size_add(&s, rows, d->dvp, sizeof(float));     /* o */
@@ -168,7 +176,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     fwd_scratch w;
     const int64_t rows = task_rows(d);
     w.kt = sdpa_take(&base, p->D * d->bcp, sizeof(float));
-    w.v = sdpa_take(&base, FWD_KEYS * d->dvp, sizeof(float));
+    w.v = sdpa_take(&base, d->keys * d->dvp, sizeof(float));
     w.s = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));
     w.bias = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(float));
     w.o = sdpa_take(&base, rows * d->dvp, sizeof(float));
@@ -200,19 +208,22 @@ static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
 }
 
 /* The shared keys: per kv head, every tile's Kᵀ (D × bcp), and its state. */
-static int64_t key_tiles(const sdpa_problem *p) { return (p->Nk + FWD_KEYS - 1) / FWD_KEYS; }
+static int64_t key_tiles(const sdpa_problem *p, const fwd_dims *d)
+{
+    return (p->Nk + d->keys - 1) / d->keys;
+}
 
 /* Keys of the tile from key j0. */
-static int64_t tile_keys(const sdpa_problem *p, int64_t j0)
+static int64_t tile_keys(const sdpa_problem *p, const fwd_dims *d, int64_t j0)
 {
-    return p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
+    return p->Nk - j0 < d->keys ? p->Nk - j0 : d->keys;
 }
 
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
     int64_t tiles = 0;
-    if (d->prepacked && !attn_mul_ok(p->B * p->Hkv, key_tiles(p), &tiles)) s.ok = false;
+    if (d->prepacked && !attn_mul_ok(p->B * p->Hkv, key_tiles(p, d), &tiles)) s.ok = false;
     sdpa_size_add(&s, d->prepacked ? tiles : 0, p->D * d->bcp, sizeof(float));
     sdpa_size_add(&s, d->prepacked ? tiles : 0, 1, sizeof(atomic_uchar));
     return s;
@@ -262,9 +273,10 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
 }
 
 /* Index of the shared tile from key j0 of kv head (b, hk). */
-static int64_t shared_tile(const sdpa_problem *p, int64_t b, int64_t hk, int64_t j0)
+static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
+                           int64_t j0)
 {
-    return (b * p->Hkv + hk) * key_tiles(p) + j0 / FWD_KEYS;
+    return (b * p->Hkv + hk) * key_tiles(p, d) + j0 / d->keys;
 }
 
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
@@ -272,10 +284,10 @@ static int64_t shared_tile(const sdpa_problem *p, int64_t b, int64_t hk, int64_t
 static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                                int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
-    const int64_t t = shared_tile(p, b, hk, j0);
+    const int64_t t = shared_tile(p, d, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
-        pack_kt(p, kern, d, b, hk, j0, tile_keys(p, j0), w->kpack + t * p->D * d->bcp);
+        pack_kt(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kpack + t * p->D * d->bcp);
         sdpa_item_done(&w->kstate[t]);
     }
     return claim;
@@ -291,11 +303,11 @@ static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, 
 static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                               int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
-    float *kt = w->kpack + shared_tile(p, b, hk, j0) * p->D * d->bcp;
+    float *kt = w->kpack + shared_tile(p, d, b, hk, j0) * p->D * d->bcp;
     if (pack_if_free(p, kern, d, b, hk, j0, w) != SDPA_CLAIM_BUSY) return kt;
-    if (j0 + FWD_KEYS < w->kend) pack_if_free(p, kern, d, b, hk, j0 + FWD_KEYS, w);
+    if (j0 + d->keys < w->kend) pack_if_free(p, kern, d, b, hk, j0 + d->keys, w);
     if (pack_if_free(p, kern, d, b, hk, j0, w) == SDPA_CLAIM_READY) return kt;
-    pack_kt(p, kern, d, b, hk, j0, tile_keys(p, j0), w->kt);
+    pack_kt(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kt);
     return w->kt;
 }
 
@@ -378,8 +390,8 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
                           const float *lse, fwd_scratch *w)
 {
     const int64_t hk = h / p->group;
-    for (int64_t j0 = 0; j0 < p->Nk; j0 += FWD_KEYS) {
-        const int64_t nj = p->Nk - j0 < FWD_KEYS ? p->Nk - j0 : FWD_KEYS;
+    for (int64_t j0 = 0; j0 < p->Nk; j0 += d->keys) {
+        const int64_t nj = tile_keys(p, d, j0);
         const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
                                            w->bias, d->bcp);
         if (t.cols > 0) {
@@ -602,8 +614,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     if (kbeg < key0) kbeg = key0;
     if (kend > key1) kend = key1;
     w->kend = kend;
-    for (int64_t j0 = kbeg - kbeg % FWD_KEYS; j0 < kend; j0 += FWD_KEYS) {
-        const int64_t nj = kend - j0 < FWD_KEYS ? kend - j0 : FWD_KEYS;
+    for (int64_t j0 = kbeg - kbeg % d->keys; j0 < kend; j0 += d->keys) {
+        const int64_t nj = kend - j0 < d->keys ? kend - j0 : d->keys;
         bool packed = false;
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
@@ -779,6 +791,10 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     SDPA_PROF_START(t_call);
     fwd_dims d = forward_dims(p);
     d.direct = sdpa_scores_direct(p, kern); /* the workspace has room either way */
+    if (d.direct) { /* smaller tiles, and scratch to match */
+        d.keys = FWD_DIRECT_KEYS;
+        d.bcp = sdpa_round_up(d.keys, SDPA_MAX_NPAD);
+    }
     d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
@@ -792,7 +808,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
     float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
-    const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p) : 0; /* Kᵀ tiles */
+    const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p, &d) : 0; /* Kᵀ tiles */
     float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
     for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], SDPA_ITEM_FREE);
