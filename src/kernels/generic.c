@@ -70,7 +70,7 @@ static inline float exp_generic(float x)
  */
 typedef float gemm_v4 __attribute__((vector_size(16)));
 enum { GEMM_MR = 6, GEMM_NV = 2, GEMM_NR = 4 * GEMM_NV }; /* 6 × 8 sums: 12 of 16 SSE registers */
-_Static_assert(16 % GEMM_NR == 0, "gemm column counts (multiples of npad 16) are whole blocks");
+_Static_assert(8 % GEMM_NR == 0, "gemm column counts (multiples of npad / 2 = 8) are whole blocks");
 
 static inline gemm_v4 v4_load(const float *p)
 {

@@ -11,7 +11,8 @@
  *
  * Layout conventions shared by all primitives:
  *   - "n" column counts handed to sdpa_gemm_fn are multiples of the table's
- *     npad; B and C rows are unit-stride (any alignment).
+ *     npad, or of npad / 2 (a last half panel: the score rows of a diagonal
+ *     tile end there); B and C rows are unit-stride (any alignment).
  *   - A operands are read one element at a time (broadcast), so any strides
  *     work: element (r, l) of A is a[r*a_rs + l*a_cs].
  */
@@ -33,7 +34,7 @@ typedef enum {
 /*
  * C (m × n) ⊕= A (m × k) · B (k × n)
  *   A(r, l) = a[r*a_rs + l*a_cs]           any strides
- *   B(l, :) = b + l*ldb                    n contiguous floats, n % npad == 0
+ *   B(l, :) = b + l*ldb                    n contiguous floats, n % (npad/2) == 0
  *   C(r, :) = c + r*ldc                    n contiguous floats
  *   row_scale[m] only for SDPA_GEMM_SCALE_ADD.
  * k may be 0 (C = 0, C, or scaled C).

@@ -99,25 +99,26 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
 #define WIDE_ROWS (VW == 16 ? 4 : 2)
 
 /* One microtile of `rows` rows with the smallest instance that holds them
- * (1, 2, 4 or MR rows of accumulators): a decoding step's one to four
- * stacked rows do not pay for MR. */
+ * (1, 2, 4 or MR rows of accumulators) and nv vectors (NV, or 1 for a last
+ * half panel): a decoding step's one to four stacked rows do not pay for MR. */
 static inline __attribute__((always_inline)) void
 SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                     attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                    const float *row_scale, sdpa_gemm_mode mode, float *vmax, bool vmax_first)
+                    const float *row_scale, sdpa_gemm_mode mode, float *vmax, bool vmax_first,
+                    const int nv)
 {
     if (rows == 1)
         SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
-                        vmax_first, 1, NV);
+                        vmax_first, 1, nv);
     else if (rows == 2)
         SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
-                        vmax_first, 2, NV);
+                        vmax_first, 2, nv);
     else if (rows <= 4)
         SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
-                        vmax_first, 4, NV);
+                        vmax_first, 4, nv);
     else
         SIMD(microtile)(k, a, a_rs, a_cs, b, bt, ldb, c, ldc, rows, row_scale, mode, vmax,
-                        vmax_first, MR, NV);
+                        vmax_first, MR, nv);
 }
 
 /* The same, two column panels at once, for rows <= WIDE_ROWS. */
@@ -160,19 +161,28 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
                 SIMD(microtile_wide)(k, a, a_rs, a_cs, bj, bt, ldb, c + j0, ldc, m, row_scale,
                                      mode, vmax, j0 == 0);
         }
-    for (int64_t j = j0; j < n; j += NR)
+    for (int64_t j = j0; j < n; j += NR) {
+        const bool half = n - j < NR; /* the last VW columns: one vector per row */
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
             float *vm = vmax ? vmax + i * SDPA_MAX_VW : NULL;
             const void *bj = (const char *)b + (size_t)j * es;
-            if (a_cs == 1)
-                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, c + i * ldc + j, ldc,
-                                    rows, rs, mode, vm, j == 0);
+            float *cij = c + i * ldc + j;
+            if (a_cs == 1 && !half)
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, cij, ldc, rows, rs,
+                                    mode, vm, j == 0, NV);
+            else if (a_cs == 1)
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, cij, ldc, rows, rs,
+                                    mode, vm, j == 0, 1);
+            else if (!half)
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, cij, ldc, rows, rs,
+                                    mode, vm, j == 0, NV);
             else
-                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, c + i * ldc + j,
-                                    ldc, rows, rs, mode, vm, j == 0);
+                SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, cij, ldc, rows, rs,
+                                    mode, vm, j == 0, 1);
         }
+    }
 }
 
 static void SIMD(gemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,

@@ -546,8 +546,8 @@ static float *partial_at(const sdpa_problem *p, const fwd_dims *d, float *part, 
 }
 
 /* One past the last row of the run of bands from row r0 (a band start)
- * that share their columns [c0, c1), c1 rounded up to `round` (npad: the
- * panels of a score GEMM; 1: the exact keys of a P·V). */
+ * that share their columns [c0, c1), c1 rounded up to `round` (the panels,
+ * or half panels, of a score GEMM; 1: the exact keys of a P·V). */
 static int64_t band_run_end(const int64_t *band_c0, const int64_t *band_c1, int64_t r0,
                             int64_t mi, int64_t round)
 {
@@ -653,15 +653,18 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             const float *vmax =
                 uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
             /* S = Q·Kᵀ over the visible columns only, one GEMM for each run
-             * of bands with the same column panels. */
+             * of bands with the same column panels; the float32 GEMMs end
+             * in half a panel where that holds the bands' last keys (the
+             * softmax never reads the columns past a row's keys). */
+            const int64_t spad = d->direct || d->dot ? npad : npad / 2;
             SDPA_PROF_START(t_scores);
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
-                r1 = band_run_end(band_c0, band_c1, r0, mi, npad);
+                r1 = band_run_end(band_c0, band_c1, r0, mi, spad);
                 const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
                 int64_t hi = 0; /* the run's last key (direct scores read no further) */
                 for (int64_t r = r0; r < r1; r += FWD_BAND)
                     hi = band_c1[r / FWD_BAND] > hi ? band_c1[r / FWD_BAND] : hi;
-                const int64_t c1 = sdpa_round_up(hi, npad);
+                const int64_t c1 = sdpa_round_up(hi, spad);
                 const float *qr = qu + r0 * q_rs;
                 SDPA_PROF_COUNT(SDPA_PROF_FORWARD, t.ragged, 0, (uint64_t)(rb * (c1 - c0)));
                 if (c1 > c0 && d->direct) {
