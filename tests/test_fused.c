@@ -919,10 +919,13 @@ static void test_scores_rows(tu_suite *s, const tu_options *opt)
 /* ------------------------------------------------------------ GEMM instances */
 
 /* The kernels' GEMM picks its microtile by the number of rows (1, 2, 4 or
- * MR rows of accumulators, one column panel or, for a few rows, two): rows
- * 0..m-1 of an m-row product must be bitwise those of the same rows in a
- * product of more rows, and rows m.. untouched, for every mode and width,
- * A read by rows or by columns, and B in float32 or (gemm16) bfloat16. */
+ * MR rows of accumulators, one column panel or, for a few rows, two) and
+ * the columns (a last half panel when n is an odd multiple of npad / 2):
+ * rows 0..m-1 of an m-row product must be bitwise those of the same rows in
+ * a product of more rows, its n columns those of a product over all N
+ * columns, and rows m.. and columns n.. untouched, for every mode and
+ * width, A read by rows or by columns, and B in float32 or (gemm16)
+ * bfloat16. */
 static void test_gemm_instances(tu_suite *s, const tu_options *opt)
 {
     tu_group g;
@@ -930,7 +933,7 @@ static void test_gemm_instances(tu_suite *s, const tu_options *opt)
     isa_entry isas[3];
     const int nisa = available_isas(isas);
     enum { M = 13, K = 70, N = 192 };
-    static float a[M * K], b[K * N], c0[M * N], full[M * N], part[M * N], scale[M];
+    static float a[M * K], b[K * N], c0[M * N], wide[M * N], full[M * N], part[M * N], scale[M];
     static uint16_t b16[K * N];
     tu_rng rng;
     tu_rng_seed(&rng, opt->seed);
@@ -949,32 +952,40 @@ static void test_gemm_instances(tu_suite *s, const tu_options *opt)
         bool ok = true;
         for (int bt = 0; bt < (kern->gemm16 ? 2 : 1) && ok; ++bt)
             for (int by_cols = 0; by_cols < 2 && ok; ++by_cols)
-                for (int md = 0; md < 3 && ok; ++md)
-                    for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
+                for (int md = 0; md < 3 && ok; ++md) {
+                    /* A as M × K rows, or read down the columns of a K × M array */
+                    const int64_t a_rs = by_cols ? 1 : K, a_cs = by_cols ? M : 1;
+                    /* C = A·B over rows [0, m) and columns [0, n) of c, from c0 */
+#define PRODUCT(c, m, n)                                                                         \
+    do {                                                                                       \
+        memcpy(c, c0, sizeof c0);                                                              \
+        if (bt)                                                                                \
+            kern->gemm16(ATTN_BF16, m, n, K, a, a_rs, a_cs, b16, N, c, N, scale, modes[md]);  \
+        else                                                                                   \
+            kern->gemm(m, n, K, a, a_rs, a_cs, b, N, c, N, scale, modes[md]);                  \
+    } while (0)
+                    PRODUCT(wide, M, N);
+                    for (int64_t n = kern->npad / 2; n <= N && ok; n += kern->npad / 2)
                         for (int64_t m = 1; m <= 6 && ok; ++m) {
-                            /* A as M × K rows, or read down the columns of a K × M array */
-                            const int64_t a_rs = by_cols ? 1 : K, a_cs = by_cols ? M : 1;
-                            memcpy(full, c0, sizeof full);
-                            memcpy(part, c0, sizeof part);
-                            if (bt) {
-                                kern->gemm16(ATTN_BF16, M, n, K, a, a_rs, a_cs, b16, N, full, N,
-                                             scale, modes[md]);
-                                kern->gemm16(ATTN_BF16, m, n, K, a, a_rs, a_cs, b16, N, part, N,
-                                             scale, modes[md]);
-                            } else {
-                                kern->gemm(M, n, K, a, a_rs, a_cs, b, N, full, N, scale, modes[md]);
-                                kern->gemm(m, n, K, a, a_rs, a_cs, b, N, part, N, scale, modes[md]);
-                            }
+                            PRODUCT(full, M, n);
+                            PRODUCT(part, m, n);
                             ok = memcmp(full, part, sizeof(float) * (size_t)(m * N)) == 0 &&
                                  memcmp(part + m * N, c0 + m * N,
                                         sizeof(float) * (size_t)((M - m) * N)) == 0;
+                            for (int64_t r = 0; r < M && ok; ++r)
+                                ok = memcmp(full + r * N, wide + r * N, sizeof(float) * (size_t)n) == 0 &&
+                                     memcmp(full + r * N + n, c0 + r * N + n,
+                                            sizeof(float) * (size_t)(N - n)) == 0;
                             tu_check(&g, ok,
-                                     "%s: a %lld-row product (n = %lld, mode %d, A by %s, B %s) "
-                                     "differs from the first rows of the %d-row product's or "
-                                     "wrote past its rows",
+                                     "%s: a %lld-row, %lld-column product (mode %d, A by %s, B "
+                                     "%s) differs from the first rows of the %d-row product's or "
+                                     "from the first columns of the %d-column one's, or wrote "
+                                     "past its rows or columns",
                                      isas[x].name, (long long)m, (long long)n, md,
-                                     by_cols ? "columns" : "rows", bt ? "bf16" : "f32", M);
+                                     by_cols ? "columns" : "rows", bt ? "bf16" : "f32", M, N);
                         }
+#undef PRODUCT
+                }
     }
     tu_group_end(&g);
 }
@@ -1004,7 +1015,7 @@ static void test_gemm_max(tu_suite *s, const tu_options *opt)
         if (!kern->gemm_max) continue;
         const int64_t vw = kern->npad / 2; /* lanes: a SIMD table's npad is two vectors */
         bool ok = true;
-        for (int64_t n = kern->npad; n <= N && ok; n += kern->npad)
+        for (int64_t n = vw; n <= N && ok; n += vw) /* a last half panel when n / vw is odd */
             for (int64_t m = 1; m <= M && ok; ++m)
                 {
                     for (int i = 0; i < M * SDPA_MAX_VW; ++i)
