@@ -566,6 +566,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                          float *part, fwd_scratch *w)
 {
     const int64_t dvn = sdpa_round_up(p->Dv, kern->npad), npad = kern->npad;
+    /* The float32 score GEMMs may end in half a panel (direct scores and
+     * bfloat16 dot products take whole ones). */
+    const int64_t spad = d->direct || d->dot ? npad : npad / 2;
     int64_t key0, key1;
     split_keys(p, d, chunk, &key0, &key1);
     /* A sink starts every row's softmax: max = sink, sum = e^(sink - sink)
@@ -653,10 +656,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             const float *vmax =
                 uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
             /* S = Q·Kᵀ over the visible columns only, one GEMM for each run
-             * of bands with the same column panels; the float32 GEMMs end
-             * in half a panel where that holds the bands' last keys (the
-             * softmax never reads the columns past a row's keys). */
-            const int64_t spad = d->direct || d->dot ? npad : npad / 2;
+             * of bands with the same column panels, ending at the spad
+             * after the bands' last key (the softmax never reads the
+             * columns past a row's keys). */
             SDPA_PROF_START(t_scores);
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
                 r1 = band_run_end(band_c0, band_c1, r0, mi, spad);
