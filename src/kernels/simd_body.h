@@ -356,7 +356,29 @@ static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, in
 #undef SCALED_AT
     return V_ADD(sum, sum2);
 }
-#undef EXP_VECTORS
+
+/* The running maxima of `rows` (<= VW) rows from acc[i], lanes of row i's
+ * raw scores in the tile: max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0
+ * and rounding is monotone; x > old ? x : old lane by lane. alpha =
+ * exp(max_old - max_new), 1 while a row has seen nothing (-inf - -inf
+ * would be NaN). */
+static inline __attribute__((always_inline)) void
+SIMD(new_max)(int64_t rows, const vf *acc, vf vscale, float *rowmax, float *alpha)
+{
+    const vf ninf = V_SET1(-INFINITY);
+    float pad[2][VW] = {{0}};
+    for (int64_t i = 0; rows < VW && i < rows; ++i) pad[0][i] = rowmax[i];
+    float *const vrowmax = rows == VW ? rowmax : pad[0];
+    float *const valpha = rows == VW ? alpha : pad[1];
+    const vf vold = V_LOAD(vrowmax);
+    const vf vnew = V_MAX(V_MUL(v_hmax_rows(acc), vscale), vold);
+    V_STORE(valpha, V_BLEND(V_CMP_EQ(vnew, ninf), v_exp_nonpos(V_SUB(vold, vnew)), V_SET1(1.0f)));
+    V_STORE(vrowmax, vnew);
+    for (int64_t i = 0; rows < VW && i < rows; ++i) {
+        rowmax[i] = pad[0][i];
+        alpha[i] = pad[1][i];
+    }
+}
 
 /* softmax_online for plain logits of rows that all see every column of
  * [c0, c0 + w) (the bulk of unmasked and causal attention): the values of
@@ -368,7 +390,7 @@ static inline __attribute__((always_inline)) void
 SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int64_t lds,
                    float *rowmax, float *rowsum, float *alpha, const float *vmax)
 {
-    const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale), one = V_SET1(1.0f);
+    const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale);
     s += c0;
     /* Pass 1 for all rows first, so that no row's exps wait for a reduction
      * tree: VW rows at a time, lane i of the statistics for row g+i (a last,
@@ -387,22 +409,7 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
                 vm = V_MAX(vm, V_LOAD(s + r * lds + c));
             acc[i] = vm;
         }
-        /* The new maxima: max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0
-         * and rounding is monotone; x > old ? x : old lane by lane. alpha =
-         * exp(max_old - max_new), 1 while a row has seen nothing (-inf -
-         * -inf would be NaN). */
-        float pad[2][VW] = {{0}};
-        for (int64_t i = 0; rows < VW && i < rows; ++i) pad[0][i] = rowmax[g + i];
-        float *const vrowmax = rows == VW ? rowmax + g : pad[0];
-        float *const valpha = rows == VW ? alpha + g : pad[1];
-        const vf vold = V_LOAD(vrowmax);
-        const vf vnew = V_MAX(V_MUL(v_hmax_rows(acc), vscale), vold);
-        V_STORE(valpha, V_BLEND(V_CMP_EQ(vnew, ninf), v_exp_nonpos(V_SUB(vold, vnew)), one));
-        V_STORE(vrowmax, vnew);
-        for (int64_t i = 0; rows < VW && i < rows; ++i) {
-            rowmax[g + i] = pad[0][i];
-            alpha[g + i] = pad[1][i];
-        }
+        SIMD(new_max)(rows, acc, vscale, rowmax + g, alpha + g);
     }
     /* Pass 2: p = exp(x - max) (never positive), and per row
      * sum = sum·alpha + the tile's sum, where the row saw something. */
@@ -438,6 +445,71 @@ static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float sc
         SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, rowmax, rowsum, alpha, vmax);
 }
 
+/* softmax_online for plain logits of rows that see a prefix of the
+ * columns, [c0, c0 + e) with e = end - c0 clamped to [0, n - c0] (rows that
+ * start at or before c0: causal attention's diagonal tiles): the general
+ * path's values bit for bit, each row's whole vectors without bounds and
+ * only its last pair masked. The general path exponentiates the vectors
+ * past a row's last visible pair too, but exp(-inf) = +0 adds nothing to a
+ * sum, so here they are only stored. */
+static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
+                                 const int32_t *end, float *s, int64_t lds, float *rowmax,
+                                 float *rowsum, float *alpha)
+{
+    const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale);
+    const int64_t w = n - c0;
+    s += c0;
+#define SEEN(r) (end[r] <= c0 ? 0 : end[r] - c0 < w ? end[r] - c0 : w)
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf acc[VW];
+        for (int64_t i = 0; i < VW; ++i) {
+            const int64_t r = g + (i < rows ? i : 0), e = SEEN(r);
+            const float *sr = s + r * lds;
+            vf vm = ninf;
+            int64_t c = 0;
+            for (; c + VW <= e; c += VW) vm = V_MAX(vm, V_LOAD(sr + c));
+            if (c < e) vm = V_MAX(vm, V_BLEND(v_cols_outside(c, 0, e), V_LOAD(sr + c), ninf));
+            acc[i] = vm;
+        }
+        SIMD(new_max)(rows, acc, vscale, rowmax + g, alpha + g);
+    }
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf acc[VW];
+        float total[VW];
+        for (int64_t i = 0; i < VW; ++i) {
+            acc[i] = V_ZERO();
+            if (i >= rows) continue;
+            const int64_t r = g + i, e = SEEN(r);
+            float *sr = s + r * lds;
+            int64_t c = 0;
+            if (rowmax[r] != -INFINITY) { /* else nothing visible so far: p = 0 */
+                const vf vm = V_SET1(rowmax[r]);
+                vf sum = V_ZERO(), sum2 = V_ZERO();
+#define SCALED_AT(col) V_MUL(V_LOAD(sr + (col)), vscale)
+#define MASKED_AT(col) V_BLEND(v_cols_outside(col, 0, e), SCALED_AT(col), ninf)
+                for (; c + EXP_K * VW <= e; c += EXP_K * VW) EXP_VECTORS(EXP_K, SCALED_AT);
+                for (; c + 2 * VW <= e; c += 2 * VW) EXP_VECTORS(2, SCALED_AT);
+                if (c < e) {
+                    EXP_VECTORS(2, MASKED_AT);
+                    c += 2 * VW;
+                }
+#undef MASKED_AT
+#undef SCALED_AT
+                acc[i] = V_ADD(sum, sum2);
+            }
+            for (; c < w; c += VW) V_STORE(sr + c, V_ZERO());
+        }
+        V_STORE(total, v_hsum_rows(acc));
+        for (int64_t i = 0; i < rows; ++i)
+            if (rowmax[g + i] != -INFINITY) /* else the sum stays 0 */
+                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + total[i];
+    }
+#undef SEEN
+}
+#undef EXP_VECTORS
+
 static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,
                                  float *s, int64_t lds, float *rowmax, float *rowsum,
                                  float *alpha, const float *vmax)
@@ -450,10 +522,17 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
      * max(fl(scale·s)) = fl(scale·max(s)) as scale >= 0 and rounding is
      * monotone, and pass 2 forms fl(scale·s) itself, so nothing is stored. */
     const bool plain = !lg->bias && !(lg->softcap > 0.0f) && lg->alibi == 0.0f;
-    bool full = plain;
-    for (int64_t r = 0; full && r < m; ++r) full = lg->start[r] <= c0 && lg->end[r] >= n;
-    if (full) {
+    bool prefix = plain, full = plain;
+    for (int64_t r = 0; prefix && r < m; ++r) {
+        prefix = lg->start[r] <= c0;
+        full &= lg->end[r] >= n;
+    }
+    if (prefix && full) {
         SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, rowmax, rowsum, alpha, vmax);
+        return;
+    }
+    if (prefix) {
+        SIMD(softmax_prefix)(m, c0, n, lg->scale, lg->end, s, lds, rowmax, rowsum, alpha);
         return;
     }
     /* Pass 1, VW rows at a time: each row's logits x (hidden columns -inf)
