@@ -13,7 +13,9 @@
  *     causality or masks (hidden keys hold NaN, which must never leak), fully
  *     masked rows (out 0, lse -inf, gradients 0);
  *   - a caller-provided workspace of the reported size works, a smaller one
- *     is refused.
+ *     is refused;
+ *   - the kernels' building blocks: GEMM instances, gemm_max, rows_finite,
+ *     and softmax_online's fast paths against its general path, bitwise.
  * The float64-oracle accuracy suite lives in test_sdpa.c.
  *
  * Usage: test_fused [--seed S] [--quick] [--group NAME] [-v]
@@ -1046,6 +1048,81 @@ static void test_gemm_max(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* Bitwise equal, or both NaN: which of several NaNs a sum keeps is the
+ * first operand's, and a compiler may swap the operands of an addition. */
+static bool same_value(float a, float b)
+{
+    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
+}
+
+/* softmax_online's fast paths (rows that see every column of the tile, or
+ * a prefix of it) give bitwise what its general path gives the same rows:
+ * a row's results depend on that row alone, so the rows are run once by
+ * themselves and once beside an extra row that starts past c0, which
+ * sends the call down the general path. Scores hold NaN and infinities;
+ * some rows have seen nothing yet (max -inf), some see no column here. */
+static void test_softmax_paths(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "softmax_online: fast paths bitwise the general path");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    enum { M = 40, LD = 176 };
+    static float s0[(M + 1) * LD], fast[(M + 1) * LD], slow[(M + 1) * LD];
+    float st[2][3][M + 1]; /* [fast, slow][rowmax, rowsum, alpha][row] */
+    int32_t start[M + 1], end[M + 1];
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed);
+    for (int x = 0; x < nisa; ++x) {
+        const sdpa_kernels *kern = isas[x].kern;
+        int64_t wrong = 0, checks = 0;
+        for (int64_t c0 = 0; c0 <= 32; c0 += 32)
+            for (int64_t w = kern->npad; w <= SDPA_KEY_TILE; w += kern->npad)
+                for (int trial = 0; trial < 24; ++trial) {
+                    const int64_t m = tu_rng_int(&rng, 1, M), n = c0 + w;
+                    const int kind = trial % 3; /* every column, nearly every, a prefix */
+                    for (int i = 0; i < (M + 1) * LD; ++i) {
+                        const double u = tu_rng_uniform(&rng);
+                        s0[i] = u < 0.01 ? NAN : u < 0.02 ? INFINITY : u < 0.03 ? -INFINITY
+                                                                   : (float)(u * 40.0 - 20.0);
+                    }
+                    for (int64_t r = 0; r < m; ++r) {
+                        start[r] = (int32_t)tu_rng_int(&rng, 0, c0);
+                        end[r] = (int32_t)(kind == 0   ? n + tu_rng_int(&rng, 0, 3)
+                                           : kind == 1 ? n + tu_rng_int(&rng, -1, 1)
+                                                       : tu_rng_int(&rng, 0, n + 3));
+                        st[0][0][r] = tu_rng_int(&rng, 0, 3) == 0 ? -INFINITY
+                                                                   : (float)tu_rng_uniform(&rng);
+                        st[0][1][r] = st[0][0][r] == -INFINITY ? 0.0f : 1.0f;
+                    }
+                    start[m] = (int32_t)c0 + 1; /* the extra row */
+                    end[m] = (int32_t)n;
+                    st[0][0][m] = 0.0f;
+                    st[0][1][m] = 1.0f;
+                    memcpy(st[1], st[0], sizeof st[0]);
+                    memcpy(fast, s0, sizeof s0);
+                    memcpy(slow, s0, sizeof s0);
+                    const sdpa_logits lg = {.scale = 0.125f, .start = start, .end = end};
+                    kern->softmax_online(m, c0, n, &lg, fast, LD, st[0][0], st[0][1], st[0][2],
+                                         NULL);
+                    kern->softmax_online(m + 1, c0, n, &lg, slow, LD, st[1][0], st[1][1],
+                                         st[1][2], NULL);
+                    bool same = true;
+                    for (int64_t r = 0; r < m; ++r) {
+                        for (int64_t c = c0; c < n; ++c)
+                            same &= same_value(fast[r * LD + c], slow[r * LD + c]);
+                        for (int q = 0; q < 3; ++q) same &= same_value(st[0][q][r], st[1][q][r]);
+                    }
+                    same &= slow[m * LD + c0] == 0.0f; /* the extra row does not see c0 */
+                    wrong += !same;
+                    ++checks;
+                }
+        tu_check(&g, wrong == 0, "%s: %lld of %lld tiles differ", isas[x].name,
+                 (long long)wrong, (long long)checks);
+    }
+    tu_group_end(&g);
+}
+
 /* rows_finite: false exactly when one value of the rows (not of the gaps
  * between them) is inf, -inf or NaN, wherever it sits: in a vector body,
  * in a scalar tail, in the last row. */
@@ -1105,5 +1182,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "GEMM")) test_gemm_instances(&s, &opt);
     if (tu_group_selected(&opt, "gemm_max")) test_gemm_max(&s, &opt);
     if (tu_group_selected(&opt, "rows_finite")) test_rows_finite(&s, &opt);
+    if (tu_group_selected(&opt, "softmax_online")) test_softmax_paths(&s, &opt);
     return tu_suite_finish(&s);
 }

@@ -448,10 +448,11 @@ static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float sc
 /* softmax_online for plain logits of rows that see a prefix of the
  * columns, [c0, c0 + e) with e = end - c0 clamped to [0, n - c0] (rows that
  * start at or before c0: causal attention's diagonal tiles): the general
- * path's values bit for bit, each row's whole vectors without bounds and
- * only its last pair masked. The general path exponentiates the vectors
- * past a row's last visible pair too, but exp(-inf) = +0 adds nothing to a
- * sum, so here they are only stored. */
+ * path's values bit for bit (but for which of several NaNs a sum keeps,
+ * test_fused), each row's whole vectors without bounds and only its last
+ * pair masked. The general path exponentiates the vectors past a row's
+ * last visible pair too, but exp(-inf) = +0 adds nothing to a sum, so here
+ * they are only stored. */
 static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
                                  const int32_t *end, float *s, int64_t lds, float *rowmax,
                                  float *rowsum, float *alpha)
