@@ -45,6 +45,10 @@
 #include "profile.h"
 #include "../kernels/bf16dot.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
@@ -241,6 +245,7 @@ static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
         !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
         !attn_add_ok(total, (int64_t)part.bytes, &total) ||
         !attn_add_ok(total, (int64_t)pack.bytes, &total) ||
+        !attn_add_ok(total, p->threads * (int64_t)sizeof(sdpa_cursor), &total) ||
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
     *bytes = (size_t)total;
@@ -818,9 +823,11 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
     for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], SDPA_ITEM_FREE);
+    sdpa_cursor *cursor = sdpa_take(&ws, p->threads, sizeof(sdpa_cursor));
+    for (int t = 0; t < p->threads; ++t) atomic_init(&cursor[t].next, 0);
 
     const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
-    const int64_t kv_heads = p->B * p->Hkv, tasks = kv_heads * per_kv * d.split;
+    const int64_t kv_heads = p->B * p->Hkv;
     const bool causal = p->causal != ATTN_CAUSAL_NONE;
     const int threads = p->threads;
 
@@ -832,14 +839,18 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
         w.kpack = kpack;
         w.kstate = kstate;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; ++t) {
-            const int64_t chunk = t % d.split, tu = t / d.split;
-            /* Causal rows late in the sequence cost most: every head's late
-             * rows are handed out first, its early (cheap) rows last, so the
-             * threads finish together. */
-            const int64_t k = causal ? per_kv - 1 - tu / kv_heads : tu % per_kv;
-            const int64_t bh = causal ? tu % kv_heads : tu / per_kv, u0 = k * d.per_task;
+        int me = 0, team = 1;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+        team = omp_get_num_threads();
+#endif
+        /* A kv head's tasks one after another on one thread, which then
+         * finds the head's key tiles in its L2 (sdpa_next_task); causal
+         * ones from the head's last rows, the dearest, so that the tasks
+         * left for other threads at the end are the cheap first rows. */
+        for (int64_t t; (t = sdpa_next_task(cursor, me, team, kv_heads, per_kv * d.split)) >= 0;) {
+            const int64_t chunk = t % d.split, tu = t / d.split, bh = tu / per_kv;
+            const int64_t k = causal ? per_kv - 1 - tu % per_kv : tu % per_kv, u0 = k * d.per_task;
             const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
             SDPA_PROF_START(t_task);
             forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
@@ -847,6 +858,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         }
         if (d.split > 1) {
             float *o = w.o; /* a free accumulator row */
+#pragma omp barrier /* every chunk's partials written */
 #pragma omp for schedule(static)
             for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
                 merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,

@@ -40,6 +40,31 @@ static inline void sdpa_item_done(atomic_uchar *state)
 /* Workspace pieces start on cache lines. */
 #define SDPA_ALIGN 64
 
+/* Tasks handed out with affinity: tasks [0, groups · per) come in groups of
+ * `per` (a kv head's), the groups cut into one block per thread of the
+ * team. A thread takes its own block's tasks in order, so that one thread
+ * runs a group's tasks back to back (finding the group's data in its own
+ * cache), then the next tasks of the other blocks in turn, so that no
+ * thread waits while tasks are left. One cursor per block, a cache line
+ * each, zeroed before the team starts. */
+typedef struct {
+    atomic_llong next;
+    char pad[SDPA_ALIGN - sizeof(atomic_llong)];
+} sdpa_cursor;
+
+/* Thread `me`'s next task, or -1 when none is left. */
+static inline int64_t sdpa_next_task(sdpa_cursor *cursor, int me, int team, int64_t groups,
+                                     int64_t per)
+{
+    for (int i = 0; i < team; ++i) {
+        const int b = (me + i) % team;
+        const int64_t g0 = groups * b / team, g1 = groups * (b + 1) / team;
+        const int64_t x = atomic_fetch_add_explicit(&cursor[b].next, 1, memory_order_relaxed);
+        if (x < (g1 - g0) * per) return g0 * per + x;
+    }
+    return -1;
+}
+
 static inline int64_t sdpa_round_up(int64_t x, int64_t unit)
 {
     return (x + unit - 1) / unit * unit;
