@@ -33,6 +33,10 @@
 #include "fused_util.h"
 #include "profile.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
@@ -210,6 +214,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
+    sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
@@ -613,6 +618,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
+    sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
@@ -661,15 +667,21 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         sink_gradients(p, rm, rll, di);
     }
 
-    const int64_t tasks = p->B * p->Hkv * d.chunks;
+    for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
     SDPA_PROF_START(t_loop);
 #pragma omp parallel num_threads(threads)
     {
         SDPA_PROF_START(t_setup);
         bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
         SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; ++t) {
+        int me = 0, team = 1;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+        team = omp_get_num_threads();
+#endif
+        /* A kv head's key chunks one after another on one thread, which
+         * then finds the head's rows in its L2 (sdpa_next_task). */
+        for (int64_t t; (t = sdpa_next_task(next, me, team, p->B * p->Hkv, d.chunks)) >= 0;) {
             const int64_t c = t % d.chunks, bh = t / d.chunks;
             SDPA_PROF_START(t_task);
             backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, &rs, part, &w);
