@@ -33,10 +33,6 @@
 #include "fused_util.h"
 #include "profile.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 
 enum {
     BWD_ROWS = 64, /* query rows per tile */
@@ -674,11 +670,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
         SDPA_PROF_START(t_setup);
         bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
         SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
-        int me = 0, team = 1;
-#ifdef _OPENMP
-        me = omp_get_thread_num();
-        team = omp_get_num_threads();
-#endif
+        int me, team;
+        sdpa_team(&me, &team);
         /* A kv head's key chunks one after another on one thread, which
          * then finds the head's rows in its L2 (sdpa_next_task). */
         for (int64_t t; (t = sdpa_next_task(next, me, team, p->B * p->Hkv, d.chunks)) >= 0;) {

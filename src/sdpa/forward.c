@@ -45,10 +45,6 @@
 #include "profile.h"
 #include "../kernels/bf16dot.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
@@ -839,11 +835,8 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
         w.kpack = kpack;
         w.kstate = kstate;
-        int me = 0, team = 1;
-#ifdef _OPENMP
-        me = omp_get_thread_num();
-        team = omp_get_num_threads();
-#endif
+        int me, team;
+        sdpa_team(&me, &team);
         /* A kv head's tasks one after another on one thread, which then
          * finds the head's key tiles in its L2 (sdpa_next_task); causal
          * ones from the head's last rows, the dearest, so that the tasks

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
 
 /* Work done once per call by whichever task first needs it (the forward's
@@ -51,6 +55,18 @@ typedef struct {
     atomic_llong next;
     char pad[SDPA_ALIGN - sizeof(atomic_llong)];
 } sdpa_cursor;
+
+/* The calling thread's index in its team and the team's size (0 and 1
+ * outside a parallel region or without OpenMP). */
+static inline void sdpa_team(int *me, int *team)
+{
+    *me = 0;
+    *team = 1;
+#ifdef _OPENMP
+    *me = omp_get_thread_num();
+    *team = omp_get_num_threads();
+#endif
+}
 
 /* Thread `me`'s next task, or -1 when none is left. */
 static inline int64_t sdpa_next_task(sdpa_cursor *cursor, int me, int team, int64_t groups,
