@@ -380,6 +380,19 @@ SIMD(new_max)(int64_t rows, const vf *acc, vf vscale, float *rowmax, float *alph
     }
 }
 
+/* The running sums of `rows` (<= VW) rows, sum = sum·alpha + the tile's
+ * sum (acc[i]: lanes of row i's probabilities), where a row saw something
+ * (else its sum stays 0). */
+static inline __attribute__((always_inline)) void
+SIMD(add_sums)(int64_t rows, const vf *acc, const float *rowmax, float *rowsum,
+               const float *alpha)
+{
+    float tile[VW];
+    V_STORE(tile, v_hsum_rows(acc));
+    for (int64_t i = 0; i < rows; ++i)
+        if (rowmax[i] != -INFINITY) rowsum[i] = rowsum[i] * alpha[i] + tile[i];
+}
+
 /* softmax_online for plain logits of rows that all see every column of
  * [c0, c0 + w) (the bulk of unmasked and causal attention): the values of
  * the general path below, bit for bit (each lane's max and sum in the same
@@ -416,7 +429,6 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
     for (int64_t g = 0; g < m; g += VW) {
         const int64_t rows = m - g < VW ? m - g : VW;
         vf acc[VW];
-        float sum[VW];
         for (int64_t i = 0; i < VW; ++i) {
             acc[i] = V_ZERO();
             if (i >= rows) continue;
@@ -428,10 +440,7 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
             }
             acc[i] = SIMD(exp_row_full)(sr, w, V_SET1(mx), vscale);
         }
-        V_STORE(sum, v_hsum_rows(acc));
-        for (int64_t i = 0; i < rows; ++i)
-            if (rowmax[g + i] != -INFINITY)
-                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
+        SIMD(add_sums)(rows, acc, rowmax + g, rowsum + g, alpha + g);
     }
 }
 
@@ -478,7 +487,6 @@ static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
     for (int64_t g = 0; g < m; g += VW) {
         const int64_t rows = m - g < VW ? m - g : VW;
         vf acc[VW];
-        float total[VW];
         for (int64_t i = 0; i < VW; ++i) {
             acc[i] = V_ZERO();
             if (i >= rows) continue;
@@ -502,10 +510,7 @@ static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
             }
             for (; c < w; c += VW) V_STORE(sr + c, V_ZERO());
         }
-        V_STORE(total, v_hsum_rows(acc));
-        for (int64_t i = 0; i < rows; ++i)
-            if (rowmax[g + i] != -INFINITY) /* else the sum stays 0 */
-                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + total[i];
+        SIMD(add_sums)(rows, acc, rowmax + g, rowsum + g, alpha + g);
     }
 #undef SEEN
 }
@@ -598,7 +603,6 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
     for (int64_t g = 0; g < m; g += VW) {
         const int64_t rows = m - g < VW ? m - g : VW;
         vf vsum[VW];
-        float sum[VW];
         for (int64_t i = 0; i < VW; ++i) vsum[i] = V_ZERO();
         for (int64_t i = 0; i < rows; ++i) {
             float *sr = s + (g + i) * lds;
@@ -621,10 +625,7 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
             for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
             vsum[i] = SIMD(exp_row)(sr, cb, ce, mnew, true, lg->scale, lo, hi);
         }
-        V_STORE(sum, v_hsum_rows(vsum));
-        for (int64_t i = 0; i < rows; ++i)
-            if (rowmax[g + i] != -INFINITY) /* else the sum stays 0 */
-                rowsum[g + i] = rowsum[g + i] * alpha[g + i] + sum[i];
+        SIMD(add_sums)(rows, vsum, rowmax + g, rowsum + g, alpha + g);
     }
 }
 

@@ -14,7 +14,7 @@
  *   dK_j += dSᵀ·Q_i                      (forward: S = scale·Q·Kᵀ)
  *   dQ_i += dS·K_j                       (forward: S = scale·Q·Kᵀ)
  *
- * Determinism without atomics: a task is (b, kv head, chunk of key tiles)
+ * Determinism without atomic sums: a task is (b, kv head, chunk of key tiles)
  * and owns dK/dV of its keys outright (summing the group's query heads in a
  * fixed order). dQ_i collects contributions from every key tile, so each
  * chunk accumulates into its own dQ partial and the partials are added in
