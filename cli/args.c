@@ -268,7 +268,7 @@ bool cli_get_scale(const cli_args *a, float *out)
     const char *v = cli_get(a, "--scale");
     if (!cli_get_float(a, "--scale", out)) return false;
     if (v && !(*out > 0.0f)) {
-        cli_usage_error(a->cmd, "--scale: must be a positive number, got '%s' (omit it for the "
+        cli_usage_error(a->cmd, "--scale: must be a positive number, got %s (omit it for the "
                                 "default 1/sqrt(D))", v);
         return false;
     }

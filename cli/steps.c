@@ -455,6 +455,22 @@ int steps_compute(const cli_command *cmd, steps *s)
                     max_scaled = fabs(s->scaled[at]);
             }
 
+    /* Finite inputs whose projections or scores are not: float32 overflowed
+     * (values near 3e38). Named as such, before any comparison meets it. */
+    const struct { const char *what; const float *x; int64_t count; } stages[] = {
+        {"the projections Q, K, V", s->q, n * H * dk}, {"", s->k, n * H * dk},
+        {"", s->v, n * H * dv}, {"the scores Q Kᵀ · scale", s->scaled, H * n * n}};
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; ++i)
+        for (int64_t at = 0; at < stages[i].count; ++at) {
+            const float x = stages[i].x[at];
+            if (isnan(x) || (isinf(x) && x > 0) || (isinf(x) && i < 3)) {
+                fprintf(stderr, "attn %s: float32 overflow: %s reach %g (largest float32: "
+                                "3.4e38); scale the inputs or weights down\n",
+                        cmd->name, stages[i].what[0] ? stages[i].what : stages[0].what, (double)x);
+                return CLI_USAGE;
+            }
+        }
+
     /* 4. Normalize and 5. Aggregate, by the library: the (n, H·d) buffers
      * are (1, H, n, d) views with strides (·, d, H·d, 1) */
     attn_tensor q4 = {.data = s->q, .dtype = ATTN_F32, .ndim = 4, .shape = {1, H, n, dk},
