@@ -447,9 +447,11 @@ static void test_commit_faults(tu_suite *s)
                 tu_check(&g, temporaries("faults") == 0, "%s=%d, %s threads: files left behind",
                          vars[v], n, threads[t]);
             }
-            /* two existing outputs: two set aside (a failed link falls back to
-             * a rename, and succeeds), two moved in */
-            tu_check(&g, reached >= (v == 0 ? 2 : 4), "%s, %s threads: only %d moves reached", vars[v], threads[t],
+            /* two existing outputs: two set aside, two moved in; a failed link
+             * falls back to a rename, and a signal held until the commit ends
+             * may lose the race with the exit that follows it (status 0, all
+             * new): at least the two moves into place must be reached */
+            tu_check(&g, reached >= 2, "%s, %s threads: only %d moves reached", vars[v], threads[t],
                      reached);
         }
     tu_group_end(&g);
