@@ -329,7 +329,9 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
         !cli_get_int(a, "--d-model", 1, 1 << 16, &d_model))
         return CLI_USAGE;
     s->heads = heads;
-    s->causal = cli_flag(a, "--causal");
+    attn_causal causal; /* self-attention, L = S: both alignments are one mask */
+    if (!cli_get_causal(a, ATTN_CAUSAL_TOP_LEFT, &causal)) return CLI_USAGE;
+    s->causal = causal != ATTN_CAUSAL_NONE;
     const char *seed_text = cli_get(a, "--seed");
     uint64_t seed = 0;
     if (!cli_get_u64(a, "--seed", &seed)) return CLI_USAGE;
@@ -408,14 +410,8 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
 
     s->scale = 1.0f / sqrtf((float)s->d_k);
     s->default_scale = true;
-    if (cli_get(a, "--scale")) {
-        if (!cli_get_float(a, "--scale", &s->scale)) return CLI_USAGE;
-        if (!(s->scale > 0.0f))
-            return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it "
-                                        "for the default 1/sqrt(d_k))",
-                                   cli_get(a, "--scale"));
-        s->default_scale = false;
-    }
+    if (!cli_get_scale(a, &s->scale)) return CLI_USAGE;
+    s->default_scale = !cli_get(a, "--scale");
     return CLI_OK;
 }
 
