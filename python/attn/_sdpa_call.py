@@ -36,6 +36,14 @@ def _merge_leading(a, ndim):
         return np.reshape(a, shape)
 
 
+def _sum_to(g, shape):
+    """g summed over the dimensions an array of `shape` was broadcast along
+    (torch autograd's rule for broadcast inputs)."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, (n, want) in enumerate(zip(g.shape, shape)) if n != want)
+    return np.ascontiguousarray(g.sum(axis=axes, keepdims=True)) if axes else g
+
+
 def _to4d(a, batch):
     """(..., H, N, D) broadcast to the batch shape `batch`, then (B, H, N, D)."""
     if a.ndim == 2:
@@ -104,7 +112,8 @@ class SdpaCall:
         masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask,)
         if len(masks) > S.SDPA_MAX_MASKS:
             raise ValueError(f"attn_mask: at most {S.SDPA_MAX_MASKS} masks, got {len(masks)}")
-        for i, m in enumerate(x for x in masks if x is not None):
+        self.masks = [_tensor.mask(m, "attn_mask") for m in masks if m is not None]
+        for i, m in enumerate(self.masks):
             o.mask[i] = self._pointer(self._mask4d(m), "attn_mask")
         o.num_threads = _threads.resolve(num_threads)
         if path not in _PATHS:
@@ -133,8 +142,7 @@ class SdpaCall:
         o.dropout_offset = int(dropout_offset)
         return o
 
-    def _mask4d(self, attn_mask):
-        m = _tensor.mask(attn_mask, "attn_mask")
+    def _mask4d(self, m):
         full = self.batch + (self.q.shape[1], self.L, self.S)
         try:
             m = np.broadcast_to(m, full)
@@ -142,6 +150,35 @@ class SdpaCall:
             raise ValueError(f"attn_mask: shape {m.shape} does not broadcast to "
                              f"{self.lead + (self.L, self.S)}") from None
         return _merge_leading(m, 4) if m.ndim > 4 else m
+
+    def mask_gradients(self):
+        """Point grad_mask at a new array and return a function giving the
+        gradient of each float mask in its own shape (None for bool masks),
+        after the backward ran. One float mask whose dimensions line up with
+        the library's (B, H, L, S) goes as it is (the library sums over its
+        size-1 dimensions); otherwise the library writes the full
+        (B, H, L, S) gradient and NumPy sums it."""
+        floats = [i for i, m in enumerate(self.masks) if m.dtype != np.bool_]
+        if not floats:
+            raise TypeError("attn_mask: a gradient needs a floating-point mask, got "
+                            + (", ".join(str(m.dtype) for m in self.masks) or "none"))
+        first = floats[0]
+        if first:  # masks commute: the differentiated one goes first
+            self.opts.mask[0], self.opts.mask[first] = self.opts.mask[first], self.opts.mask[0]
+        m = self.masks[first]
+        raw = len(floats) == 1 and m.ndim <= 4 and len(self.batch) <= 1 and m.ndim >= 1
+        if raw:
+            self.opts.mask[0] = self._pointer(m, "attn_mask")
+            grad = np.empty(m.shape, np.float32)
+        else:
+            grad = np.empty(self.q.shape[:2] + (self.L, self.S), np.float32)
+        self.set_output("grad_mask", grad, "grad_mask")
+
+        def unbroadcast():
+            full = None if raw else grad.reshape(self.lead + (self.L, self.S))
+            return [None if a.dtype == np.bool_ else grad if raw else _sum_to(full, a.shape)
+                    for a in self.masks]
+        return unbroadcast
 
     def _pointer(self, a, name):
         t = _tensor.view(a, name)

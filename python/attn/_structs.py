@@ -63,7 +63,8 @@ class attn_sdpa_opts(C.Structure):
         ("softmax_stats", C.POINTER(attn_tensor)),
         ("precision", _enum),
         ("reserved32", C.c_uint32),
-        ("reserved", C.c_uint64 * 3),
+        ("grad_mask", C.POINTER(attn_tensor)),
+        ("reserved", C.c_uint64 * 2),
     ]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import _tensor
 from ._errors import check, new_error
 from ._lib import lib
-from ._sdpa_call import SdpaCall
+from ._sdpa_call import SdpaCall, _sum_to
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -76,7 +76,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
                                           needs_grad=(True, True, True), window=None,
                                           alibi_slopes=None, softcap=0.0, sinks=None,
                                           dropout_seed=None, dropout_offset=0, num_threads=None,
-                                          path="auto"):
+                                          path="auto", grad_attn_mask=False):
     """Gradients (dq, dk, dv) of <grad_out, attention(q, k, v)>, shaped like
     query, key and value (summed over broadcast dimensions), float32 (float16
     for a float16 input, summed in float32 first where it was broadcast).
@@ -85,8 +85,10 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     forward returned: out and lse (each optional, recomputed when missing) or
     softmax_stats (preferred: exact where a rounded lse is not). needs_grad
     says which of dq, dk, dv to compute (None for the others). With sinks,
-    the gradient of the sinks is appended. With dropout, pass the forward's
-    dropout_seed and dropout_offset.
+    the gradient of the sinks is appended. With grad_attn_mask=True, the
+    gradient of the float attn_mask (a learned bias), in its own shape, comes
+    last (a list, None for bool masks, when attn_mask is a tuple). With
+    dropout, pass the forward's dropout_seed and dropout_offset.
     """
     if dropout_p and dropout_seed is None:
         raise ValueError("dropout_seed: the backward of dropout needs the forward's seed")
@@ -109,6 +111,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     if call.sinks is not None:
         dsinks = np.empty(call.sinks.shape, dtype=np.float32)
         call.set_output("grad_sinks", dsinks, "grad_sinks")
+    mask_grads = call.mask_gradients() if grad_attn_mask else None
     err = new_error()
     check(lib.attn_sdpa_backward(
         _view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
@@ -120,7 +123,12 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     result = tuple(_unbroadcast(g, call.batch, shape).astype(_result_dtype(a), copy=False)
                    if g is not None else None
                    for g, a, shape in zip(grads, (call.q, call.k, call.v), call.shapes))
-    return result + (dsinks,) if dsinks is not None else result
+    if dsinks is not None:
+        result += (dsinks,)
+    if mask_grads is not None:
+        dmasks = mask_grads()
+        result += (tuple(dmasks) if isinstance(attn_mask, tuple) else dmasks[0],)
+    return result
 
 
 def _view(a, name):
@@ -145,10 +153,7 @@ def _unbroadcast(g, batch, shape):
     autograd does the same for broadcast inputs)."""
     if len(shape) == 2:
         return g.reshape(shape)  # a 2-D input ran as B = H = 1
-    g = g.reshape(batch + g.shape[1:])
-    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
-    axes = tuple(i for i, (n, want) in enumerate(zip(g.shape, shape)) if n != want)
-    return np.ascontiguousarray(g.sum(axis=axes, keepdims=True)) if axes else g
+    return _sum_to(g.reshape(batch + g.shape[1:]), shape)
 
 
 def alibi_slopes(heads):

@@ -44,6 +44,7 @@ int main(void)
     FIELD(attn_sdpa_opts, softmax_stats);
     FIELD(attn_sdpa_opts, precision);
     FIELD(attn_sdpa_opts, reserved32);
+    FIELD(attn_sdpa_opts, grad_mask);
     FIELD(attn_sdpa_opts, reserved);
 
     SIZE(attn_mha_config);
