@@ -12,16 +12,20 @@
  * every term replaced by its absolute value (the condition of the sum; the
  * float32 path's error is a few ulp of it).
  *
- * Also: results bitwise identical on 1 and 2 threads on every path, and bad
- * grad_mask arguments refused with a message naming grad_mask.
+ * Also: results bitwise identical on 1 and 2 threads on every path, bad
+ * grad_mask arguments refused with a message naming grad_mask, and
+ * `attn sdpa-backward --grad-attn-mask` writing the library's gradient.
  */
 #include "attn.h"
+#include "clirun.h"
 #include "sdpa_judge.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_SEED 0xB1A5ull
 
@@ -282,6 +286,66 @@ static void group_errors(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* attn sdpa-backward --grad-attn-mask writes what the library computes. */
+static void group_cli(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "cli");
+    char dir[] = "/tmp/attn-test-bias-grad-XXXXXX";
+    if (!tu_check(&g, mkdtemp(dir) != NULL, "mkdtemp failed")) {
+        tu_group_end(&g);
+        return;
+    }
+    enum { B = 2, H = 2, N = 5, NK = 9, D = 4 };
+    static float q[B * H * N * D], k[B * H * NK * D], v[B * H * NK * D], dO[B * H * N * D],
+        m[B * N * NK], want[B * N * NK];
+    tu_rng r;
+    tu_rng_seed(&r, 7);
+    float *all[] = {q, k, v, dO, m};
+    const int64_t count[] = {B * H * N * D, B * H * NK * D, B * H * NK * D, B * H * N * D, B * N * NK};
+    for (int a = 0; a < 5; ++a)
+        for (int64_t e = 0; e < count[a]; ++e) all[a][e] = (float)tu_rng_normal(&r);
+    attn_tensor Q = attn_tensor_4d(q, B, H, N, D), K = attn_tensor_4d(k, B, H, NK, D),
+                V = attn_tensor_4d(v, B, H, NK, D), G = attn_tensor_4d(dO, B, H, N, D),
+                M = attn_tensor_4d(m, B, 1, N, NK), W = attn_tensor_4d(want, B, 1, N, NK);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.mask[0] = &M;
+    o.grad_mask = &W;
+    attn_error err = {0};
+    tu_check(&g, attn_sdpa_backward(&Q, &K, &V, NULL, NULL, &G, NULL, NULL, NULL, &o, &err) == ATTN_OK,
+             "library call: %s", err.message);
+    const char *names[] = {"q", "k", "v", "g", "m"};
+    const attn_tensor *ts[] = {&Q, &K, &V, &G, &M};
+    char path[5][96], out[96];
+    for (int a = 0; a < 5; ++a) {
+        snprintf(path[a], sizeof path[a], "%s/%s.npy", dir, names[a]);
+        tu_check(&g, attn_npy_write(path[a], ts[a], &err) == ATTN_OK, "write %s", path[a]);
+    }
+    snprintf(out, sizeof out, "%s/dm.npy", dir);
+    clirun_result res;
+    clirunf(&res, "sdpa-backward\x1f--query\x1f%s\x1f--key\x1f%s\x1f--value\x1f%s\x1f--grad-out\x1f%s"
+            "\x1f--attn-mask\x1f%s\x1f--grad-attn-mask\x1f%s", path[0], path[1], path[2], path[3],
+            path[4], out);
+    attn_array got = {0};
+    if (tu_check(&g, res.status == 0, "attn sdpa-backward --grad-attn-mask: status %d: %s",
+                 res.status, res.err) &&
+        tu_check(&g, attn_npy_read(out, &got, &err) == ATTN_OK, "read %s: %s", out, err.message))
+        tu_check(&g, got.t.ndim == 4 && got.t.shape[1] == 1 && got.t.shape[3] == NK &&
+                         !memcmp(got.t.data, want, sizeof want),
+                 "--grad-attn-mask: the file differs from the library's gradient");
+    attn_array_free(&got);
+    clirun_free(&res);
+    clirunf(&res, "sdpa-backward\x1f--query\x1f%s\x1f--key\x1f%s\x1f--value\x1f%s\x1f--grad-out\x1f%s"
+            "\x1f--grad-attn-mask\x1f%s", path[0], path[1], path[2], path[3], out);
+    tu_check(&g, res.status != 0 && strstr(res.err, "--grad-attn-mask"),
+             "--grad-attn-mask without --attn-mask: status %d, '%s'", res.status, res.err);
+    clirun_free(&res);
+    for (int a = 0; a < 5; ++a) remove(path[a]);
+    remove(out);
+    rmdir(dir);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -291,5 +355,6 @@ int main(int argc, char **argv)
     tu_suite suite = {0};
     if (tu_group_selected(&opt, "shapes")) group_shapes(&suite, &opt);
     if (tu_group_selected(&opt, "errors")) group_errors(&suite);
+    if (tu_group_selected(&opt, "cli")) group_cli(&suite);
     return tu_suite_finish(&suite);
 }
