@@ -7,6 +7,7 @@ into B, which costs nothing unless merging needs a copy (rare: dimensions whose
 strides do not line up).
 """
 import ctypes as C
+import numbers
 import secrets
 
 import numpy as np
@@ -34,6 +35,33 @@ def _merge_leading(a, ndim):
         return v
     except AttributeError:
         return np.reshape(a, shape)
+
+
+def integer(x, name):
+    """x as a Python int, refusing floats and bools (ctypes would truncate
+    1.9 to 1) and anything that is not a whole number."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {x!r}")
+    return int(x)
+
+
+def window_side(x, name):
+    """One side of a sliding window: an integer (-1 or None: unbounded; the
+    library refuses the other negatives) within int64, which ctypes would
+    wrap (2**64 acting as 0)."""
+    if x is None:
+        return -1
+    x = integer(x, name)
+    if not -2**63 <= x < 2**63:
+        raise ValueError(f"{name}: must be >= 0, or -1 for unbounded; got {x}, beyond int64")
+    return x
+
+
+def uint64(x, name):
+    x = integer(x, name)
+    if not 0 <= x < 2**64:
+        raise ValueError(f"{name}: must be in [0, 2**64), got {x}")
+    return x
 
 
 def _sum_to(g, shape):
@@ -71,10 +99,10 @@ class SdpaCall:
         for a, n in ((q, "query"), (k, "key"), (v, "value")):
             if a.ndim < 2:
                 raise ValueError(f"{n}: expected at least 2 dimensions (..., L, E), got {a.ndim}")
-        if not q.ndim == k.ndim == v.ndim:
-            raise ValueError(f"query, key, value: must have the same number of dimensions, "
-                             f"got {q.ndim}, {k.ndim}, {v.ndim}")
         self.shapes = (q.shape, k.shape, v.shape)
+        # fewer dimensions broadcast as in torch's matmul: size-1 dims in front
+        nd = max(q.ndim, k.ndim, v.ndim)
+        q, k, v = (a.reshape((1,) * (nd - a.ndim) + a.shape) for a in (q, k, v))
         try:
             self.batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
         except ValueError:
@@ -100,6 +128,9 @@ class SdpaCall:
                  alibi_slopes, softcap, sinks, dropout_seed, dropout_offset, num_threads, path):
         o = S.attn_sdpa_opts()
         self.keep = []
+        self.drop_all = dropout_p == 1.0  # torch accepts p = 1: every weight dropped
+        if self.drop_all:
+            dropout_p = 0.0
         if scale is not None:
             scale = float(scale)
             o.scale = _ZERO_SCALE if scale == 0.0 else scale
@@ -112,9 +143,14 @@ class SdpaCall:
         masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask,)
         if len(masks) > S.SDPA_MAX_MASKS:
             raise ValueError(f"attn_mask: at most {S.SDPA_MAX_MASKS} masks, got {len(masks)}")
-        self.masks = [_tensor.mask(m, "attn_mask") for m in masks if m is not None]
+        # the caller's masks (None kept, for gradients by position) and
+        # the opts slot each given one takes
+        self.masks = [None if m is None else _tensor.mask(m, "attn_mask") for m in masks]
+        self.slots = {}
         for i, m in enumerate(self.masks):
-            o.mask[i] = self._pointer(self._mask4d(m), "attn_mask")
+            if m is not None:
+                self.slots[i] = len(self.slots)
+                o.mask[self.slots[i]] = self._pointer(self._mask4d(m), "attn_mask")
         o.num_threads = _threads.resolve(num_threads)
         if path not in _PATHS:
             raise ValueError(f"path: must be one of {', '.join(_PATHS)}, got {path!r}")
@@ -122,8 +158,8 @@ class SdpaCall:
         if window is not None:
             left, right = window
             o.window.enabled = True
-            o.window.left = -1 if left is None else int(left)
-            o.window.right = -1 if right is None else int(right)
+            o.window.left = window_side(left, "window left")
+            o.window.right = window_side(right, "window right")
         if alibi_slopes is not None:
             slopes = _tensor.float32(alibi_slopes, "alibi_slopes")
             if slopes.ndim > 2:
@@ -137,9 +173,9 @@ class SdpaCall:
         o.dropout_p = float(dropout_p)
         if dropout_seed is None:
             dropout_seed = secrets.randbits(63) if dropout_p else 0
-        self.dropout_seed = int(dropout_seed)
+        self.dropout_seed = uint64(dropout_seed, "dropout_seed")
         o.dropout_seed = self.dropout_seed
-        o.dropout_offset = int(dropout_offset)
+        o.dropout_offset = uint64(dropout_offset, "dropout_offset")
         return o
 
     def _mask4d(self, m):
@@ -158,13 +194,15 @@ class SdpaCall:
         the library's (B, H, L, S) goes as it is (the library sums over its
         size-1 dimensions); otherwise the library writes the full
         (B, H, L, S) gradient and NumPy sums it."""
-        floats = [i for i, m in enumerate(self.masks) if m.dtype != np.bool_]
+        floats = [i for i, m in enumerate(self.masks) if m is not None and m.dtype != np.bool_]
         if not floats:
             raise TypeError("attn_mask: a gradient needs a floating-point mask, got "
-                            + (", ".join(str(m.dtype) for m in self.masks) or "none"))
+                            + (", ".join(str(m.dtype) for m in self.masks if m is not None)
+                               or "none"))
         first = floats[0]
-        if first:  # masks commute: the differentiated one goes first
-            self.opts.mask[0], self.opts.mask[first] = self.opts.mask[first], self.opts.mask[0]
+        slot = self.slots[first]
+        if slot:  # masks commute: the differentiated one goes first
+            self.opts.mask[0], self.opts.mask[slot] = self.opts.mask[slot], self.opts.mask[0]
         m = self.masks[first]
         raw = len(floats) == 1 and m.ndim <= 4 and len(self.batch) <= 1 and m.ndim >= 1
         if raw:
@@ -176,8 +214,8 @@ class SdpaCall:
 
         def unbroadcast():
             full = None if raw else grad.reshape(self.lead + (self.L, self.S))
-            return [None if a.dtype == np.bool_ else grad if raw else _sum_to(full, a.shape)
-                    for a in self.masks]
+            return [None if a is None or a.dtype == np.bool_ else
+                    grad if raw else _sum_to(full, a.shape) for a in self.masks]
         return unbroadcast
 
     def _pointer(self, a, name):

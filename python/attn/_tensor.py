@@ -38,10 +38,10 @@ def _struct(a):
 
 
 def float32(x, name):
-    """x as a float32 array: float32 views as they are, other numbers
-    converted once."""
+    """x as a float32 array: float32 views as they are, other floating dtypes
+    converted once. Integer arrays are refused, as torch refuses them."""
     a = np.asarray(x)
-    if a.dtype.kind not in "fiu":
+    if a.dtype.kind != "f":
         raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
     if a.dtype != np.float32 or not _passes_as_is(a, negative_ok=True):
         a = np.ascontiguousarray(a, dtype=np.float32)

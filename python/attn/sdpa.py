@@ -17,7 +17,7 @@ import numpy as np
 from . import _tensor
 from ._errors import check, new_error
 from ._lib import lib
-from ._sdpa_call import SdpaCall, _sum_to
+from ._sdpa_call import SdpaCall, _sum_to, integer
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -64,6 +64,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     check(lib.attn_sdpa(_view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
                         C.pointer(out_t), _out(call, lse, "lse"), _out(call, weights, "weights"),
                         C.byref(call.opts), C.byref(err)), err)
+    if call.drop_all:  # dropout_p = 1: every weight dropped (lse, weights: before dropout)
+        out[...] = 0
     extra = tuple(a for a, wanted in ((lse, return_lse), (weights, need_weights),
                                       (stats, return_softmax_stats)) if wanted)
     return (out,) + extra if extra else out
@@ -96,6 +98,8 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
                     dropout_offset, num_threads, path)
     dout = _tensor.floating(grad_out, "grad_out")
+    if call.drop_all:  # dropout_p = 1: the output is constant, every gradient 0
+        dout = np.zeros_like(dout)
     if dout.shape != call.out_shape(call.v.shape[3]):
         raise ValueError(f"grad_out: shape {dout.shape}, expected the output's "
                          f"{call.out_shape(call.v.shape[3])}")
@@ -151,16 +155,17 @@ def _result_dtype(a):
 def _unbroadcast(g, batch, shape):
     """A (B, H, N, X) gradient summed back to an input's own shape (torch
     autograd does the same for broadcast inputs)."""
-    if len(shape) == 2:
-        return g.reshape(shape)  # a 2-D input ran as B = H = 1
     return _sum_to(g.reshape(batch + g.shape[1:]), shape)
 
 
 def alibi_slopes(heads):
     """The standard ALiBi slopes for `heads` heads (Press et al.; BLOOM's and
     FlashAttention's), float32 (heads,): pass as alibi_slopes=."""
-    out = np.empty(int(heads), dtype=np.float32)
+    heads = integer(heads, "heads")
+    if heads < 0:
+        raise ValueError(f"heads: must be >= 0, got {heads}")
+    out = np.empty(heads, dtype=np.float32)
     err = new_error()
-    check(lib.attn_alibi_slopes(int(heads), out.ctypes.data_as(C.POINTER(C.c_float)),
+    check(lib.attn_alibi_slopes(heads, out.ctypes.data_as(C.POINTER(C.c_float)),
                                 C.byref(err)), err)
     return out
