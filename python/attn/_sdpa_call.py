@@ -147,10 +147,14 @@ class SdpaCall:
         # the opts slot each given one takes
         self.masks = [None if m is None else _tensor.mask(m, "attn_mask") for m in masks]
         self.slots = {}
+        pointers = []
         for i, m in enumerate(self.masks):
             if m is not None:
-                self.slots[i] = len(self.slots)
-                o.mask[self.slots[i]] = self._pointer(self._mask4d(m), "attn_mask")
+                self.slots[i] = len(pointers)
+                pointers.append(self._pointer(self._mask4d(m), "attn_mask"))
+        self.mask_pointers = pointers
+        for i, ptr in enumerate(pointers):
+            o.mask[i] = ptr
         o.num_threads = _threads.resolve(num_threads)
         if path not in _PATHS:
             raise ValueError(f"path: must be one of {', '.join(_PATHS)}, got {path!r}")
@@ -202,7 +206,8 @@ class SdpaCall:
         first = floats[0]
         slot = self.slots[first]
         if slot:  # masks commute: the differentiated one goes first
-            self.opts.mask[0], self.opts.mask[slot] = self.opts.mask[slot], self.opts.mask[0]
+            self.opts.mask[0] = self.mask_pointers[slot]
+            self.opts.mask[slot] = self.mask_pointers[0]
         m = self.masks[first]
         raw = len(floats) == 1 and m.ndim <= 4 and len(self.batch) <= 1 and m.ndim >= 1
         if raw:
