@@ -238,6 +238,19 @@ class SdpaCall:
         """(B, Hq, L[, last]) in the caller's leading shape."""
         return self.lead + (self.L,) + ((last,) if last is not None else ())
 
-    def as4d(self, a):
-        """A (lead..., L[, X]) output array as the library's (B, Hq, L[, X]) view."""
-        return a.reshape(self.q.shape[:2] + a.shape[len(self.lead):])
+    def as4d(self, a, in_place=False):
+        """A (lead..., L[, X]) output array as the library's (B, Hq, L[, X]) view
+        (in_place: a view of a, never a copy; an error when impossible)."""
+        shape = self.q.shape[:2] + a.shape[len(self.lead):]
+        if not in_place:
+            return a.reshape(shape)
+        v = a.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            raise ValueError("out: its strides cannot be viewed as the library's (B, H, L, D) "
+                             "without a copy") from None
+        if not _tensor.passes_as_is(v):
+            raise ValueError("out: needs float32/float16 elements with whole-element, "
+                             "positive strides")
+        return v

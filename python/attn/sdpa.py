@@ -25,7 +25,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  causal_alignment="top_left", return_lse=False,
                                  need_weights=False, return_softmax_stats=False, window=None,
                                  alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
-                                 dropout_offset=0, num_threads=None, path="auto"):
+                                 dropout_offset=0, num_threads=None, path="auto", out=None):
     """Attention output (..., Hq, L, Ev): float32, or float16 for a float16 query.
 
     attn_mask may also be a tuple of two masks (say a key-padding mask and a
@@ -44,14 +44,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                         random when None; pass the same to the backward)
       num_threads       threads for this call (default: set_num_threads)
       path              "auto", "reference" or "fused"
+      out               an array to write the output into (its shape and
+                        dtype, any strides: a (B, N, H, D) buffer's
+                        transposed view, say), returned as the output
     Returns out, followed by lse, weights and stats in that order for the ones
     asked for. A row that sees no key gives 0 (torch gives NaN).
     """
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
                     dropout_offset, num_threads, path)
-    out = np.empty(call.out_shape(call.v.shape[3]), dtype=_result_dtype(call.q))
-    out_t = _tensor.view(call.as4d(out), "out")
+    shape, dtype = call.out_shape(call.v.shape[3]), _result_dtype(call.q)
+    if out is None:
+        out = np.empty(shape, dtype=dtype)
+    elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out: expected a {np.dtype(dtype)} array of shape {shape}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} "
+                         f"{getattr(out, 'shape', '')}")
+    out_t = _tensor.view(call.as4d(out, in_place=True), "out")
     lse = weights = stats = None
     if return_lse:
         lse = np.empty(call.out_shape(None), dtype=np.float32)

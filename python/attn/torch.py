@@ -11,6 +11,7 @@ back, so gradients keep the caller's dtype.
 """
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -19,7 +20,13 @@ from . import _threads as _attn_threads
 from .sdpa import scaled_dot_product_attention as _sdpa
 from .sdpa import scaled_dot_product_attention_backward as _sdpa_backward
 
-__all__ = ["MultiheadAttention", "scaled_dot_product_attention"]
+__all__ = ["MultiheadAttention", "alibi_slopes", "scaled_dot_product_attention"]
+
+
+def alibi_slopes(heads):
+    """The standard ALiBi slopes (heads,) as a float32 tensor."""
+    from .sdpa import alibi_slopes as slopes
+    return torch.from_numpy(slopes(heads))
 
 
 def _numpy(t):
@@ -103,9 +110,13 @@ class _SdpaFunction(torch.autograd.Function):
     def forward(ctx, query, key, value, mask0, mask1, sinks, options):
         use_stats = _features.supported("softmax_stats")
         options = dict(options)  # the caller's dict is reused (torch.jit.trace replays it)
+        out_buffer = None
+        if options.pop("bnhd_out", False):  # out in a (B, N, H, Dv) buffer (flash-attn's layout)
+            B, H, N = query.shape[:3]
+            out_buffer = np.empty((B, N, H, value.shape[-1]), np.float32).swapaxes(1, 2)
         res = _sdpa(_numpy(query), _numpy(key), _numpy(value), (_numpy(mask0), _numpy(mask1)),
                     sinks=_numpy(sinks), return_lse=True, return_softmax_stats=use_stats,
-                    need_weights=options.pop("need_weights"), **options)
+                    need_weights=options.pop("need_weights"), out=out_buffer, **options)
         out, lse = torch.from_numpy(res[0]), torch.from_numpy(res[1])
         weights = torch.from_numpy(res[2]) if len(res) > 2 + use_stats else None
         stats = torch.from_numpy(res[-1]) if use_stats else None
@@ -137,7 +148,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, scale=None, enable_gqa=False, *,
                                  causal_alignment="top_left", return_lse=False,
                                  need_weights=False, window=None, alibi_slopes=None,
-                                 softcap=0.0, sinks=None, num_threads=None, path="auto"):
+                                 softcap=0.0, sinks=None, num_threads=None, path="auto",
+                                 _bnhd_out=False):
     """torch.nn.functional.scaled_dot_product_attention (torch >= 2.5
     signature) on attn's kernels, differentiable in query, key, value (and
     sinks, and float masks: a learned bias). Keyword extras as
@@ -154,7 +166,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                    alibi_slopes=_numpy(alibi_slopes), softcap=softcap,
                    dropout_seed=_seed() if dropout_p else None,
                    num_threads=_threads(num_threads),
-                   path=path, need_weights=need_weights)
+                   path=path, need_weights=need_weights, bnhd_out=_bnhd_out)
     res = _SdpaFunction.apply(_float32(query), _float32(key), _float32(value), _mask(masks[0]),
                               _mask(masks[1]), _float32(sinks), options)
     out = res[0].to(dtype)
