@@ -7,28 +7,26 @@ into B, which costs nothing unless merging needs a copy (rare: dimensions whose
 strides do not line up).
 """
 import ctypes as C
+import math
 import numbers
 import secrets
 
 import numpy as np
 
+from . import _fast
 from . import _structs as S
 from . import _tensor
-from . import _threads
 
 _ALIGNMENTS = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
 _PATHS = {"auto": S.PATH_AUTO, "reference": S.PATH_REFERENCE, "fused": S.PATH_FUSED}
-# torch accepts scale=0 (every score 0); attn reads 0 as "default". The
-# smallest subnormal gives the same float32 results: every score rounds to
-# (at most) a subnormal, whose exp is exactly 1.
-_ZERO_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))
+_ZERO_SCALE = _fast.ZERO_SCALE
 
 
 def _merge_leading(a, ndim):
     """a with its leading dimensions merged so it has `ndim` dimensions, as a
     view whenever the strides allow it."""
     k = a.ndim - ndim + 1
-    shape = (int(np.prod(a.shape[:k])),) + a.shape[k:]
+    shape = (math.prod(a.shape[:k]),) + a.shape[k:]
     try:
         v = a.view()
         v.shape = shape  # raises instead of copying
@@ -102,12 +100,15 @@ class SdpaCall:
         self.shapes = (q.shape, k.shape, v.shape)
         # fewer dimensions broadcast as in torch's matmul: size-1 dims in front
         nd = max(q.ndim, k.ndim, v.ndim)
-        q, k, v = (a.reshape((1,) * (nd - a.ndim) + a.shape) for a in (q, k, v))
-        try:
-            self.batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
-        except ValueError:
-            raise ValueError(f"query, key, value: batch dimensions {q.shape[:-3]}, "
-                             f"{k.shape[:-3]}, {v.shape[:-3]} do not broadcast") from None
+        if not q.ndim == k.ndim == v.ndim:
+            q, k, v = (a.reshape((1,) * (nd - a.ndim) + a.shape) for a in (q, k, v))
+        self.batch = q.shape[:-3]
+        if not self.batch == k.shape[:-3] == v.shape[:-3]:  # (the common case skips this)
+            try:
+                self.batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+            except ValueError:
+                raise ValueError(f"query, key, value: batch dimensions {q.shape[:-3]}, "
+                                 f"{k.shape[:-3]}, {v.shape[:-3]} do not broadcast") from None
         self.q, self.k, self.v = (_to4d(a, self.batch) for a in (q, k, v))
         hq, hk = self.q.shape[1], self.k.shape[1]
         if hk != hq and not enable_gqa:
@@ -155,7 +156,9 @@ class SdpaCall:
         self.mask_pointers = pointers
         for i, ptr in enumerate(pointers):
             o.mask[i] = ptr
-        o.num_threads = _threads.resolve(num_threads)
+        q, v = self.q.shape, self.v.shape
+        o.num_threads = _fast.threads_for(num_threads,
+                                          q[0] * q[1] * self.L * self.S * (q[3] + v[3]))
         if path not in _PATHS:
             raise ValueError(f"path: must be one of {', '.join(_PATHS)}, got {path!r}")
         o.path = _PATHS[path]
@@ -169,18 +172,22 @@ class SdpaCall:
             if slopes.ndim > 2:
                 slopes = _merge_leading(np.broadcast_to(slopes, self.lead), 2)
             o.alibi_slopes = self._pointer(slopes, "alibi_slopes")
-        o.softcap = float(softcap)
+        if softcap:
+            o.softcap = float(softcap)
         self.sinks = None
         if sinks is not None:
             self.sinks = _tensor.float32(sinks, "sinks")
             o.sinks = self._pointer(self.sinks, "sinks")
-        o.dropout_p = float(dropout_p)
-        if dropout_seed is None:
-            dropout_seed = secrets.randbits(63) if dropout_p else 0
-        self.dropout_seed = uint64(dropout_seed, "dropout_seed")
-        o.dropout_seed = self.dropout_seed
-        o.dropout_offset = uint64(dropout_offset, "dropout_offset")
+        self.dropout_seed = 0
+        if dropout_p or dropout_seed is not None or type(dropout_offset) is not int or dropout_offset:
+            o.dropout_p = float(dropout_p)
+            if dropout_seed is None:
+                dropout_seed = secrets.randbits(63) if dropout_p else 0
+            self.dropout_seed = uint64(dropout_seed, "dropout_seed")
+            o.dropout_seed = self.dropout_seed
+            o.dropout_offset = uint64(dropout_offset, "dropout_offset")
         return o
+
 
     def _mask4d(self, m):
         full = self.batch + (self.q.shape[1], self.L, self.S)

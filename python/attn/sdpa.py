@@ -11,9 +11,12 @@ float16 (no copy) and give float16 results, as torch's do: the float32
 results on the same values, rounded to nearest even.
 """
 import ctypes as C
+import math
 
 import numpy as np
 
+from . import _fast
+from . import _structs as S
 from . import _tensor
 from ._errors import check, new_error
 from ._lib import lib
@@ -50,17 +53,32 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Returns out, followed by lse, weights and stats in that order for the ones
     asked for. A row that sees no key gives 0 (torch gives NaN).
     """
+    if (out is None and type(query) is np.ndarray and type(key) is np.ndarray and
+            type(value) is np.ndarray and _fast.applies(
+                query.shape, key.shape, value.shape, attn_mask, dropout_p, scale, enable_gqa,
+                return_lse or need_weights or return_softmax_stats or window is not None or
+                alibi_slopes is not None or softcap or sinks is not None or
+                dropout_seed is not None or dropout_offset or path != "auto" or
+                causal_alignment not in _CAUSAL) and
+            _plain(query) and _plain(key) and _plain(value)):
+        result = np.empty(query.shape[:3] + value.shape[3:], np.float32)
+        _fast.forward(*(_triple(a) for a in (query, key, value, result)),
+                      None if scale is None else float(scale),
+                      _CAUSAL[causal_alignment] if is_causal else 0, num_threads,
+                      (query, key, value, result))
+        return result
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
                     dropout_offset, num_threads, path)
     shape, dtype = call.out_shape(call.v.shape[3]), _result_dtype(call.q)
-    if out is None:
+    given_out = out is not None
+    if not given_out:
         out = np.empty(shape, dtype=dtype)
     elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
         raise ValueError(f"out: expected a {np.dtype(dtype)} array of shape {shape}, got "
                          f"{getattr(out, 'dtype', type(out).__name__)} "
                          f"{getattr(out, 'shape', '')}")
-    out_t = _tensor.view(call.as4d(out, in_place=True), "out")
+    out_t = _tensor.view(call.as4d(out, in_place=True) if given_out else call.as4d(out), "out")
     lse = weights = stats = None
     if return_lse:
         lse = np.empty(call.out_shape(None), dtype=np.float32)
@@ -71,7 +89,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         call.set_output("softmax_stats", call.as4d(stats), "softmax_stats")
     err = new_error()
     check(lib.attn_sdpa(_view(call.q, "query"), _view(call.k, "key"), _view(call.v, "value"),
-                        C.pointer(out_t), _out(call, lse, "lse"), _out(call, weights, "weights"),
+                        C.byref(out_t), _out(call, lse, "lse"), _out(call, weights, "weights"),
                         C.byref(call.opts), C.byref(err)), err)
     if call.drop_all:  # dropout_p = 1: every weight dropped (lse, weights: before dropout)
         out[...] = 0
@@ -117,7 +135,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
                                                                    "softmax_stats")),
                         "softmax_stats")
     # a broadcast input's gradient is summed (in float32) before it is rounded
-    grads = [np.empty(a.shape, dtype=_result_dtype(a) if int(np.prod(shape)) == a.size
+    grads = [np.empty(a.shape, dtype=_result_dtype(a) if math.prod(shape) == a.size
                       else np.float32) if wanted else None
              for a, shape, wanted in zip((call.q, call.k, call.v), call.shapes, needs_grad)]
     dsinks = None
@@ -144,8 +162,21 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     return result
 
 
+_CAUSAL = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
+
+
+def _plain(a):
+    """A float32 array the library reads as it is."""
+    return a.dtype == np.float32 and _tensor.passes_as_is(a, negative_ok=True)
+
+
+def _triple(a):
+    item = a.itemsize
+    return a.ctypes.data, a.shape, [s // item for s in a.strides]
+
+
 def _view(a, name):
-    return C.pointer(_tensor.view(a, name))
+    return C.byref(_tensor.view(a, name))
 
 
 def _out(call, a, name):

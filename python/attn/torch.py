@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import _fast
 from . import _features
+from . import _structs
 from . import _threads as _attn_threads
 from .sdpa import scaled_dot_product_attention as _sdpa
 from .sdpa import scaled_dot_product_attention_backward as _sdpa_backward
@@ -94,6 +96,19 @@ def _once_differentiable(grads):
     return out
 
 
+_CAUSAL = {"top_left": _structs.CAUSAL_TOP_LEFT, "bottom_right": _structs.CAUSAL_BOTTOM_RIGHT}
+
+
+def _plain(t):
+    """A float32 CPU tensor the library reads as it is (forward, no grad)."""
+    return (type(t) is torch.Tensor and t.dtype == torch.float32 and t.device.type == "cpu" and
+            t.layout == torch.strided)
+
+
+def _triple(t):
+    return t.data_ptr(), t.shape, t.stride()
+
+
 def _seed():
     """A dropout key from torch's generator, so torch.manual_seed repeats it."""
     return int(torch.randint(0, 2**62, (), dtype=torch.int64))
@@ -157,6 +172,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return_lse / need_weights append the (non-differentiable) LSE /
     weights. Threads: num_threads=, else attn.set_num_threads's, else
     torch.get_num_threads()."""
+    if (_plain(query) and _plain(key) and _plain(value) and _fast.applies(
+            query.shape, key.shape, value.shape, attn_mask, dropout_p, scale, enable_gqa,
+            return_lse or need_weights or window is not None or alibi_slopes is not None or
+            softcap or sinks is not None or path != "auto" or _bnhd_out or
+            causal_alignment not in _CAUSAL) and
+            not (torch.is_grad_enabled() and
+                 (query.requires_grad or key.requires_grad or value.requires_grad))):
+        out = torch.empty(query.shape[:3] + value.shape[3:])
+        _fast.forward(*(_triple(t) for t in (query, key, value, out)),
+                      None if scale is None else float(scale),
+                      _CAUSAL[causal_alignment] if is_causal else 0, _threads(num_threads),
+                      (query, key, value, out))
+        return out
     dtype = query.dtype
     masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask, None)
     if len(masks) != 2:

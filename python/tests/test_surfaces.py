@@ -91,11 +91,11 @@ def test_torch_front_end_follows_torch_threads(torch, at, monkeypatch):
     seen = []
     real = numpy_sdpa.lib.attn_sdpa
 
-    def spy(q, k, v, o, lse, w, opts, err):
-        seen.append(opts._obj.num_threads)
-        return real(q, k, v, o, lse, w, opts, err)
+    def spy(*args):
+        seen.append(args[6]._obj.num_threads)
+        return real(*args)
     monkeypatch.setattr(numpy_sdpa.lib, "attn_sdpa", spy)
-    q = torch.randn(1, 1, 4, 8)
+    q = torch.randn(1, 2, 64, 16)  # enough work for two threads
     before = torch.get_num_threads()
     try:
         for n in (1, 2):
@@ -108,6 +108,8 @@ def test_torch_front_end_follows_torch_threads(torch, at, monkeypatch):
         torch.set_num_threads(1)
         at.scaled_dot_product_attention(q, q, q)
         assert seen[-1] == 2  # attn's own setting wins over torch's
+        at.scaled_dot_product_attention(q[:, :, :4], q[:, :, :4], q[:, :, :4])
+        assert seen[-1] == 1  # too little work for a second thread
     finally:
         attn.set_num_threads(0)
         torch.set_num_threads(before)

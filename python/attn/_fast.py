@@ -1,0 +1,58 @@
+"""The short road for the most common call: plain SDPA (no mask or variant)
+on float32 (B, H, N, D) views with one batch shape and kv heads equal to
+query heads, forward only. Its structs are built in one constructor call
+each from (pointer, shape, strides), with no NumPy broadcasting and no
+optional outputs, so a tiny call costs little more than the library's own
+time (docs/PERFORMANCE.md, "Python per-call overhead")."""
+import ctypes as C
+
+from . import _structs as S
+from . import _tensor as _views
+from . import _threads
+from ._errors import check, new_error
+from ._lib import lib
+
+_SHAPE = C.c_int64 * S.MAX_DIMS
+# torch accepts scale=0 (every score 0); attn reads 0 as "default". The
+# smallest float32 subnormal gives the same results: every score rounds to
+# (at most) a subnormal, whose exp is exactly 1.
+ZERO_SCALE = 1.401298464324817e-45
+# B·H·L·S·(E + Ev) multiply-adds below which one thread runs the call
+TINY_WORK = 1 << 16
+
+
+def _tensor(ptr, shape, strides):
+    return S.attn_tensor(ptr, S.F32, 4, _SHAPE(*shape), _SHAPE(*strides))
+
+
+def threads_for(num_threads, work):
+    """The thread count a call uses: one when the work is tiny (a second
+    thread's wake-up costs more; results do not depend on the count)."""
+    return 1 if work < TINY_WORK else _threads.resolve(num_threads)
+
+
+def applies(qs, ks, vs, attn_mask, dropout_p, scale, enable_gqa, extras):
+    """True when a call with these (B, H, N, D) shapes and options can take
+    the short road; extras: the other options, all at their defaults."""
+    return (attn_mask is None and not dropout_p and not extras and len(qs) == 4 and
+            len(ks) == 4 and len(vs) == 4 and qs[:2] == ks[:2] == vs[:2] and
+            ks[2] == vs[2] and qs[3] == ks[3] and (scale is None or scale >= 0))
+
+
+def forward(q, k, v, out, scale, causal, num_threads, sources=None):
+    """attn_sdpa on (pointer, shape, element strides) triples; out written.
+    sources: the caller's (query, key, value, out), for _tensor.observer."""
+    o = S.attn_sdpa_opts()
+    if scale is not None:
+        o.scale = ZERO_SCALE if scale == 0.0 else scale
+    if causal:
+        o.causal = causal
+    qs, vs = q[1], v[1]
+    o.num_threads = threads_for(num_threads, qs[0] * qs[1] * qs[2] * k[1][2] * (qs[3] + vs[3]))
+    ts = _tensor(*q), _tensor(*k), _tensor(*v), _tensor(*out)
+    if _views.observer is not None:
+        for name, a, t in zip(("query", "key", "value", "out"), sources, ts):
+            _views.observer(name, a, t)
+    err = new_error()
+    check(lib.attn_sdpa(C.byref(ts[0]), C.byref(ts[1]), C.byref(ts[2]), C.byref(ts[3]), None, None,
+                     C.byref(o), C.byref(err)), err)
