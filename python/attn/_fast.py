@@ -39,9 +39,7 @@ def applies(qs, ks, vs, attn_mask, dropout_p, scale, enable_gqa, extras):
             ks[2] == vs[2] and qs[3] == ks[3] and (scale is None or scale >= 0))
 
 
-def forward(q, k, v, out, scale, causal, num_threads, sources=None):
-    """attn_sdpa on (pointer, shape, element strides) triples; out written.
-    sources: the caller's (query, key, value, out), for _tensor.observer."""
+def _options(q, k, v, scale, causal, num_threads):
     o = S.attn_sdpa_opts()
     if scale is not None:
         o.scale = ZERO_SCALE if scale == 0.0 else scale
@@ -49,10 +47,39 @@ def forward(q, k, v, out, scale, causal, num_threads, sources=None):
         o.causal = causal
     qs, vs = q[1], v[1]
     o.num_threads = threads_for(num_threads, qs[0] * qs[1] * qs[2] * k[1][2] * (qs[3] + vs[3]))
+    return o
+
+
+def _ref(t):
+    return C.byref(_tensor(*t)) if t is not None else None
+
+
+def forward(q, k, v, out, scale, causal, num_threads, sources=None, lse=None, stats=None):
+    """attn_sdpa on (pointer, shape, element strides) triples; out (and the
+    LSE (B, H, L) and softmax statistics (B, H, L, 2), when given) written.
+    sources: the caller's (query, key, value, out), for _tensor.observer."""
+    o = _options(q, k, v, scale, causal, num_threads)
+    if stats is not None:
+        st = _tensor(*stats)
+        o.softmax_stats = C.pointer(st)
     ts = _tensor(*q), _tensor(*k), _tensor(*v), _tensor(*out)
     if _views.observer is not None:
         for name, a, t in zip(("query", "key", "value", "out"), sources, ts):
             _views.observer(name, a, t)
     err = new_error()
-    check(lib.attn_sdpa(C.byref(ts[0]), C.byref(ts[1]), C.byref(ts[2]), C.byref(ts[3]), None, None,
-                     C.byref(o), C.byref(err)), err)
+    lse_t = None if lse is None else S.attn_tensor(lse[0], S.F32, 3, _SHAPE(*lse[1]),
+                                                   _SHAPE(*lse[2]))
+    check(lib.attn_sdpa(C.byref(ts[0]), C.byref(ts[1]), C.byref(ts[2]), C.byref(ts[3]),
+                        None if lse_t is None else C.byref(lse_t), None, C.byref(o),
+                        C.byref(err)), err)
+
+
+def backward(q, k, v, out, stats, dout, grads, scale, causal, num_threads):
+    """attn_sdpa_backward on triples, from the forward's out and softmax
+    statistics; grads: (dq, dk, dv) triples or None, written."""
+    o = _options(q, k, v, scale, causal, num_threads)
+    st = _tensor(*stats)
+    o.softmax_stats = C.pointer(st)
+    err = new_error()
+    check(lib.attn_sdpa_backward(_ref(q), _ref(k), _ref(v), _ref(out), None, _ref(dout),
+                                 *(_ref(g) for g in grads), C.byref(o), C.byref(err)), err)

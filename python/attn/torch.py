@@ -123,6 +123,16 @@ class _SdpaFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, mask0, mask1, sinks, options):
+        if options.get("plain"):  # no mask, variant or extra output: the short road
+            out = torch.empty(query.shape[:3] + value.shape[3:])
+            lse, stats = torch.empty(query.shape[:3]), torch.empty(query.shape[:3] + (2,))
+            _fast.forward(*(_triple(t) for t in (query, key, value, out)), options["scale"],
+                          options["causal"], options["num_threads"], (query, key, value, out),
+                          _triple(lse), _triple(stats))
+            ctx.options = options
+            ctx.save_for_backward(query, key, value, None, None, None, out, lse, stats)
+            ctx.mark_non_differentiable(lse)
+            return out, lse
         use_stats = _features.supported("softmax_stats")
         options = dict(options)  # the caller's dict is reused (torch.jit.trace replays it)
         out_buffer = None
@@ -144,6 +154,14 @@ class _SdpaFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, *_):
         query, key, value, mask0, mask1, sinks, out, lse, stats = ctx.saved_tensors
+        if ctx.options.get("plain"):
+            grads = [torch.empty_like(t) if need else None
+                     for t, need in zip((query, key, value), ctx.needs_input_grad)]
+            o = ctx.options
+            _fast.backward(*(_triple(t) for t in (query, key, value, out, stats, grad_out)),
+                           [None if g is None else _triple(g) for g in grads], o["scale"],
+                           o["causal"], o["num_threads"])
+            return _once_differentiable(tuple(grads) + (None, None, None)) + (None,)
         want_masks = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
         grads = _sdpa_backward(_numpy(grad_out), _numpy(query), _numpy(key), _numpy(value),
                                _numpy(out), None if stats is not None else _numpy(lse),
@@ -186,6 +204,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                       (query, key, value, out))
         return out
     dtype = query.dtype
+    query, key, value = _float32(query), _float32(key), _float32(value)
+    if (_fast.applies(query.shape, key.shape, value.shape, attn_mask, dropout_p, scale,
+                      enable_gqa, need_weights or window is not None or alibi_slopes is not None or
+                      softcap or sinks is not None or path != "auto" or _bnhd_out or
+                      causal_alignment not in _CAUSAL) and
+            all(_plain(t) for t in (query, key, value))):
+        options = dict(plain=True, scale=None if scale is None else float(scale),
+                       causal=_CAUSAL[causal_alignment] if is_causal else 0,
+                       num_threads=_threads(num_threads))
+        out, lse = _SdpaFunction.apply(query, key, value, None, None, None, options)
+        out = out.to(dtype)
+        return (out, lse) if return_lse else out
     masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask, None)
     if len(masks) != 2:
         raise ValueError(f"attn_mask: at most 2 masks, got {len(masks)}")
@@ -195,7 +225,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                    dropout_seed=_seed() if dropout_p else None,
                    num_threads=_threads(num_threads),
                    path=path, need_weights=need_weights, bnhd_out=_bnhd_out)
-    res = _SdpaFunction.apply(_float32(query), _float32(key), _float32(value), _mask(masks[0]),
+    res = _SdpaFunction.apply(query, key, value, _mask(masks[0]),
                               _mask(masks[1]), _float32(sinks), options)
     out = res[0].to(dtype)
     extra = ((res[1],) if return_lse else ()) + ((res[2],) if need_weights else ())
