@@ -31,9 +31,10 @@ def threads_for(num_threads, work):
     return 1 if work < TINY_WORK else _threads.resolve(num_threads)
 
 
-def applies(qs, ks, vs, attn_mask, dropout_p, scale, enable_gqa, extras):
+def applies(qs, ks, vs, attn_mask, dropout_p, scale, extras):
     """True when a call with these (B, H, N, D) shapes and options can take
-    the short road; extras: the other options, all at their defaults."""
+    the short road (equal heads: enable_gqa changes nothing); extras: true
+    when any other option differs from its default."""
     return (attn_mask is None and not dropout_p and not extras and len(qs) == 4 and
             len(ks) == 4 and len(vs) == 4 and qs[:2] == ks[:2] == vs[:2] and
             ks[2] == vs[2] and qs[3] == ks[3] and (scale is None or scale >= 0))

@@ -55,7 +55,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """
     if (out is None and type(query) is np.ndarray and type(key) is np.ndarray and
             type(value) is np.ndarray and _fast.applies(
-                query.shape, key.shape, value.shape, attn_mask, dropout_p, scale, enable_gqa,
+                query.shape, key.shape, value.shape, attn_mask, dropout_p, scale,
                 return_lse or need_weights or return_softmax_stats or window is not None or
                 alibi_slopes is not None or softcap or sinks is not None or
                 dropout_seed is not None or dropout_offset or path != "auto" or

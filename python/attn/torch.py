@@ -190,29 +190,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return_lse / need_weights append the (non-differentiable) LSE /
     weights. Threads: num_threads=, else attn.set_num_threads's, else
     torch.get_num_threads()."""
-    if (_plain(query) and _plain(key) and _plain(value) and _fast.applies(
-            query.shape, key.shape, value.shape, attn_mask, dropout_p, scale, enable_gqa,
-            return_lse or need_weights or window is not None or alibi_slopes is not None or
-            softcap or sinks is not None or path != "auto" or _bnhd_out or
-            causal_alignment not in _CAUSAL) and
-            not (torch.is_grad_enabled() and
-                 (query.requires_grad or key.requires_grad or value.requires_grad))):
-        out = torch.empty(query.shape[:3] + value.shape[3:])
-        _fast.forward(*(_triple(t) for t in (query, key, value, out)),
-                      None if scale is None else float(scale),
-                      _CAUSAL[causal_alignment] if is_causal else 0, _threads(num_threads),
-                      (query, key, value, out))
-        return out
     dtype = query.dtype
     query, key, value = _float32(query), _float32(key), _float32(value)
     if (_fast.applies(query.shape, key.shape, value.shape, attn_mask, dropout_p, scale,
-                      enable_gqa, need_weights or window is not None or alibi_slopes is not None or
+                      need_weights or window is not None or alibi_slopes is not None or
                       softcap or sinks is not None or path != "auto" or _bnhd_out or
                       causal_alignment not in _CAUSAL) and
-            all(_plain(t) for t in (query, key, value))):
-        options = dict(plain=True, scale=None if scale is None else float(scale),
-                       causal=_CAUSAL[causal_alignment] if is_causal else 0,
-                       num_threads=_threads(num_threads))
+            all(_plain(t) for t in (query, key, value))):  # the short road
+        scale = None if scale is None else float(scale)
+        causal = _CAUSAL[causal_alignment] if is_causal else 0
+        if not return_lse and not (torch.is_grad_enabled() and (
+                query.requires_grad or key.requires_grad or value.requires_grad)):
+            out = torch.empty(query.shape[:3] + value.shape[3:])  # no graph: no Function
+            _fast.forward(*(_triple(t) for t in (query, key, value, out)), scale, causal,
+                          _threads(num_threads), (query, key, value, out))
+            return out.to(dtype)
+        options = dict(plain=True, scale=scale, causal=causal, num_threads=_threads(num_threads))
         out, lse = _SdpaFunction.apply(query, key, value, None, None, None, options)
         out = out.to(dtype)
         return (out, lse) if return_lse else out

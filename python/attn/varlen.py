@@ -41,7 +41,7 @@ class _Seqs:
         return np.diff(self.q.astype(np.int64)), np.diff(self.k.astype(np.int64))
 
 
-def _options(keep, nseq, scale, causal, window, softcap, alibi_slopes, dropout_p, dropout_seed,
+def _options(keep, scale, causal, window, softcap, alibi_slopes, dropout_p, dropout_seed,
              num_threads):
     o = S.attn_sdpa_opts()
     if scale is not None:
@@ -88,7 +88,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None,
     if dropout_seed is None:
         dropout_seed = secrets.randbits(63) if dropout_p else 0
     keep = []
-    o = _options(keep, seqs.struct.nseq, softmax_scale, causal, window, softcap, alibi_slopes,
+    o = _options(keep, softmax_scale, causal, window, softcap, alibi_slopes,
                  dropout_p, dropout_seed, num_threads)
     total, hq = q.shape[0], q.shape[1]
     out = np.empty((total, hq, v.shape[2]), np.float16 if q.dtype == np.float16 else np.float32)
@@ -111,7 +111,7 @@ def varlen_attention_backward(dout, q, k, v, cu_seqlens_q, cu_seqlens_k, out, st
     q, k, v = _inputs(q, k, v)
     seqs = _Seqs(cu_seqlens_q, cu_seqlens_k)
     keep = []
-    o = _options(keep, seqs.struct.nseq, softmax_scale, causal, window, softcap, alibi_slopes,
+    o = _options(keep, softmax_scale, causal, window, softcap, alibi_slopes,
                  dropout_p, dropout_seed, num_threads)
     o.softmax_stats = _ptr(keep, _tensor.float32(stats, "stats"), "softmax_stats")
     grads = [np.empty(a.shape, np.float16 if a.dtype == np.float16 else np.float32)
