@@ -2,7 +2,7 @@
  * attention output, with the LSE SDPA's backward needs), then walks the
  * forward steps in reverse. Parameter gradients accumulate into the
  * module's grad buffer; input gradients are overwritten. */
-#include "mha.h"
+#include "passes.h"
 
 /* Gradient output for an input (B,M,C): the caller's view when the GEMM
  * can write it, else a scratch buffer scattered afterwards. */
@@ -44,18 +44,9 @@ static attn_status check_disjoint(const attn_tensor *const outs[3], const attn_t
     return ATTN_OK;
 }
 
-/* q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see mha_acts); da, dq
- * (B,L,E); dk, dv (B,Sp,E); the softmax statistics (B,H,L,2). Sizes were
- * overflow-checked. */
-size_t mha_backward_act_bytes(const mha_call *c)
-{
-    const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
-    return (4 * nq + 4 * nk + (size_t)(2 * c->B * c->H * c->L)) * sizeof(float);
-}
-
-static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
-                            attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
-                            const attn_mha_opts *opts, attn_error *err)
+attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
+                              attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
+                              const attn_mha_opts *opts, attn_error *err)
 {
     const attn_tensor *dout = ins[3];
     const int64_t B = c->B, L = c->L, S = c->S, Sp = c->Sp, E = c->E, H = c->H;
@@ -165,18 +156,4 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
     finish_grad(c, &gk, S, c->kdim);
     finish_grad(c, &gv, S, c->vdim);
     return ATTN_OK;
-}
-
-attn_status attn_mha_backward(attn_mha *m, const attn_tensor *query, const attn_tensor *key,
-                              const attn_tensor *value, const attn_tensor *dout,
-                              attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
-                              const attn_mha_opts *opts, attn_error *err)
-{
-    mha_call c;
-    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
-    const attn_tensor *ins[4] = {query, key, value, dout};
-    attn_status s = backward(m, &c, ins, dquery, dkey, dvalue, opts, err);
-    mha_call_free(&c);
-    if (s == ATTN_OK) attn_ok(err);
-    return s;
 }
