@@ -73,16 +73,12 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
         return ATTN_OK;
     }
 
-    /* Workspace (mha_backward_act_bytes), then the attention's scratch. */
+    /* The activations, then the gradients and statistics (see
+     * mha_backward_act_bytes), then the attention's scratch. */
+    mha_acts act;
+    RETURN_IF_ERROR(mha_acts_init(c, opts, true, &act, err));
     const size_t nq = (size_t)(B * L * E), nk = (size_t)(B * Sp * E);
-    float *buf;
-    void *sdpa_ws;
-    size_t sdpa_ws_size;
-    RETURN_IF_ERROR(mha_workspace(c, opts, true, mha_backward_act_bytes(c), &buf, &sdpa_ws,
-                                  &sdpa_ws_size, err));
-    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk,
-                    .sdpa_ws = sdpa_ws, .sdpa_ws_size = sdpa_ws_size};
-    float *da = buf + 2 * nq + 2 * nk, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
+    float *da = act.a + nq, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
     float *stats = dv + nk;
 
     /* Recompute the forward up to the attention output. */
@@ -110,8 +106,8 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
                 dkh = mha_head_view(dk, c, Sp), dvh = mha_head_view(dv, c, Sp);
     attn_sdpa_opts o = mha_sdpa_opts(c);
     o.softmax_stats = &stats_view;
-    o.workspace = sdpa_ws; /* the recomputing forward's bytes, free again */
-    o.workspace_size = sdpa_ws_size;
+    o.workspace = act.sdpa_ws; /* the recomputing forward's bytes, free again */
+    o.workspace_size = act.sdpa_ws_size;
     RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, NULL, &dah, &dqh, &dkh, &dvh, &o,
                                        err));
 

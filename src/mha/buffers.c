@@ -180,6 +180,18 @@ attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
     return ATTN_OK;
 }
 
+attn_status mha_acts_init(mha_call *c, const attn_mha_opts *opts, bool backward, mha_acts *act,
+                          attn_error *err)
+{
+    const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
+    const size_t bytes = backward ? mha_backward_act_bytes(c) : mha_forward_act_bytes(c);
+    float *buf;
+    RETURN_IF_ERROR(
+        mha_workspace(c, opts, backward, bytes, &buf, &act->sdpa_ws, &act->sdpa_ws_size, err));
+    act->q = buf, act->k = buf + nq, act->v = buf + nq + nk, act->a = buf + nq + 2 * nk;
+    return ATTN_OK;
+}
+
 attn_status mha_workspace_bytes(const mha_call *c, bool backward, size_t *bytes,
                                 attn_error *err)
 {

@@ -44,6 +44,12 @@ size_t mha_backward_act_bytes(const mha_call *c);
 attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
                           size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
                           attn_error *err);
+/* The activations q, k, v, a (in this order, see mha_acts) at the start of
+ * the forward's or backward's mha_workspace, the attention's scratch in
+ * act->sdpa_ws (NULL: it allocates its own). The backward's gradients
+ * follow a (mha_backward_act_bytes). */
+attn_status mha_acts_init(mha_call *c, const attn_mha_opts *opts, bool backward, mha_acts *act,
+                          attn_error *err);
 /* Bytes of workspace a forward (or backward) of this call needs. */
 attn_status mha_workspace_bytes(const mha_call *c, bool backward, size_t *bytes,
                                 attn_error *err);

@@ -51,16 +51,11 @@ attn_status mha_forward_pass(const attn_mha *m, mha_call *c, attn_tensor *out,
     /* The activations and the attention's scratch, from the caller's
      * workspace or allocated; plus (B,H,L,Sp) only when averaged weights are
      * requested. */
-    const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
-    float *buf;
-    void *sdpa_ws;
-    size_t sdpa_ws_size;
-    RETURN_IF_ERROR(mha_workspace(c, opts, false, mha_forward_act_bytes(c), &buf, &sdpa_ws,
-                                  &sdpa_ws_size, err));
+    mha_acts act;
+    RETURN_IF_ERROR(mha_acts_init(c, opts, false, &act, err));
     /* (attn_sdpa_workspace_size knows nothing of a weights output, which
      * may change the attention's tiling: then it allocates its own.) */
-    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk,
-                    .sdpa_ws = w ? NULL : sdpa_ws, .sdpa_ws_size = w ? 0 : sdpa_ws_size};
+    if (w) act.sdpa_ws = NULL, act.sdpa_ws_size = 0;
 
     attn_tensor heads_w, *sdpa_w = NULL;
     float *avg = NULL;
