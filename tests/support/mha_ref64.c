@@ -236,24 +236,14 @@ void mha64_map_params(attn_mha *m, double *flat, mha64_params *p)
         attn_tensor v;
         attn_mha_param_at(m, i, &name, &v, NULL);
         double *x = flat + ((float *)v.data - base);
-        if (!strcmp(name, "in_proj_weight")) {
-            p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
-        } else if (!strcmp(name, "q_proj_weight")) {
-            p->wq = x;
-        } else if (!strcmp(name, "k_proj_weight")) {
-            p->wk = x;
-        } else if (!strcmp(name, "v_proj_weight")) {
-            p->wv = x;
-        } else if (!strcmp(name, "in_proj_bias")) {
-            p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
-        } else if (!strcmp(name, "bias_k")) {
-            p->bias_k = x;
-        } else if (!strcmp(name, "bias_v")) {
-            p->bias_v = x;
-        } else if (!strcmp(name, "out_proj.weight")) {
-            p->wo = x;
-        } else if (!strcmp(name, "out_proj.bias")) {
-            p->bo = x;
-        }
+        if (!strcmp(name, "in_proj_weight")) p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
+        else if (!strcmp(name, "q_proj_weight")) p->wq = x;
+        else if (!strcmp(name, "k_proj_weight")) p->wk = x;
+        else if (!strcmp(name, "v_proj_weight")) p->wv = x;
+        else if (!strcmp(name, "in_proj_bias")) p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
+        else if (!strcmp(name, "bias_k")) p->bias_k = x;
+        else if (!strcmp(name, "bias_v")) p->bias_v = x;
+        else if (!strcmp(name, "out_proj.weight")) p->wo = x;
+        else if (!strcmp(name, "out_proj.bias")) p->bo = x;
     }
 }
