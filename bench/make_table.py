@@ -215,8 +215,9 @@ def openblas_line(machine, same_cores):
         how = ("OpenBLAS's own pick, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands; "
                "**not** the best this CPU's ISA allows (%s), which this OpenBLAS does not run" % best)
     else:
-        how = ("OpenBLAS's own pick, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands%s"
-               % ("; the best this CPU's ISA allows (%s)" % best.replace(" ", ", ") if best else ""))
+        how = ("OpenBLAS's own pick%s, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands"
+               % (", one of the best kernel sets for this CPU's ISA (%s)" % best.replace(" ", ", ")
+                  if best else ""))
     return "OpenBLAS kernels of the sgemm roofline: **%s**, %s; OPENBLAS_L2_SIZE unset (environment: %s)." % (
         core, how, env) + (" Same-ISA sgemm: OPENBLAS_CORETYPE=%s, OPENBLAS_L2_SIZE unset." % ", ".join(
             "%s for %s" % (c, isa) for isa, c in same_cores.items()) if same_cores else "")
@@ -326,8 +327,8 @@ def main():
             out.append("")
             out.append("**Warning: roofline mismatch.** On %s OpenBLAS sgemm (%s) ran at %.1f GFLOP/s, "
                        "below %.1f × oneDNN's float32 matmul (%.1f GFLOP/s): OpenBLAS's kernels are "
-                       "not this machine's best, and every share of sgemm below is up to %.2f× too "
-                       "high." % (plural(t, "thread"), roof_core or "?", statistics.median(sg[t]), MISMATCH,
+                       "not this machine's best, and against oneDNN's rate every share of sgemm "
+                       "below would be %.2f× lower." % (plural(t, "thread"), roof_core or "?", statistics.median(sg[t]), MISMATCH,
                                   statistics.median(v),
                                   statistics.median(v) / statistics.median(sg[t])))
     out.append("")

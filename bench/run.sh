@@ -114,7 +114,7 @@ START=$(date +%s)
 # next):
 #   AVX-512 F, BW and VL, with BF16 -> Cooperlake, SkylakeX
 #   AVX-512 F, BW and VL            -> SkylakeX
-#   AVX2 and FMA                    -> Haswell, Zen (the same kernels)
+#   AVX2 and FMA                    -> Haswell, Zen (AVX2 kernels too)
 #   anything else                   -> OpenBLAS's own pick
 # (SapphireRapids, which newer OpenBLAS knows, counts as AVX-512 too.)
 core_of() { # the kernels OpenBLAS runs with OPENBLAS_CORETYPE=$1 (empty: unset)
