@@ -343,8 +343,12 @@ def main():
     ns = sorted({k[4] for k in cfg})
     variants = isas + ["generic", "ggml f32", "ggml f16"] + \
         sorted({k[0] for k in cfg if k[0].startswith("PyTorch")})
-    out.append("| share of sgemm | " + " | ".join("N=%d" % n for n in ns) + " |")
-    out.append("|---|" + "---|" * len(ns))
+
+    def head_over_n(title):
+        """The first two lines of a table with a column per N."""
+        return ["| %s | %s |" % (title, " | ".join("N=%d" % n for n in ns)), "|---|" + "---|" * len(ns)]
+
+    out += head_over_n("share of sgemm")
     for mode in ("forward", "backward"):
         for var in variants:
             cells = [get(var, mode, n) for n in ns]
@@ -401,9 +405,7 @@ def main():
                    "each of %s rows." % (" and ".join(same_vars), "is" if len(same_vars) == 1 else
                                          "are", cores, "its" if len(same_vars) == 1 else "their"))
         out.append("")
-        out.append("| share of the same-ISA sgemm (OpenBLAS kernels: %s) | %s |" % (
-            cores, " | ".join("N=%d" % n for n in ns)))
-        out.append("|---|" + "---|" * len(ns))
+        out += head_over_n("share of the same-ISA sgemm (OpenBLAS kernels: %s)" % cores)
         for mode in ("forward", "backward"):
             for var in same_vars:
                 cells = [same_share_of(get(var, mode, n)) for n in ns]
@@ -446,8 +448,7 @@ def main():
                    "against attn's float32 `%s` kernels on the same shape in this run (speed ratio)."
                    % (", ".join(dnnl_impls) or "not measured", best))
         out.append("")
-        out.append("| bf16 products | " + " | ".join("N=%d" % n for n in ns) + " |")
-        out.append("|---|" + "---|" * len(ns))
+        out += head_over_n("bf16 products")
         for mode in ("forward", "backward"):
             for var in bf16_vars:
                 cells = [get(var, mode, n) for n in ns]
