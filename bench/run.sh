@@ -335,7 +335,6 @@ one_round() {
     attn_bf16 --seq 2048 --head-dim 128 --threads $T
     attn_bf16 --seq 2048 --causal --threads $T
     for n in 1024 2048 4096; do attn_bf16 --seq $n --mode backward --threads $T; done
-    attn_bf16 --seq 2048 --mode mha --threads $T
     attn_bf16 --seq 2048 --threads 1
     attn generic --seq 2048 --threads $T
     attn generic --seq 2048 --mode backward --threads $T
