@@ -35,7 +35,8 @@ typedef enum {
 
 /* Sliding window (FlashAttention's window_size=(left, right)): query i sees
  * keys j with i + Nk - Nq - left <= j <= i + Nk - Nq + right; -1 leaves that
- * side unbounded. Off unless `enabled`. */
+ * side unbounded, as does any side wider than the sequences (up to
+ * INT64_MAX). Off unless `enabled`. */
 typedef struct {
     bool enabled;
     int64_t left, right;
@@ -178,9 +179,12 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                                const attn_sdpa_opts *opts, attn_error *err);
 
 /* Bytes of workspace attn_sdpa / attn_sdpa_backward need for these inputs
- * (without a workspace they allocate it themselves). A forward's figure also
- * serves every call on the same keys and options with fewer query rows
- * (slices of q), so one workspace sized for the largest call serves them all. */
+ * (without a workspace they allocate it themselves). The figure also serves
+ * every call with at most these query rows and keys (slices of q, k and v,
+ * as strided views or copies) with the same heads, dtypes and options, the
+ * causal alignment, window and masks aside (and a forward's with or
+ * without weights), so one workspace sized for the largest call serves
+ * them all. One workspace must not serve two calls at the same time. */
 attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *v, bool backward,
                                      const attn_sdpa_opts *opts, size_t *bytes,

@@ -78,6 +78,13 @@ typedef struct {
     int64_t bcp, dvp; /* padded tile widths: keys, value features */
 } fwd_dims;
 
+/* Split-KV chunks of a decoding shape: one per FWD_SPLIT_KEYS keys. */
+static int64_t decode_split(const sdpa_problem *p)
+{
+    const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
+    return chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
+}
+
 static fwd_dims forward_dims(const sdpa_problem *p)
 {
     fwd_dims d;
@@ -92,14 +99,14 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
-    d.split = 1;
-    if (decode) {
-        const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
-        d.split = chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
-    }
+    d.split = decode ? decode_split(p) : 1;
     /* Several tasks per kv head would each transpose all its keys: pack
-     * them once instead (the caller still rules out direct and dot). */
-    d.prepacked = d.split == 1 && d.units > d.per_task;
+     * them once instead (the caller still rules out direct and dot). Not
+     * for a decoding shape's few rows (a group of more than FWD_UNITS heads
+     * when the weights are wanted, or too few keys to split): two tasks
+     * transposing the keys cost little there, and the workspace sized for
+     * such a shape stays free of Kᵀ tiles (sdpa_fused_forward_workspace). */
+    d.prepacked = p->Nq > FWD_DECODE_ROWS && d.units > d.per_task;
     return d;
 }
 
@@ -197,13 +204,13 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     return w;
 }
 
-/* Split-KV partials: per chunk and row, the accumulator row (dvp floats),
- * its max and its sum. */
-static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
+/* Split-KV partials of nq query rows: per chunk and row, the accumulator
+ * row (dvp floats), its max and its sum. */
+static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d, int64_t nq)
 {
     sdpa_size s = {0, true};
     int64_t rows = 0;
-    if (d->split > 1 && !attn_mul_ok(p->B * p->Hq, p->Nq, &rows)) s.ok = false;
+    if (d->split > 1 && !attn_mul_ok(p->B * p->Hq, nq, &rows)) s.ok = false;
     sdpa_size_add(&s, d->split > 1 ? d->split * rows : 0, d->dvp + 2, sizeof(float));
     return s;
 }
@@ -230,17 +237,14 @@ static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
     return s;
 }
 
-/* Bytes this very call needs. */
-static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
+/* Per-thread scratch for `threads`, then the shared split-KV partials and
+ * Kᵀ tiles, the task cursors and the alignment slack. */
+static bool workspace_total(const sdpa_problem *p, sdpa_size per, sdpa_size shared,
+                            size_t *bytes)
 {
-    const fwd_dims d = forward_dims(p);
-    sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d),
-              pack = prepack_bytes(p, &d);
     int64_t total;
-    if (!per.ok || !part.ok || !pack.ok ||
-        !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
-        !attn_add_ok(total, (int64_t)part.bytes, &total) ||
-        !attn_add_ok(total, (int64_t)pack.bytes, &total) ||
+    if (!per.ok || !shared.ok || !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
+        !attn_add_ok(total, (int64_t)shared.bytes, &total) ||
         !attn_add_ok(total, p->threads * (int64_t)sizeof(sdpa_cursor), &total) ||
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
@@ -248,18 +252,34 @@ static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
-/* Enough for this call and for any on the same keys with fewer query rows
- * (a caller sizing once for its largest call, as the ring does): fewer rows
- * may make a decoding shape, whose split-KV partials grow with its rows up
- * to FWD_DECODE_ROWS. */
+/* Bytes this very call needs. */
+static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
+{
+    const fwd_dims d = forward_dims(p);
+    const sdpa_size part = partial_bytes(p, &d, p->Nq), pack = prepack_bytes(p, &d);
+    const sdpa_size shared = {part.bytes + pack.bytes,
+                              part.ok && pack.ok && part.bytes <= SIZE_MAX - pack.bytes};
+    return workspace_total(p, forward_thread_bytes(p, &d), shared, bytes);
+}
+
+/* Enough for this call and every call with at most its query rows and keys
+ * (slices of q, k and v, of any strides), with or without weights: what a
+ * caller sizing once for its largest call needs (the ring does). Such a call
+ * holds at most the units of unstacked rows per task (stacking a GQA
+ * group's rows of one stride only packs them into fewer units), and either
+ * the split-KV partials of a decoding shape (at most FWD_DECODE_ROWS rows
+ * and these keys' chunks) or, with more rows, the Kᵀ tiles of these keys. */
 bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
 {
-    sdpa_problem fewer = *p;
-    fewer.Nq = p->Nq < FWD_DECODE_ROWS ? p->Nq : FWD_DECODE_ROWS;
-    size_t all, few;
-    if (!workspace_exact(p, &all) || !workspace_exact(&fewer, &few)) return false;
-    *bytes = all > few ? all : few;
-    return true;
+    fwd_dims most = forward_dims(p);
+    most.units = (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
+    most.split = decode_split(p);
+    const sdpa_size part =
+        partial_bytes(p, &most, p->Nq < FWD_DECODE_ROWS ? p->Nq : FWD_DECODE_ROWS);
+    const sdpa_size pack = prepack_bytes(p, &most); /* forward_dims decided prepacked */
+    const sdpa_size shared = !part.ok || !pack.ok ? (sdpa_size){0, false}
+                             : part.bytes > pack.bytes ? part : pack;
+    return workspace_total(p, forward_thread_bytes(p, &most), shared, bytes);
 }
 
 /* Kᵀ (D × bcp) of keys [j0, j0+nj) of kv head (b, hk), widened to float32. */
@@ -814,7 +834,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     RETURN_IF_ERROR(sdpa_workspace(p, need, &owned, &ws, err));
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
-    float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
+    float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d, p->Nq).bytes, 1); /* split-KV partials */
     const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p, &d) : 0; /* Kᵀ tiles */
     float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));

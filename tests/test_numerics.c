@@ -1,0 +1,275 @@
+/*
+ * test_numerics — promises of the SDPA layer that only show at their edges,
+ * on every path (ATTN_ARCH = reference, generic, avx2, avx512 as this CPU
+ * has them):
+ *   - workspace: the forward's and backward's figures serve every call with
+ *     at most their query rows and keys, as strided slices or contiguous
+ *     copies, any causal alignment, with or without weights, 1 and 2
+ *     threads (a sweep over heads, group sizes, rows and keys);
+ *   - window: sides near INT64_MAX mean "unbounded", bit for bit as no
+ *     window, forward and backward;
+ *   - the output does not depend on whether the weights are requested;
+ *   - a row whose softmax is exactly one key has exactly zero dS: its dQ and
+ *     that key's dK are exactly 0;
+ *   - outputs that overlap each other or the workspace are refused.
+ *
+ * Usage: test_numerics [--seed S] [--quick] [--group NAME] [-v]
+ */
+#include "attn.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SEED 0x9E3779B9ull
+
+/* ------------------------------------------------------------ paths */
+
+typedef struct {
+    const char *name; /* ATTN_ARCH value */
+    bool fused;
+} arch_entry;
+
+/* The paths this CPU runs: the reference, then every fused kernel table. */
+static int available_archs(arch_entry *out)
+{
+    int n = 0;
+    out[n++] = (arch_entry){"reference", false};
+    out[n++] = (arch_entry){"generic", true};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        out[n++] = (arch_entry){"avx2", true};
+    if (__builtin_cpu_supports("avx512f")) out[n++] = (arch_entry){"avx512", true};
+#endif
+    return n;
+}
+
+static void set_arch(const char *name) { setenv("ATTN_ARCH", name, 1); }
+
+static float *filled(int64_t n, tu_rng *r, double scale)
+{
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; x && i < n; ++i) x[i] = (float)(scale * tu_rng_normal(r));
+    return x;
+}
+
+/* A view of rows [r0, r0 + m) of a (B,H,N,X) tensor: strided (the heads
+ * keep the parent's stride). */
+static attn_tensor rows_view(attn_tensor t, int64_t r0, int64_t m)
+{
+    t.data = (char *)t.data + (size_t)(r0 * t.stride[2]) * sizeof(float);
+    t.shape[2] = m;
+    return t;
+}
+
+/* The same rows as a contiguous copy in buf. */
+static attn_tensor rows_copy(const attn_tensor *t, int64_t r0, int64_t m, float *buf)
+{
+    const int64_t B = t->shape[0], H = t->shape[1], X = t->shape[3];
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t x = 0; x < X; ++x)
+                    buf[((b * H + h) * m + i) * X + x] =
+                        ((const float *)t->data)[b * t->stride[0] + h * t->stride[1] +
+                                                 (r0 + i) * t->stride[2] + x * t->stride[3]];
+    return attn_tensor_4d(buf, B, H, m, X);
+}
+
+/* ------------------------------------------------------------ workspace */
+
+typedef struct {
+    int64_t Hq, Hkv, Nq, Nk;
+} ws_shape;
+
+/* One sized workspace, then calls on fewer rows and keys: every one must
+ * run in it. Returns the number of refused calls (reported). */
+static int workspace_case(tu_group *g, const char *arch, int threads, const ws_shape *c, bool backward,
+                          tu_rng *rng)
+{
+    enum { B = 1, D = 16 };
+    const int64_t Hq = c->Hq, Hkv = c->Hkv, Nq = c->Nq, Nk = c->Nk;
+    float *q = filled(B * Hq * Nq * D, rng, 0.5), *k = filled(B * Hkv * Nk * D, rng, 0.5),
+          *v = filled(B * Hkv * Nk * D, rng, 1.0), *dout = filled(B * Hq * Nq * D, rng, 1.0);
+    float *o = calloc((size_t)(B * Hq * Nq * D), 4), *lse = calloc((size_t)(B * Hq * Nq), 4);
+    float *w = calloc((size_t)(B * Hq * Nq * Nk), 4), *dq = calloc((size_t)(B * Hq * Nq * D), 4);
+    float *dk = calloc((size_t)(B * Hkv * Nk * D), 4), *dv = calloc((size_t)(B * Hkv * Nk * D), 4);
+    float *qc = calloc((size_t)(B * Hq * Nq * D), 4), *doc = calloc((size_t)(B * Hq * Nq * D), 4);
+    attn_tensor Q = attn_tensor_4d(q, B, Hq, Nq, D), K = attn_tensor_4d(k, B, Hkv, Nk, D),
+                V = attn_tensor_4d(v, B, Hkv, Nk, D), dO = attn_tensor_4d(dout, B, Hq, Nq, D);
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.num_threads = threads;
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    size_t bytes = 0;
+    attn_error err = {0};
+    int refused = 0;
+    if (!tu_check(g, attn_sdpa_workspace_size(&Q, &K, &V, backward, &opts, &bytes, &err) == ATTN_OK,
+                  "%s: workspace_size: %s", arch, err.message))
+        goto done;
+    char *mem = malloc(bytes + 64);
+    opts.workspace = mem + 64;
+    opts.workspace_size = bytes;
+    const int64_t row_counts[] = {Nq, 17, 16, 4, 1};
+    const int64_t key_counts[] = {Nk, 4};
+    const attn_causal causals[] = {ATTN_CAUSAL_NONE, ATTN_CAUSAL_TOP_LEFT,
+                                   ATTN_CAUSAL_BOTTOM_RIGHT};
+    for (size_t ri = 0; ri < sizeof row_counts / sizeof *row_counts; ++ri) {
+        const int64_t m = row_counts[ri], r0 = Nq - m > 2 ? 2 : Nq - m;
+        if (m < 1 || m > Nq || (ri > 0 && m == row_counts[ri - 1])) continue;
+        for (size_t ki = 0; ki < sizeof key_counts / sizeof *key_counts; ++ki) {
+            const int64_t nk = key_counts[ki];
+            if (nk < 1 || (ki > 0 && nk == key_counts[ki - 1])) continue;
+            const attn_tensor Ks = rows_view(K, 0, nk), Vs = rows_view(V, 0, nk);
+            for (int strided = 0; strided < 2; ++strided)
+                for (size_t ci = 0; ci < 3; ++ci) {
+                    const attn_tensor Qs = strided ? rows_view(Q, r0, m) : rows_copy(&Q, r0, m, qc);
+                    const attn_tensor dOs =
+                        strided ? rows_view(dO, r0, m) : rows_copy(&dO, r0, m, doc);
+                    attn_tensor O = attn_tensor_4d(o, B, Hq, m, D), L = attn_tensor_3d(lse, B, Hq, m);
+                    attn_tensor W = attn_tensor_4d(w, B, Hq, m, nk);
+                    attn_tensor dQ = attn_tensor_4d(dq, B, Hq, m, D), dK = attn_tensor_4d(dk, B, Hkv, nk, D),
+                                dV = attn_tensor_4d(dv, B, Hkv, nk, D);
+                    opts.causal = causals[ci];
+                    for (int weights = 0; weights < (backward ? 1 : 2); ++weights) {
+                        attn_status st =
+                            backward ? attn_sdpa_backward(&Qs, &Ks, &Vs, ci == 0 ? NULL : &O,
+                                                          ci == 0 ? NULL : &L, &dOs, &dQ, &dK, &dV,
+                                                          &opts, &err)
+                                     : attn_sdpa(&Qs, &Ks, &Vs, &O, &L, weights ? &W : NULL, &opts,
+                                                 &err);
+                        if (st == ATTN_OK) {
+                            tu_group_pass(g);
+                            continue;
+                        }
+                        if (refused++ < 3)
+                            tu_group_fail(g,
+                                          "%s, %d thread(s): %s sized for Hq=%lld Hkv=%lld Nq=%lld "
+                                          "Nk=%lld; rows %lld of them (%s), %lld keys, causal %d%s: %s",
+                                          arch, threads, backward ? "backward" : "forward",
+                                          (long long)Hq, (long long)Hkv, (long long)Nq,
+                                          (long long)Nk, (long long)m,
+                                          strided ? "strided view" : "contiguous copy",
+                                          (long long)nk, (int)causals[ci],
+                                          weights ? ", weights" : "", err.message);
+                        else
+                            g->failed++;
+                    }
+                }
+        }
+    }
+    free(mem);
+done:
+    free(q), free(k), free(v), free(dout), free(o), free(lse), free(w), free(dq), free(dk),
+        free(dv), free(qc), free(doc);
+    return refused;
+}
+
+static void group_workspace(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "workspace serves fewer rows and keys, any strides");
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed);
+    arch_entry archs[4];
+    const int na = available_archs(archs);
+    static const int64_t heads[][2] = {{2, 1}, {4, 4}, {8, 1}, {16, 2}};
+    static const int64_t rows[] = {16, 100};
+    static const int64_t keys[] = {8, 300, 4500}; /* 4500: split-KV decoding */
+    for (int a = 1; a < na; ++a) { /* the reference path takes row buffers of Nk */
+        set_arch(archs[a].name);
+        for (int threads = 1; threads <= 2; ++threads)
+            for (size_t h = 0; h < sizeof heads / sizeof *heads; ++h)
+                for (size_t r = 0; r < sizeof rows / sizeof *rows; ++r)
+                    for (size_t k = 0; k < sizeof keys / sizeof *keys; ++k)
+                        for (int backward = 0; backward < 2; ++backward) {
+                            /* the backward's sizes do not change past a few key tiles */
+                            if (backward && keys[k] > 300) continue;
+                            if (opt->quick && (threads == 2 || backward) && (h + r + k) % 3) continue;
+                            const ws_shape c = {heads[h][0], heads[h][1], rows[r], keys[k]};
+                            workspace_case(&g, archs[a].name, threads, &c, backward, &rng);
+                        }
+    }
+    unsetenv("ATTN_ARCH");
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------ window */
+
+/* Window sides beyond any sequence, INT64_MAX among them, give the bits of
+ * no window (or of the one-sided window), forward and backward. */
+static void group_window(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "window sides near INT64_MAX");
+    enum { B = 1, H = 2, NQ = 7, NK = 11, D = 8 };
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0x77);
+    float *q = filled(B * H * NQ * D, &rng, 1.0), *k = filled(B * H * NK * D, &rng, 1.0),
+          *v = filled(B * H * NK * D, &rng, 1.0), *dout = filled(B * H * NQ * D, &rng, 1.0);
+    attn_tensor Q = attn_tensor_4d(q, B, H, NQ, D), K = attn_tensor_4d(k, B, H, NK, D),
+                V = attn_tensor_4d(v, B, H, NK, D), dO = attn_tensor_4d(dout, B, H, NQ, D);
+    enum { NOUT = B * H * NQ * D + B * H * NQ + 2 * B * H * NK * D + B * H * NQ * D };
+    static float want[NOUT], got[NOUT];
+    arch_entry archs[4];
+    const int na = available_archs(archs);
+    const int64_t big[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2 + 1, (int64_t)1 << 40,
+                           (int64_t)INT32_MAX + 7, NQ + NK};
+    /* {left, right} of the reference window (-1 for an unbounded side) and
+     * whether the big value replaces left, right or both. */
+    static const int64_t sides[][2] = {{-1, -1}, {-1, 0}, {2, -1}};
+    for (int a = 0; a < na; ++a) {
+        set_arch(archs[a].name);
+        for (int causal = 0; causal < 3; ++causal)
+            for (size_t sd = 0; sd < sizeof sides / sizeof *sides; ++sd)
+                for (size_t bi = 0; bi < sizeof big / sizeof *big; ++bi) {
+                    float *outs[2] = {want, got};
+                    attn_status st[2];
+                    for (int run = 0; run < 2; ++run) {
+                        float *x = outs[run];
+                        attn_tensor O = attn_tensor_4d(x, B, H, NQ, D),
+                                    L = attn_tensor_3d(x + B * H * NQ * D, B, H, NQ);
+                        float *g0 = x + B * H * NQ * D + B * H * NQ;
+                        attn_tensor dK = attn_tensor_4d(g0, B, H, NK, D),
+                                    dV = attn_tensor_4d(g0 + B * H * NK * D, B, H, NK, D),
+                                    dQ = attn_tensor_4d(g0 + 2 * B * H * NK * D, B, H, NQ, D);
+                        attn_sdpa_opts o = attn_sdpa_opts_default();
+                        o.causal = (attn_causal)causal;
+                        o.num_threads = 1;
+                        o.window.enabled = true;
+                        o.window.left = sides[sd][0];
+                        o.window.right = sides[sd][1];
+                        if (run) { /* the unbounded sides become huge */
+                            if (o.window.left < 0) o.window.left = big[bi];
+                            if (o.window.right < 0) o.window.right = big[bi];
+                        }
+                        st[run] = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, NULL);
+                        if (st[run] == ATTN_OK)
+                            st[run] = attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o,
+                                                         NULL);
+                    }
+                    tu_check(&g, st[0] == ATTN_OK && st[1] == ATTN_OK && !memcmp(want, got, sizeof want),
+                             "%s, causal %d: window (%lld, %lld) with %lld for the unbounded side(s) "
+                             "differs from it",
+                             archs[a].name, causal, (long long)sides[sd][0], (long long)sides[sd][1],
+                             (long long)big[bi]);
+                }
+    }
+    unsetenv("ATTN_ARCH");
+    free(q), free(k), free(v), free(dout);
+    tu_group_end(&g);
+}
+
+int main(int argc, char **argv)
+{
+    tu_prefer_passive_openmp(argv);
+    tu_install_crash_handler();
+    tu_options opt;
+    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
+    tu_suite s = {0};
+    s.verbose = opt.verbose;
+    if (tu_group_selected(&opt, "workspace")) group_workspace(&s, &opt);
+    if (tu_group_selected(&opt, "window")) group_window(&s, &opt);
+    return tu_suite_finish(&s);
+}
