@@ -261,6 +261,135 @@ static void group_window(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ overlaps */
+
+/* status ATTN_ERR_ARG naming both parties, or ATTN_OK for a legal call. */
+static void expect_overlap(tu_group *g, const char *what, attn_status st, const attn_error *e,
+                           const char *a, const char *b)
+{
+    tu_check(g, st == ATTN_ERR_ARG && strstr(e->message, a) && strstr(e->message, b) &&
+                    strstr(e->message, "shares memory"),
+             "%s: got %s '%s', want ATTN_ERR_ARG naming %s and %s", what, attn_status_string(st),
+             e->message, a, b);
+}
+
+/* Outputs overlapping each other or the workspace are refused before
+ * anything is written, in every API that takes outputs. */
+static void group_overlaps(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "overlapping outputs refused");
+    enum { B = 1, H = 2, N = 6, D = 4, BIG = 4096, WS = 1 << 18 };
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0x0E);
+    float *q = filled(B * H * N * D, &rng, 1), *k = filled(B * H * N * D, &rng, 1),
+          *v = filled(B * H * N * D, &rng, 1), *dout = filled(B * H * N * D, &rng, 1);
+    float *buf = calloc(BIG, sizeof(float)), *buf2 = calloc(WS, sizeof(float));
+    attn_tensor Q = attn_tensor_4d(q, B, H, N, D), K = attn_tensor_4d(k, B, H, N, D),
+                V = attn_tensor_4d(v, B, H, N, D), dO = attn_tensor_4d(dout, B, H, N, D);
+    attn_tensor O = attn_tensor_4d(buf, B, H, N, D);
+    attn_tensor L_in_O = attn_tensor_3d(buf + 5, B, H, N);         /* lse inside out */
+    attn_tensor L = attn_tensor_3d(buf + 1024, B, H, N);
+    attn_tensor W_over_O = attn_tensor_4d(buf + 8, B, H, N, N);    /* weights over out */
+    attn_tensor S_over_L = attn_tensor_4d(buf + 1024 + 4, B, H, N, 2); /* stats over lse */
+    attn_error e;
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    for (int path = 0; path < 2; ++path) {
+        o.path = path ? ATTN_PATH_FUSED : ATTN_PATH_REFERENCE;
+        o.workspace = NULL, o.workspace_size = 0;
+        expect_overlap(&g, "sdpa: lse inside out", attn_sdpa(&Q, &K, &V, &O, &L_in_O, NULL, &o, &e), &e,
+                       "lse", "out");
+        expect_overlap(&g, "sdpa: weights over out",
+                       attn_sdpa(&Q, &K, &V, &O, &L, &W_over_O, &o, &e), &e, "out", "weights");
+        o.softmax_stats = &S_over_L;
+        expect_overlap(&g, "sdpa: stats over lse", attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, &e), &e,
+                       "lse", "softmax_stats");
+        o.softmax_stats = NULL;
+        o.workspace = buf2, o.workspace_size = WS * sizeof(float);
+        attn_tensor O_in_ws = attn_tensor_4d(buf2 + 100, B, H, N, D);
+        expect_overlap(&g, "sdpa: out inside the workspace",
+                       attn_sdpa(&Q, &K, &V, &O_in_ws, &L, NULL, &o, &e), &e, "out", "workspace");
+        tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, &e) == ATTN_OK,
+                 "sdpa with apart outputs and a workspace: %s", e.message);
+        /* backward: dq == dk, dv inside the workspace */
+        attn_tensor dQ = attn_tensor_4d(buf + 2048, B, H, N, D), dV = attn_tensor_4d(buf + 3072, B, H, N, D);
+        expect_overlap(&g, "sdpa_backward: grad_query == grad_key",
+                       attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dQ, &dV, &o, &e), &e,
+                       "grad_query", "grad_key");
+        attn_tensor dV_ws = attn_tensor_4d(buf2 + 8, B, H, N, D), dK = attn_tensor_4d(buf + 3500, B, H, N, D);
+        expect_overlap(&g, "sdpa_backward: grad_value inside the workspace",
+                       attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV_ws, &o, &e), &e,
+                       "grad_value", "workspace");
+        o.workspace = NULL, o.workspace_size = 0;
+        tu_check(&g, attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, &e) == ATTN_OK,
+                 "sdpa_backward with apart outputs: %s", e.message);
+    }
+    /* varlen: packed (T, H, D); lse of the second sequence inside out of the first */
+    {
+        const int64_t cu[3] = {0, 2, N};
+        const attn_varlen_seqs seqs = {2, ATTN_OFFSETS_I64, cu, cu};
+        attn_tensor q3 = attn_tensor_3d(q, N, H, D), k3 = attn_tensor_3d(k, N, H, D),
+                    v3 = attn_tensor_3d(v, N, H, D), d3 = attn_tensor_3d(dout, N, H, D);
+        attn_tensor o3 = attn_tensor_3d(buf, N, H, D), l2 = attn_tensor_2d(buf + 20, N, H);
+        o = attn_sdpa_opts_default();
+        expect_overlap(&g, "varlen: lse inside out",
+                       attn_sdpa_varlen(&q3, &k3, &v3, &seqs, &o3, &l2, &o, &e), &e, "out", "lse");
+        attn_tensor g3 = attn_tensor_3d(buf + 2048, N, H, D), gv = attn_tensor_3d(buf + 3072, N, H, D);
+        expect_overlap(&g, "varlen_backward: grad_query == grad_key",
+                       attn_sdpa_varlen_backward(&q3, &k3, &v3, &seqs, NULL, NULL, &d3, &g3, &g3,
+                                                 &gv, &o, &e),
+                       &e, "grad_query", "grad_key");
+    }
+    /* KV cache attend: lse inside out */
+    {
+        attn_kvcache_config cfg = {B, H, 16, D, 0, 0, 0, ATTN_F32};
+        attn_kvcache *cache = NULL;
+        if (tu_check(&g, attn_kvcache_create(&cfg, &cache, &e) == ATTN_OK &&
+                             attn_kvcache_append(cache, &K, &V, NULL, &e) == ATTN_OK,
+                     "kvcache setup: %s", e.message)) {
+            o = attn_sdpa_opts_default();
+            expect_overlap(&g, "kvcache_attend: lse inside out",
+                           attn_kvcache_attend(cache, &Q, &O, &L_in_O, &o, &e), &e, "out", "lse");
+            tu_check(&g, attn_kvcache_attend(cache, &Q, &O, &L, &o, &e) == ATTN_OK,
+                     "kvcache_attend with apart outputs: %s", e.message);
+        }
+        attn_kvcache_free(cache);
+    }
+    /* MHA: weights over out, out inside the workspace, dquery == dkey */
+    {
+        enum { E = 8, HEADS = 2, LQ = 3, S = 5 };
+        attn_mha_config cfg = {E, HEADS, 0, 0, true, false, false, 0.0f};
+        attn_mha *m = NULL;
+        float *x = filled(LQ * E, &rng, 1), *kv = filled(S * E, &rng, 1), *dy = filled(LQ * E, &rng, 1);
+        attn_tensor X = attn_tensor_2d(x, LQ, E), KV = attn_tensor_2d(kv, S, E),
+                    dY = attn_tensor_2d(dy, LQ, E), Y = attn_tensor_2d(buf, LQ, E);
+        if (tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK,
+                     "mha setup: %s", e.message)) {
+            attn_mha_init(m, 1);
+            attn_mha_opts mo = attn_mha_opts_default();
+            attn_tensor Wt = attn_tensor_2d(buf + 4, LQ, S);
+            mo.weights = &Wt;
+            expect_overlap(&g, "mha_forward: weights over out",
+                           attn_mha_forward(m, &X, &KV, &KV, &Y, &mo, &e), &e, "out", "weights");
+            mo.weights = NULL;
+            mo.workspace = buf2, mo.workspace_size = WS * sizeof(float);
+            attn_tensor Y_ws = attn_tensor_2d(buf2 + 64, LQ, E);
+            expect_overlap(&g, "mha_forward: out inside the workspace",
+                           attn_mha_forward(m, &X, &KV, &KV, &Y_ws, &mo, &e), &e, "out", "workspace");
+            mo.workspace = NULL, mo.workspace_size = 0;
+            attn_tensor dX = attn_tensor_2d(buf + 1024, LQ, E), dKV = attn_tensor_2d(buf + 1024, S, E),
+                        dV2 = attn_tensor_2d(buf + 2048, S, E);
+            expect_overlap(&g, "mha_backward: dquery over dkey",
+                           attn_mha_backward(m, &X, &KV, &KV, &dY, &dX, &dKV, &dV2, &mo, &e), &e,
+                           "dquery", "dkey");
+        }
+        attn_mha_free(m);
+        free(x), free(kv), free(dy);
+    }
+    free(q), free(k), free(v), free(dout), free(buf), free(buf2);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -271,5 +400,6 @@ int main(int argc, char **argv)
     s.verbose = opt.verbose;
     if (tu_group_selected(&opt, "workspace")) group_workspace(&s, &opt);
     if (tu_group_selected(&opt, "window")) group_window(&s, &opt);
+    if (tu_group_selected(&opt, "overlaps")) group_overlaps(&s, &opt);
     return tu_suite_finish(&s);
 }
