@@ -261,6 +261,111 @@ static void group_window(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ weights */
+
+typedef struct {
+    int64_t Hq, Hkv, Nq, Nk, D;
+    attn_dtype dtype; /* of q, k, v and out */
+    attn_precision precision;
+} weights_shape;
+
+/* (B,H,N,X) float32 values stored as dtype (16-bit: rounded). */
+static void *stored(const float *x, int64_t n, attn_dtype dtype)
+{
+    if (dtype == ATTN_F32) return (void *)x;
+    uint16_t *y = malloc(sizeof(uint16_t) * (size_t)n);
+    attn_tensor src = attn_tensor_1d((float *)x, n), dst = attn_tensor_1d((float *)y, n);
+    dst.dtype = dtype;
+    dst.stride[0] = 1;
+    if (y && attn_tensor_convert(&src, &dst, NULL) != ATTN_OK) {
+        free(y);
+        return NULL;
+    }
+    return y;
+}
+
+/* The output (and LSE) bits of a forward do not depend on whether the
+ * weights are requested; the weights match the reference path's. */
+static void group_weights(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "out does not depend on the weights output");
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0x3E);
+    static const weights_shape shapes[] = {
+        {1, 1, 1, 4097, 64, ATTN_F32, ATTN_PRECISION_EXACT},  /* split-KV decoding */
+        {8, 2, 3, 5000, 32, ATTN_F32, ATTN_PRECISION_EXACT},  /* stacked GQA rows, split */
+        {8, 2, 3, 700, 32, ATTN_F32, ATTN_PRECISION_EXACT},   /* stacked, one chunk */
+        {4, 1, 16, 300, 24, ATTN_F32, ATTN_PRECISION_EXACT},  /* stacked, not direct */
+        {2, 2, 40, 300, 64, ATTN_F32, ATTN_PRECISION_EXACT},  /* not a decoding shape */
+        {4, 1, 2, 4500, 32, ATTN_BF16, ATTN_PRECISION_EXACT}, /* 16-bit Q read in place */
+        {2, 1, 100, 200, 64, ATTN_BF16, ATTN_PRECISION_BF16_DOT},
+        {16, 1, 16, 2100, 64, ATTN_BF16, ATTN_PRECISION_BF16_DOT},
+    };
+    arch_entry archs[4];
+    const int na = available_archs(archs);
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; ++c) {
+        const weights_shape *w = &shapes[c];
+        const int64_t nq = w->Hq * w->Nq * w->D, nk = w->Hkv * w->Nk * w->D, nw = w->Hq * w->Nq * w->Nk;
+        float *q = filled(nq, &rng, 1.0), *k = filled(nk, &rng, 1.0), *v = filled(nk, &rng, 1.0);
+        void *q16 = stored(q, nq, w->dtype), *k16 = stored(k, nk, w->dtype), *v16 = stored(v, nk, w->dtype);
+        const size_t osz = (size_t)nq * (w->dtype == ATTN_F32 ? 4 : 2);
+        char *o[2] = {malloc(osz), malloc(osz)};
+        float *l[2] = {malloc(sizeof(float) * (size_t)(w->Hq * w->Nq)),
+                       malloc(sizeof(float) * (size_t)(w->Hq * w->Nq))};
+        float *wt = malloc(sizeof(float) * (size_t)nw), *wref = malloc(sizeof(float) * (size_t)nw);
+        attn_tensor Q = attn_tensor_4d(q16, 1, w->Hq, w->Nq, w->D), K = attn_tensor_4d(k16, 1, w->Hkv, w->Nk, w->D),
+                    V = attn_tensor_4d(v16, 1, w->Hkv, w->Nk, w->D);
+        Q.dtype = K.dtype = V.dtype = w->dtype;
+        attn_tensor W = attn_tensor_4d(wt, 1, w->Hq, w->Nq, w->Nk), Wr = attn_tensor_4d(wref, 1, w->Hq, w->Nq, w->Nk);
+        attn_error e = {0};
+        set_arch("reference");
+        attn_sdpa_opts ro = attn_sdpa_opts_default();
+        ro.num_threads = 2;
+        attn_tensor O0 = attn_tensor_4d((float *)o[0], 1, w->Hq, w->Nq, w->D);
+        O0.dtype = w->dtype;
+        const bool ref_ok = attn_sdpa(&Q, &K, &V, &O0, NULL, &Wr, &ro, &e) == ATTN_OK;
+        tu_check(&g, ref_ok, "case %zu: reference: %s", c, e.message);
+        for (int a = 1; a < na && ref_ok; ++a) {
+            set_arch(archs[a].name);
+            for (int threads = 1; threads <= 2; ++threads) {
+                attn_sdpa_opts so = attn_sdpa_opts_default();
+                so.num_threads = threads;
+                so.precision = w->precision;
+                attn_status st[2];
+                for (int with = 0; with < 2; ++with) {
+                    attn_tensor O = attn_tensor_4d((float *)o[with], 1, w->Hq, w->Nq, w->D),
+                                L = attn_tensor_3d(l[with], 1, w->Hq, w->Nq);
+                    O.dtype = w->dtype;
+                    st[with] = attn_sdpa(&Q, &K, &V, &O, &L, with ? &W : NULL, &so, &e);
+                }
+                if (!tu_check(&g, st[0] == ATTN_OK && st[1] == ATTN_OK, "case %zu %s: %s", c,
+                              archs[a].name, e.message))
+                    continue;
+                tu_check(&g, !memcmp(o[0], o[1], osz) &&
+                                 !memcmp(l[0], l[1], sizeof(float) * (size_t)(w->Hq * w->Nq)),
+                         "case %zu (Hq=%lld Hkv=%lld Nq=%lld Nk=%lld), %s, %d thread(s): out or lse "
+                         "differ with the weights requested",
+                         c, (long long)w->Hq, (long long)w->Hkv, (long long)w->Nq, (long long)w->Nk,
+                         archs[a].name, threads);
+                double worst = 0;
+                for (int64_t x = 0; x < nw; ++x) {
+                    const double d = fabs((double)wt[x] - wref[x]) / (1e-30 + fabs((double)wref[x]) + 1e-3 / (double)w->Nk);
+                    worst = d > worst || isnan(d) ? d : worst;
+                }
+                tu_check(&g, worst <= 1e-4, "case %zu, %s: weights differ from the reference's by %g (relative)",
+                         c, archs[a].name, worst);
+            }
+        }
+        unsetenv("ATTN_ARCH");
+        if (q16 != q) free(q16);
+        if (k16 != k) free(k16);
+        if (v16 != v) free(v16);
+        free(q), free(k), free(v), free(o[0]), free(o[1]), free(l[0]), free(l[1]), free(wt), free(wref);
+    }
+    tu_group_end(&g);
+}
+
 /* ------------------------------------------------------------ overlaps */
 
 /* status ATTN_ERR_ARG naming both parties, or ATTN_OK for a legal call. */
@@ -400,6 +505,7 @@ int main(int argc, char **argv)
     s.verbose = opt.verbose;
     if (tu_group_selected(&opt, "workspace")) group_workspace(&s, &opt);
     if (tu_group_selected(&opt, "window")) group_window(&s, &opt);
+    if (tu_group_selected(&opt, "weights")) group_weights(&s, &opt);
     if (tu_group_selected(&opt, "overlaps")) group_overlaps(&s, &opt);
     return tu_suite_finish(&s);
 }

@@ -102,8 +102,10 @@ typedef struct {
  *     do. The result stays within the bfloat16 bound of README "bfloat16
  *     and float16" but is no longer the float32 call's bits (nor those of a
  *     CPU without the instructions, which runs the exact path). Subnormal
- *     products count as zero. The backward, the weights output and
- *     decoding shapes are exact float32 either way; a backward then
+ *     products count as zero. The backward and decoding shapes are exact
+ *     float32 either way, and so are the scores of the weights output
+ *     (normalised by the row statistics of the out and lse returned, which
+ *     never depend on whether the weights are requested); a backward then
  *     recomputes the forward's probabilities to rounding, not to the bit.
  */
 typedef enum { ATTN_PRECISION_EXACT = 0, ATTN_PRECISION_BF16_DOT = 1 } attn_precision;
@@ -148,6 +150,7 @@ attn_sdpa_opts attn_sdpa_opts_default(void);
  *   lse (B, Hq,  Nq)      optional: log Σ_j exp(scale·q·k_j + mask), natural log
  *   weights (B, Hq, Nq, Nk) optional: the softmax probabilities
  * A query row that sees no key gets out = 0, lse = -inf, weights = 0.
+ * Requesting the weights never changes the bits of out and lse.
  * q, k, v and out (and the backward's out, dout, dq, dk, dv) may each be
  * ATTN_F32, ATTN_BF16 or ATTN_F16; lse, weights and the options' tensors
  * are float32. 16-bit inputs are widened exactly and all arithmetic is

@@ -90,7 +90,9 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     fwd_dims d;
     d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD); /* the caller's with direct */
     d.dvp = sdpa_round_up(p->Dv, SDPA_MAX_NPAD);
-    const bool decode = p->Nq <= FWD_DECODE_ROWS && !p->w;
+    /* (Whether the weights are wanted changes nothing here: O's bits must
+     * not depend on it.) */
+    const bool decode = p->Nq <= FWD_DECODE_ROWS;
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
@@ -406,11 +408,14 @@ static const void *key_row(const fwd_scratch *w, int64_t c)
 /* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
  * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
  * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
-static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *dims,
                           int64_t b, int64_t h, int64_t i0, int64_t mi, const float *q,
                           int64_t q_rs, int64_t q_cs, const float *rowmax, const float *rowll,
                           const float *lse, fwd_scratch *w)
 {
+    fwd_dims exact = *dims; /* the weights' scores are float32 products, whatever O's */
+    exact.dot = false;
+    const fwd_dims *d = &exact;
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += d->keys) {
         const int64_t nj = tile_keys(p, d, j0);
@@ -605,16 +610,16 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
     /* A 16-bit Q's unit rows, widened once per task into qf; for bfloat16
-     * dot products, copied contiguous into q16 instead. */
+     * dot products, copied contiguous into q16 instead (and widened too
+     * for the weights' float32 scores). */
     for (int64_t e = 0; !p->q && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         const uint16_t *src = p->q16 + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        if (!d->dot) {
+        if (!d->dot || p->w)
             kern->widen(p->qt, src, d->q_rs, p->qs[3], mi, p->D, w->qf + e * FWD_ROWS * p->D,
                         p->D);
-            continue;
-        }
+        if (!d->dot) continue;
         for (int64_t r = 0; r < mi; ++r)
             for (int64_t l = 0; l < p->D; ++l)
                 w->q16[(e * FWD_ROWS + r) * p->D + l] = src[r * d->q_rs + l * p->qs[3]];
@@ -779,11 +784,15 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                            &lse_rows[r]);
             }
         }
-        if (p->w) { /* never stacked nor split (forward_dims) */
+        if (p->w && d->split == 1) { /* split-KV: after the merge (merge_row) */
             int64_t q_rs, q_cs;
             const float *q = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
-            write_weights(p, kern, d, b, h, i0, mi, q, q_rs, q_cs, w->rowmax + e * FWD_ROWS, rowll,
-                          lse_rows, w);
+            for (int64_t r = 0, run; r < mi; r += run) { /* one call per head of the unit */
+                const int64_t g = i0 + r;
+                run = p->Nq - g % p->Nq < mi - r ? p->Nq - g % p->Nq : mi - r;
+                write_weights(p, kern, d, b, h + g / p->Nq, g % p->Nq, run, q + r * q_rs, q_rs,
+                              q_cs, w->rowmax + e * FWD_ROWS + r, rowll + r, lse_rows + r, w);
+            }
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_FINISH, t_finish);
@@ -791,10 +800,12 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
 
 /* Split-KV: row (b, h, i)'s chunks merged in chunk order,
  *   m = max_c m_c,  l = Σ_c l_c·e^(m_c - m),  o = Σ_c o_c·e^(m_c - m),
- * then finished like an unsplit row. */
+ * then finished like an unsplit row, and its weights written from the
+ * merged statistics. */
 static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                      const float *part, int64_t b, int64_t h, int64_t i, float *o)
+                      const float *part, int64_t b, int64_t h, int64_t i, fwd_scratch *w)
 {
+    float *o = w->o; /* a free accumulator row */
     float m = -INFINITY;
     for (int64_t c = 0; c < d->split; ++c) {
         const float mc = partial_at(p, d, (float *)part, c, b, h, i)[d->dvp];
@@ -811,6 +822,14 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
     }
     float ll, lse;
     finish_row(p, kern, b, h, i, o, m, l, &ll, &lse);
+    if (!p->w) return;
+    const int64_t at = AT4(p->qs, b, h, i, 0);
+    if (p->q) {
+        write_weights(p, kern, d, b, h, i, 1, p->q + at, 0, p->qs[3], &m, &ll, &lse, w);
+    } else { /* a 16-bit Q: the row widened */
+        kern->widen(p->qt, p->q16 + at, 0, p->qs[3], 1, p->D, w->qf, p->D);
+        write_weights(p, kern, d, b, h, i, 1, w->qf, 0, 1, &m, &ll, &lse, w);
+    }
 }
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
@@ -822,7 +841,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         d.keys = FWD_DIRECT_KEYS;
         d.bcp = sdpa_round_up(d.keys, SDPA_MAX_NPAD);
     }
-    d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
+    d.dot = p->bf16_dot && !d.direct && kern == &sdpa_kernels_avx512 &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
     d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
@@ -870,12 +889,11 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
         }
         if (d.split > 1) {
-            float *o = w.o; /* a free accumulator row */
 #pragma omp barrier /* every chunk's partials written */
 #pragma omp for schedule(static)
             for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
                 merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,
-                          row % p->Nq, o);
+                          row % p->Nq, &w);
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
