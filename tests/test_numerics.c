@@ -366,6 +366,89 @@ static void group_weights(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ exact zeros */
+
+static bool all_zero(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        if (x[i] != 0.0f) return false;
+    return true;
+}
+
+/* A row that sees one key has softmax exactly 1, constant: its dQ and that
+ * key's dK are exactly 0 on every path (dP and D = rowsum(dO∘O) are one sum
+ * rounded two ways; the difference must not leak). */
+static void group_exact_zeros(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "one visible key: exactly zero dQ and dK");
+    enum { H = 2, NQ = 1, NK = 300, D = 64 };
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0x5);
+    float *q = filled(H * NQ * D, &rng, 1), *k = filled(H * NK * D, &rng, 1),
+          *v = filled(H * NK * D, &rng, 1), *dout = filled(H * NQ * D, &rng, 1);
+    float *o = malloc(sizeof(float) * H * NQ * D), *l = malloc(sizeof(float) * H * NQ);
+    float *dq = malloc(sizeof(float) * H * NQ * D), *dk = malloc(sizeof(float) * H * NK * D),
+          *dv = malloc(sizeof(float) * H * NK * D);
+    attn_tensor Q = attn_tensor_4d(q, 1, H, NQ, D), K = attn_tensor_4d(k, 1, H, NK, D),
+                V = attn_tensor_4d(v, 1, H, NK, D), dO = attn_tensor_4d(dout, 1, H, NQ, D),
+                O = attn_tensor_4d(o, 1, H, NQ, D), L = attn_tensor_3d(l, 1, H, NQ),
+                dQ = attn_tensor_4d(dq, 1, H, NQ, D), dK = attn_tensor_4d(dk, 1, H, NK, D),
+                dV = attn_tensor_4d(dv, 1, H, NK, D);
+    arch_entry archs[4];
+    const int na = available_archs(archs);
+    for (int a = 0; a < na; ++a) {
+        set_arch(archs[a].name);
+        for (int given = 0; given < 3; ++given) { /* out+lse, recomputed, dropout */
+            attn_sdpa_opts so = attn_sdpa_opts_default();
+            so.causal = ATTN_CAUSAL_TOP_LEFT;
+            if (given == 2) so.dropout_p = 0.25f, so.dropout_seed = 7;
+            attn_error e = {0};
+            const bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &so, &e) == ATTN_OK &&
+                            attn_sdpa_backward(&Q, &K, &V, given == 1 ? NULL : &O,
+                                               given == 1 ? NULL : &L, &dO, &dQ, &dK, &dV, &so,
+                                               &e) == ATTN_OK;
+            if (!tu_check(&g, ok, "%s: %s", archs[a].name, e.message)) continue;
+            tu_check(&g, all_zero(dq, H * NQ * D) && all_zero(dk, H * NK * D),
+                     "%s (%s): dQ or dK not exactly 0 for a row that sees one key", archs[a].name,
+                     given == 0 ? "out and lse given" : given == 1 ? "recomputed" : "dropout");
+        }
+    }
+    unsetenv("ATTN_ARCH");
+    /* The MHA case: E = 128, H = 2, L = 1, S = 300, causal */
+    {
+        enum { E = 128, MH = 2, ML = 1, S = 300 };
+        attn_mha_config cfg = {E, MH, 0, 0, true, false, false, 0.0f};
+        attn_mha *m = NULL;
+        float *x = filled(ML * E, &rng, 1), *kv = filled(S * E, &rng, 1), *dy = filled(ML * E, &rng, 1);
+        float *y = malloc(sizeof(float) * ML * E), *dx = malloc(sizeof(float) * ML * E),
+              *dkv = malloc(sizeof(float) * S * E), *dvv = malloc(sizeof(float) * S * E);
+        attn_tensor X = attn_tensor_2d(x, ML, E), KV = attn_tensor_2d(kv, S, E), dY = attn_tensor_2d(dy, ML, E),
+                    Y = attn_tensor_2d(y, ML, E), dX = attn_tensor_2d(dx, ML, E),
+                    dKV = attn_tensor_2d(dkv, S, E), dVV = attn_tensor_2d(dvv, S, E);
+        attn_error e = {0};
+        for (int a = 0; a < na; ++a) {
+            set_arch(archs[a].name);
+            if (!tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK, "mha: %s", e.message)) break;
+            attn_mha_init(m, 3);
+            attn_mha_opts mo = attn_mha_opts_default();
+            mo.causal = true;
+            const bool ok = attn_mha_forward(m, &X, &KV, &KV, &Y, &mo, &e) == ATTN_OK &&
+                            attn_mha_backward(m, &X, &KV, &KV, &dY, &dX, &dKV, &dVV, &mo, &e) == ATTN_OK;
+            if (tu_check(&g, ok, "mha %s: %s", archs[a].name, e.message))
+                tu_check(&g, all_zero(dx, ML * E) && all_zero(dkv, S * E),
+                         "mha %s: query or key gradients not exactly 0 (the query sees one key)",
+                         archs[a].name);
+            attn_mha_free(m);
+            m = NULL;
+        }
+        unsetenv("ATTN_ARCH");
+        free(x), free(kv), free(dy), free(y), free(dx), free(dkv), free(dvv);
+    }
+    free(q), free(k), free(v), free(dout), free(o), free(l), free(dq), free(dk), free(dv);
+    tu_group_end(&g);
+}
+
 /* ------------------------------------------------------------ overlaps */
 
 /* status ATTN_ERR_ARG naming both parties, or ATTN_OK for a legal call. */
@@ -506,6 +589,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "workspace")) group_workspace(&s, &opt);
     if (tu_group_selected(&opt, "window")) group_window(&s, &opt);
     if (tu_group_selected(&opt, "weights")) group_weights(&s, &opt);
+    if (tu_group_selected(&opt, "zeros")) group_exact_zeros(&s, &opt);
     if (tu_group_selected(&opt, "overlaps")) group_overlaps(&s, &opt);
     return tu_suite_finish(&s);
 }

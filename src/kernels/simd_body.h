@@ -667,14 +667,17 @@ static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const 
                            int64_t ldp, float *dp, int64_t lddp, const float *di,
                            const float *dfac, bool guard)
 {
-    const vf vscale = V_SET1(scale), zero = V_ZERO();
+    const vf vscale = V_SET1(scale), zero = V_ZERO(), one = V_SET1(1.0f);
     for (int64_t r = 0; r < m; ++r) {
         const float *pr = p + r * ldp, *fr = dfac ? dfac + r * ldp : NULL;
         float *dr = dp + r * lddp;
         const vf vd = V_SET1(di[r]);
         for (int64_t c = c0; c < n; c += VW) {
             const vf pv = V_LOAD(pr + c), f = fr ? V_LOAD(fr + c) : vscale;
-            const vf ds = V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f);
+            /* P = 1: the softmax is this key alone, constant, so dS is 0
+             * exactly (dP and D are one sum rounded two ways) */
+            const vf ds = V_BLEND(V_CMP_EQ(pv, one), V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f),
+                                  zero);
             V_STORE(dr + c, guard ? V_BLEND(V_CMP_EQ(pv, zero), ds, zero) : ds);
         }
     }

@@ -254,7 +254,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * (f = scale, times 1 - tanh² under softcap), dQ_i += dS_ij k_j
                  * and dK_j += dS_ij q_i. */
                 for (int64_t j = 0; j < p->Nk; ++j) {
-                    if (prob[j] == 0.0f) continue;
+                    /* P = 1: the softmax is this key alone, constant: dS = 0
+                     * exactly (dP - D would be one sum rounded two ways) */
+                    if (prob[j] == 0.0f || prob[j] == 1.0f) continue;
                     float f = p->scale;
                     if (p->softcap > 0.0f) {
                         const float tc = sdpa_softcap_tanh(p, row_dot(p, b, h, i, j));
