@@ -645,10 +645,12 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp
         }
         const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
         const bool has_ll = rowll[r] != 0.0f; /* x - m - 0 is x - m: one step less */
-        /* Vectors of hidden columns only are 0 (exp(-inf - m - ll), unless a
-         * NaN statistic makes them NaN; with softcap dfac is written whole). */
+        /* Hidden columns are 0 (exp(-inf - m - ll)), also where a NaN
+         * statistic would make that NaN (a hidden key never influences);
+         * with softcap dfac is written whole. */
+        const bool nan_stats = !((-INFINITY - rowmax[r]) - rowll[r] == -INFINITY);
         int64_t cb = c0, ce = n;
-        if (!capped && (-INFINITY - rowmax[r]) - rowll[r] == -INFINITY) {
+        if (!capped) {
             SIMD(visible_span)(c0, n, lo, hi, VW, &cb, &ce);
             for (int64_t c = c0; c < cb; c += VW) V_STORE(sr + c, V_ZERO());
             for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
@@ -657,7 +659,8 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp
         for (int64_t c = cb; c < ce; c += VW) {
             const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
             const vf e = has_ll ? V_SUB(V_SUB(x, vm), vll) : V_SUB(x, vm);
-            V_STORE(sr + c, v_exp(e));
+            const vf pe = v_exp(e);
+            V_STORE(sr + c, nan_stats ? V_BLEND(V_CMP_EQ(x, V_SET1(-INFINITY)), pe, V_ZERO()) : pe);
             if (capped) V_STORE(dfac + r * lds + c, V_MUL(vscale, V_SUB(one, V_MUL(t, t))));
         }
     }

@@ -416,6 +416,12 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
     fwd_dims exact = *dims; /* the weights' scores are float32 products, whatever O's */
     exact.dot = false;
     const fwd_dims *d = &exact;
+    /* A NaN row (lse NaN, though its max may not be: a row whose visible
+     * logits are all NaN looks empty) takes a NaN max: NaN on its visible
+     * keys, 0 on hidden ones (probs). */
+    float m[FWD_ROWS];
+    for (int64_t r = 0; r < mi; ++r) m[r] = isnan(lse[r]) ? NAN : rowmax[r];
+    rowmax = m;
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += d->keys) {
         const int64_t nj = tile_keys(p, d, j0);
@@ -438,9 +444,8 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
             float *dst = p->w + AT4(p->ws, b, h, i0 + r, j0);
             const bool seen = t.cols > 0 && w->end[r] > w->start[r];
             for (int64_t c = 0; c < nj; ++c)
-                dst[c * p->ws[3]] = isnan(lse[r]) ? NAN
-                                    : seen && c >= w->start[r] && c < w->end[r] ? w->s[r * d->bcp + c]
-                                                                                : 0.0f;
+                dst[c * p->ws[3]] = seen && c >= w->start[r] && c < w->end[r] ? w->s[r * d->bcp + c]
+                                                                              : 0.0f;
         }
     }
 }
@@ -535,8 +540,13 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
 {
     const int64_t at = AT4(p->os, b, h, i, 0);
     /* A row that saw no key: out 0, lse -inf (l is 0 exactly then), unless
-     * its scores were all NaN: then NaN, as everywhere else. */
-    const bool empty = l == 0.0f;
+     * its scores were all NaN: then NaN, as everywhere else. A sink of +inf
+     * or NaN, which started (m, l) and made them non-finite, leaves no such
+     * trace: then the row is asked (out 0, lse the sink). */
+    const float sink = sdpa_sink(p, h);
+    const bool sink_only = !isfinite(sink) && sink != -INFINITY && !sdpa_row_sees_key(p, b, h, i);
+    if (sink_only) m = sink, l = 1.0f;
+    const bool empty = l == 0.0f || sink_only;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
     if (p->o && p->os[3] == 1 && !empty) { /* the common case, vectorised */
         float *restrict dst = p->o + at;
@@ -552,7 +562,10 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
                 attn_store_float(p->o16, p->ot, at + c * p->os[3], o[c]);
     }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
-    const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
+    /* The row max may have passed over a NaN logit (max ignores NaN): a
+     * row of +inf and NaN logits is NaN, as on the reference path. */
+    const bool nan_max = empty ? fill != 0.0f : m == INFINITY && sdpa_row_sees_nan(p, b, h, i);
+    const float mx = nan_max ? NAN : sink_only ? sink : empty ? -INFINITY : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
     *lse = mx == INFINITY ? INFINITY : mx + *ll;
     if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = *lse;

@@ -186,6 +186,10 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
  * (as in torch) rather than as a masked row. Costs O(Nk·D); called only for
  * rows that saw no key. */
 bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
+/* True when row (b,h,i) has a visible key (a logit other than -inf). The
+ * fused path cannot tell from its statistics when a non-finite sink
+ * started them; O(Nk·D), called only then. */
+bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
 
 /* bfloat16 / float16 tensors through float32 copies (staging.c). Start
  * from {0}; sdpa_stage_in/out leave float32 tensors alone and otherwise
