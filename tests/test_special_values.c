@@ -31,6 +31,174 @@ static bool row_finite(const float *o, int64_t row, int64_t width)
     return true;
 }
 
+/* ------------------------------------------------------------ one rule
+ * README "NaN, inf and empty rows": a non-finite value reaches only the
+ * outputs that depend on it through visible keys. The same cases on every
+ * path (ATTN_ARCH reference, generic, avx2, avx512 as the CPU has them). */
+
+enum { RH = 2, RNQ = 6, RNK = 7, RD = 8 };
+
+typedef struct {
+    float o[RH * RNQ * RD], l[RH * RNQ], w[RH * RNQ * RNK], dq[RH * RNQ * RD], dk[RH * RNK * RD],
+        dv[RH * RNK * RD], ds[RH];
+} rule_out;
+
+typedef enum { IS_NAN, IS_POSINF, IS_FINITE, IS_ZERO } cls;
+
+static bool is(float x, cls c)
+{
+    return c == IS_NAN ? isnan(x) : c == IS_POSINF ? x == INFINITY : c == IS_FINITE ? isfinite(x) : x == 0.0f;
+}
+
+/* Every element of rows [r0, r1) (width w) of head h of a (H, n, w) array is c. */
+static bool rows_are(const float *x, int64_t n, int64_t w, int h, int64_t r0, int64_t r1, cls c)
+{
+    for (int64_t r = r0; r < r1; ++r)
+        for (int64_t e = 0; e < w; ++e)
+            if (!is(x[(h * n + r) * w + e], c)) return false;
+    return true;
+}
+
+/* Columns [c0, c1) of row r of head h of the (H, RNQ, nk) weights are c. */
+static bool weights_are(const float *w, int64_t nk, int h, int64_t r, int64_t c0, int64_t c1, cls c)
+{
+    for (int64_t j = c0; j < c1; ++j)
+        if (!is(w[(h * RNQ + r) * nk + j], c)) return false;
+    return true;
+}
+
+static bool run_rule(const float *q, const float *k, const float *v, const float *dout, int64_t nk,
+                     attn_sdpa_opts o, rule_out *r)
+{
+    attn_tensor Q = attn_tensor_4d((float *)q, 1, RH, RNQ, RD), K = attn_tensor_4d((float *)k, 1, RH, nk, RD),
+                V = attn_tensor_4d((float *)v, 1, RH, nk, RD), dO = attn_tensor_4d((float *)dout, 1, RH, RNQ, RD),
+                O = attn_tensor_4d(r->o, 1, RH, RNQ, RD), L = attn_tensor_3d(r->l, 1, RH, RNQ),
+                W = attn_tensor_4d(r->w, 1, RH, RNQ, nk), dQ = attn_tensor_4d(r->dq, 1, RH, RNQ, RD),
+                dK = attn_tensor_4d(r->dk, 1, RH, nk, RD), dV = attn_tensor_4d(r->dv, 1, RH, nk, RD),
+                dS = attn_tensor_1d(r->ds, RH);
+    o.num_threads = 1;
+    if (attn_sdpa(&Q, &K, &V, &O, &L, &W, &o, NULL) != ATTN_OK) return false;
+    if (o.sinks) o.grad_sinks = &dS;
+    return attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, NULL) == ATTN_OK;
+}
+
+static void one_rule(tu_suite *suite, tu_rng *rng)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "one rule for NaN and inf on every path");
+    static const char *const archs[4] = {"reference", "generic", "avx2", "avx512"};
+    static float q[RH * RNQ * RD], k[RH * RNK * RD], v[RH * RNK * RD], dout[RH * RNQ * RD];
+    static rule_out r;
+    for (int a = 0; a < 4; ++a) {
+        if (a == 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) continue;
+        if (a == 3 && !__builtin_cpu_supports("avx512f")) continue;
+        setenv("ATTN_ARCH", archs[a], 1);
+        const char *an = archs[a];
+        /* A. NaN in query row 2 of head 0, top-left causal (Nq 6, Nk 7): row 2
+         * sees keys 0..2 only. */
+        fill(q, RH * RNQ * RD, rng), fill(k, RH * RNK * RD, rng), fill(v, RH * RNK * RD, rng);
+        fill(dout, RH * RNQ * RD, rng);
+        q[2 * RD + 5] = NAN;
+        attn_sdpa_opts o = attn_sdpa_opts_default();
+        o.causal = ATTN_CAUSAL_TOP_LEFT;
+        if (tu_check(&g, run_rule(q, k, v, dout, RNK, o, &r), "%s: NaN query: call failed", an)) {
+            tu_check(&g, rows_are(r.o, RNQ, RD, 0, 2, 3, IS_NAN) && isnan(r.l[2]) &&
+                             rows_are(r.o, RNQ, RD, 0, 0, 2, IS_FINITE) &&
+                             rows_are(r.o, RNQ, RD, 0, 3, RNQ, IS_FINITE),
+                     "%s: NaN in query row 2: out/LSE NaN in row 2 only", an);
+            tu_check(&g, weights_are(r.w, RNK, 0, 2, 0, 3, IS_NAN) && weights_are(r.w, RNK, 0, 2, 3, RNK, IS_ZERO),
+                     "%s: NaN in query row 2: its weights NaN on keys 0..2, 0 on hidden keys", an);
+            tu_check(&g, rows_are(r.dq, RNQ, RD, 0, 2, 3, IS_NAN) && rows_are(r.dq, RNQ, RD, 0, 3, RNQ, IS_FINITE) &&
+                             rows_are(r.dq, RNQ, RD, 0, 0, 2, IS_FINITE),
+                     "%s: NaN in query row 2: dQ NaN in row 2 only", an);
+            tu_check(&g, rows_are(r.dk, RNK, RD, 0, 0, 3, IS_NAN) && rows_are(r.dk, RNK, RD, 0, 3, RNK, IS_FINITE) &&
+                             rows_are(r.dv, RNK, RD, 0, 0, 3, IS_NAN) && rows_are(r.dv, RNK, RD, 0, 3, RNK, IS_FINITE),
+                     "%s: NaN in query row 2: dK, dV NaN in rows 0..2 (the keys it sees) only", an);
+            tu_check(&g, rows_are(r.o, RNQ, RD, 1, 0, RNQ, IS_FINITE) && rows_are(r.dk, RNK, RD, 1, 0, RNK, IS_FINITE),
+                     "%s: NaN in head 0 reaches head 1", an);
+        }
+        /* A2. NaN in dO row 2 of head 0 (same causal case): it reaches dQ
+         * row 2 and dK, dV of the keys row 2 sees only. */
+        fill(q, RH * RNQ * RD, rng);
+        for (int d = 0; d < RD; ++d) dout[2 * RD + d] = NAN;
+        if (tu_check(&g, run_rule(q, k, v, dout, RNK, o, &r), "%s: NaN dO: call failed", an))
+            tu_check(&g, rows_are(r.dq, RNQ, RD, 0, 2, 3, IS_NAN) && rows_are(r.dq, RNQ, RD, 0, 3, RNQ, IS_FINITE) &&
+                             rows_are(r.dq, RNQ, RD, 0, 1, 2, IS_FINITE) &&
+                             rows_are(r.dk, RNK, RD, 0, 0, 3, IS_NAN) && rows_are(r.dk, RNK, RD, 0, 3, RNK, IS_FINITE) &&
+                             rows_are(r.dv, RNK, RD, 0, 0, 3, IS_NAN) && rows_are(r.dv, RNK, RD, 0, 3, RNK, IS_FINITE),
+                     "%s: NaN in dO row 2: dQ row 2, dK and dV rows 0..2 NaN, the rest finite", an);
+        fill(dout, RH * RNQ * RD, rng);
+        /* B. +inf logits in query row 4 (q = (+inf, 0, ...), k[., 0] > 0). */
+        fill(q, RH * RNQ * RD, rng);
+        for (int j = 0; j < RH * RNK; ++j) k[j * RD] = fabsf(k[j * RD]) + 0.5f;
+        for (int d = 0; d < RD; ++d) q[4 * RD + d] = d == 0 ? INFINITY : 0.0f;
+        if (tu_check(&g, run_rule(q, k, v, dout, RNK, o, &r), "%s: +inf logits: call failed", an)) {
+            tu_check(&g, rows_are(r.o, RNQ, RD, 0, 4, 5, IS_NAN) && r.l[4] == INFINITY &&
+                             rows_are(r.o, RNQ, RD, 0, 5, RNQ, IS_FINITE),
+                     "%s: +inf logits in row 4: out NaN, LSE +inf in row 4 only", an);
+            tu_check(&g, weights_are(r.w, RNK, 0, 4, 0, 5, IS_NAN) && weights_are(r.w, RNK, 0, 4, 5, RNK, IS_ZERO),
+                     "%s: +inf logits in row 4: weights NaN on keys 0..4, 0 on hidden keys", an);
+            tu_check(&g, rows_are(r.dk, RNK, RD, 0, 0, 5, IS_NAN) && rows_are(r.dk, RNK, RD, 0, 5, RNK, IS_FINITE) &&
+                             rows_are(r.dv, RNK, RD, 0, 0, 5, IS_NAN) && rows_are(r.dv, RNK, RD, 0, 5, RNK, IS_FINITE) &&
+                             rows_are(r.dq, RNQ, RD, 0, 4, 5, IS_NAN) && rows_are(r.dq, RNQ, RD, 0, 5, RNQ, IS_FINITE),
+                     "%s: +inf logits in row 4: dK, dV NaN in rows 0..4 only, dQ in row 4 only", an);
+        }
+        /* C. Sinks +inf (head 0) and NaN (head 1); bottom-right, window (0, 0),
+         * Nk 4 < Nq 6: rows 0, 1 see no key, rows 2..5 one key and the sink. */
+        fill(q, RH * RNQ * RD, rng), fill(k, RH * RNK * RD, rng);
+        for (int sv = 0; sv < 3; ++sv) {
+            static const float sval[3][2] = {{INFINITY, NAN}, {-INFINITY, -INFINITY}, {NAN, INFINITY}};
+            float sinks[RH] = {sval[sv][0], sval[sv][1]};
+            attn_tensor S = attn_tensor_1d(sinks, RH);
+            attn_sdpa_opts so = attn_sdpa_opts_default();
+            so.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+            so.window = (attn_window){true, 0, 0};
+            so.sinks = &S;
+            memset(&r, 0, sizeof r);
+            if (!tu_check(&g, run_rule(q, k, v, dout, 4, so, &r), "%s: sinks: call failed", an)) continue;
+            for (int h = 0; h < RH; ++h) {
+                const float sk = sinks[h];
+                /* rows that see no key: out 0, LSE = sink, weights 0, dQ 0 */
+                tu_check(&g, rows_are(r.o, RNQ, RD, h, 0, 2, IS_ZERO) &&
+                                 rows_are(r.dq, RNQ, RD, h, 0, 2, IS_ZERO) &&
+                                 weights_are(r.w, 4, h, 0, 0, 4, IS_ZERO) && weights_are(r.w, 4, h, 1, 0, 4, IS_ZERO) &&
+                                 (isnan(sk) ? isnan(r.l[h * RNQ]) && isnan(r.l[h * RNQ + 1])
+                                            : r.l[h * RNQ] == sk && r.l[h * RNQ + 1] == sk),
+                         "%s: sink %g, rows that see no key: out 0, LSE = sink, weights 0, dQ 0 "
+                         "(got out %g, lse %g, dq %g)", an, (double)sk, (double)r.o[h * RNQ * RD],
+                         (double)r.l[h * RNQ], (double)r.dq[h * RNQ * RD]);
+                /* rows that see a key: the sink is one more logit */
+                const cls want = sk == -INFINITY ? IS_FINITE : IS_NAN;
+                tu_check(&g, rows_are(r.o, RNQ, RD, h, 2, RNQ, want) &&
+                                 rows_are(r.dq, RNQ, RD, h, 2, RNQ, want) &&
+                                 rows_are(r.dk, 4, RD, h, 0, 4, want),
+                         "%s: sink %g, rows that see a key: out, dQ, dK %s", an, (double)sk,
+                         want == IS_NAN ? "NaN" : "finite");
+            }
+        }
+        /* D. ALiBi slopes of -inf: the bias -slope·|d| is +inf off the
+         * diagonal and NaN on it (-inf·0): every row that sees its diagonal
+         * key is NaN (out and LSE). Nq = Nk = 6, no causal. */
+        fill(q, RH * RNQ * RD, rng), fill(k, RH * RNK * RD, rng);
+        {
+            float slopes[RH] = {-INFINITY, 0.5f};
+            attn_tensor A = attn_tensor_1d(slopes, RH);
+            attn_sdpa_opts ao = attn_sdpa_opts_default();
+            ao.alibi_slopes = &A;
+            memset(&r, 0, sizeof r);
+            if (tu_check(&g, run_rule(q, k, v, dout, RNQ, ao, &r), "%s: alibi: call failed", an)) {
+                bool ok = true;
+                for (int i = 0; i < RNQ; ++i) ok &= isnan(r.l[i]);
+                tu_check(&g, ok && rows_are(r.o, RNQ, RD, 0, 0, RNQ, IS_NAN) &&
+                                 rows_are(r.o, RNQ, RD, 1, 0, RNQ, IS_FINITE),
+                         "%s: ALiBi slope -inf: LSE and out NaN (got lse %g)", an, (double)r.l[0]);
+            }
+        }
+    }
+    unsetenv("ATTN_ARCH");
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -79,6 +247,8 @@ int main(int argc, char **argv)
                  "a NaN key hidden by causality must not reach earlier rows");
         tu_group_end(&g);
     }
+
+    one_rule(&suite, &rng);
 
     tu_group_begin(&g, &suite, "hostile arguments");
     attn_sdpa_opts opts = attn_sdpa_opts_default();

@@ -35,7 +35,8 @@ typedef enum {
 
 /* Sliding window (FlashAttention's window_size=(left, right)): query i sees
  * keys j with i + Nk - Nq - left <= j <= i + Nk - Nq + right; -1 leaves that
- * side unbounded. Off unless `enabled`. */
+ * side unbounded, as does any side wider than the sequences (up to
+ * INT64_MAX). Off unless `enabled`. */
 typedef struct {
     bool enabled;
     int64_t left, right;
@@ -111,8 +112,10 @@ typedef struct {
  *     do. The result stays within the bfloat16 bound of README "bfloat16
  *     and float16" but is no longer the float32 call's bits (nor those of a
  *     CPU without the instructions, which runs the exact path). Subnormal
- *     products count as zero. The backward, the weights output and
- *     decoding shapes are exact float32 either way; a backward then
+ *     products count as zero. The backward and decoding shapes are exact
+ *     float32 either way, and so are the scores of the weights output
+ *     (normalised by the row statistics of the out and lse returned, which
+ *     never depend on whether the weights are requested); a backward then
  *     recomputes the forward's probabilities to rounding, not to the bit.
  */
 typedef enum { ATTN_PRECISION_EXACT = 0, ATTN_PRECISION_BF16_DOT = 1 } attn_precision;
@@ -158,6 +161,7 @@ attn_sdpa_opts attn_sdpa_opts_default(void);
  *   lse (B, Hq,  Nq)      optional: log Σ_j exp(scale·q·k_j + mask), natural log
  *   weights (B, Hq, Nq, Nk) optional: the softmax probabilities
  * A query row that sees no key gets out = 0, lse = -inf, weights = 0.
+ * Requesting the weights never changes the bits of out and lse.
  * q, k, v and out (and the backward's out, dout, dq, dk, dv) may each be
  * ATTN_F32, ATTN_BF16 or ATTN_F16; lse, weights and the options' tensors
  * are float32. 16-bit inputs are widened exactly and all arithmetic is
@@ -189,9 +193,12 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                                const attn_sdpa_opts *opts, attn_error *err);
 
 /* Bytes of workspace attn_sdpa / attn_sdpa_backward need for these inputs
- * (without a workspace they allocate it themselves). A forward's figure also
- * serves every call on the same keys and options with fewer query rows
- * (slices of q), so one workspace sized for the largest call serves them all. */
+ * (without a workspace they allocate it themselves). The figure also serves
+ * every call with at most these query rows and keys (slices of q, k and v,
+ * as strided views or copies) with the same heads, dtypes and options, the
+ * causal alignment, window and masks aside (and a forward's with or
+ * without weights), so one workspace sized for the largest call serves
+ * them all. One workspace must not serve two calls at the same time. */
 attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *v, bool backward,
                                      const attn_sdpa_opts *opts, size_t *bytes,

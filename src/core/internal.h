@@ -79,5 +79,12 @@ void attn_tensor_convert_unchecked(const attn_tensor *src, attn_tensor *dst);
  * checked with attn_check_tensor; NULL skips. */
 attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
                                 const attn_tensor *in, const char *in_name, attn_error *err);
+/* Every memory rule of one call: no output shares memory with an input
+ * (attn_check_disjoint), with another output, or any tensor with the
+ * caller's workspace. NULL tensors and a NULL workspace skip. */
+attn_status attn_check_call_memory(const attn_tensor *const *outs, const char *const *out_names,
+                                   int nout, const attn_tensor *const *ins,
+                                   const char *const *in_names, int nin, const void *workspace,
+                                   size_t workspace_size, attn_error *err);
 
 #endif

@@ -138,3 +138,33 @@ attn_status attn_check_disjoint(const attn_tensor *out, const char *out_name,
               "%s: shares memory with %s (outputs must not overlap inputs)", out_name, in_name);
     return ATTN_OK;
 }
+
+/* Whether a view's bytes meet [w0, w0 + size). */
+static bool meets(const attn_tensor *t, const void *w0, size_t size)
+{
+    uintptr_t a0, a1;
+    if (!t || !w0 || !size || !byte_extent(t, &a0, &a1)) return false;
+    return a0 < (uintptr_t)w0 + size && (uintptr_t)w0 < a1;
+}
+
+attn_status attn_check_call_memory(const attn_tensor *const *outs, const char *const *out_names,
+                                   int nout, const attn_tensor *const *ins,
+                                   const char *const *in_names, int nin, const void *workspace,
+                                   size_t workspace_size, attn_error *err)
+{
+    for (int o = 0; o < nout; ++o) {
+        for (int i = 0; i < nin; ++i)
+            RETURN_IF_ERROR(attn_check_disjoint(outs[o], out_names[o], ins[i], in_names[i], err));
+        uintptr_t a0, a1, b0, b1;
+        for (int x = o + 1; outs[o] && byte_extent(outs[o], &a0, &a1) && x < nout; ++x)
+            RETURN_IF(outs[x] && byte_extent(outs[x], &b0, &b1) && a0 < b1 && b0 < a1, err,
+                      ATTN_ERR_ARG, "%s: shares memory with %s (outputs must not overlap each other)",
+                      out_names[o], out_names[x]);
+        RETURN_IF(meets(outs[o], workspace, workspace_size), err, ATTN_ERR_ARG,
+                  "%s: shares memory with opts.workspace (the call's scratch)", out_names[o]);
+    }
+    for (int i = 0; i < nin; ++i)
+        RETURN_IF(meets(ins[i], workspace, workspace_size), err, ATTN_ERR_ARG,
+                  "%s: shares memory with opts.workspace (the call's scratch)", in_names[i]);
+    return ATTN_OK;
+}

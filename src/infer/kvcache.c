@@ -742,6 +742,13 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
     if (lse) RETURN_IF_ERROR(check_output(lse, "lse", 3, want, false, err));
     if (a.opts.softmax_stats)
         RETURN_IF_ERROR(check_output(a.opts.softmax_stats, "softmax_stats", 4, swant, false, err));
+    /* whole tensors: an entry's call sees only its own rows */
+    const attn_tensor *outs[3] = {out, lse, a.opts.softmax_stats};
+    static const char *const out_names[3] = {"out", "lse", "softmax_stats"};
+    const attn_tensor *ins[3] = {q, a.opts.alibi_slopes, a.opts.sinks};
+    static const char *const in_names[3] = {"query", "alibi_slopes", "sinks"};
+    RETURN_IF_ERROR(attn_check_call_memory(outs, out_names, 3, ins, in_names, 3, a.opts.workspace,
+                                           a.opts.workspace_size, err));
     a.out = out;
     a.lse = lse;
     a.stats = a.opts.softmax_stats;

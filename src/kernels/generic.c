@@ -306,7 +306,8 @@ static void dsoftmax_generic(int64_t m, int64_t c0, int64_t n, float scale, cons
         for (int64_t c = c0; c < n; ++c) {
             float *d = dp + r * lddp + c;
             const float pc = p[r * ldp + c], f = dfac ? dfac[r * ldp + c] : scale;
-            *d = pc == 0.0f ? 0.0f : pc * (*d - di[r]) * f;
+            /* P = 1: the softmax is this key alone, constant: dS is 0 exactly */
+            *d = pc == 0.0f || pc == 1.0f ? 0.0f : pc * (*d - di[r]) * f;
         }
 }
 

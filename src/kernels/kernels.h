@@ -121,8 +121,9 @@ typedef void (*sdpa_probs_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logit
 
 /*
  * Softmax backward: dp(r,c) <- p·(dp - di[r])·f for c in [c0, n), where
- * f = dfac(r,c) (softcap) or scale; with guard, exactly 0 where p = 0 (a
- * hidden key's dP may be NaN; it is selected away). dfac has row stride ldp.
+ * f = dfac(r,c) (softcap) or scale; exactly 0 where p = 1 (a softmax of one
+ * key is constant) and, with guard, where p = 0 (a hidden key's dP may be
+ * NaN; it is selected away). dfac has row stride ldp.
  */
 typedef void (*sdpa_dsoftmax_fn)(int64_t m, int64_t c0, int64_t n, float scale, const float *p,
                                  int64_t ldp, float *dp, int64_t lddp, const float *di,

@@ -645,10 +645,12 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp
         }
         const vf vm = V_SET1(rowmax[r]), vll = V_SET1(rowll[r]);
         const bool has_ll = rowll[r] != 0.0f; /* x - m - 0 is x - m: one step less */
-        /* Vectors of hidden columns only are 0 (exp(-inf - m - ll), unless a
-         * NaN statistic makes them NaN; with softcap dfac is written whole). */
+        /* Hidden columns are 0 (exp(-inf - m - ll)), also where a NaN
+         * statistic would make that NaN (a hidden key never influences);
+         * with softcap dfac is written whole. */
+        const bool nan_stats = !((-INFINITY - rowmax[r]) - rowll[r] == -INFINITY);
         int64_t cb = c0, ce = n;
-        if (!capped && (-INFINITY - rowmax[r]) - rowll[r] == -INFINITY) {
+        if (!capped) {
             SIMD(visible_span)(c0, n, lo, hi, VW, &cb, &ce);
             for (int64_t c = c0; c < cb; c += VW) V_STORE(sr + c, V_ZERO());
             for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
@@ -657,7 +659,8 @@ static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp
         for (int64_t c = cb; c < ce; c += VW) {
             const vf x = SIMD(logit)(lg, br, lo, hi, c, V_LOAD(sr + c), &t, &dist);
             const vf e = has_ll ? V_SUB(V_SUB(x, vm), vll) : V_SUB(x, vm);
-            V_STORE(sr + c, v_exp(e));
+            const vf pe = v_exp(e);
+            V_STORE(sr + c, nan_stats ? V_BLEND(V_CMP_EQ(x, V_SET1(-INFINITY)), pe, V_ZERO()) : pe);
             if (capped) V_STORE(dfac + r * lds + c, V_MUL(vscale, V_SUB(one, V_MUL(t, t))));
         }
     }
@@ -667,14 +670,17 @@ static void SIMD(dsoftmax)(int64_t m, int64_t c0, int64_t n, float scale, const 
                            int64_t ldp, float *dp, int64_t lddp, const float *di,
                            const float *dfac, bool guard)
 {
-    const vf vscale = V_SET1(scale), zero = V_ZERO();
+    const vf vscale = V_SET1(scale), zero = V_ZERO(), one = V_SET1(1.0f);
     for (int64_t r = 0; r < m; ++r) {
         const float *pr = p + r * ldp, *fr = dfac ? dfac + r * ldp : NULL;
         float *dr = dp + r * lddp;
         const vf vd = V_SET1(di[r]);
         for (int64_t c = c0; c < n; c += VW) {
             const vf pv = V_LOAD(pr + c), f = fr ? V_LOAD(fr + c) : vscale;
-            const vf ds = V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f);
+            /* P = 1: the softmax is this key alone, constant, so dS is 0
+             * exactly (dP and D are one sum rounded two ways) */
+            const vf ds = V_BLEND(V_CMP_EQ(pv, one), V_MUL(V_MUL(pv, V_SUB(V_LOAD(dr + c), vd)), f),
+                                  zero);
             V_STORE(dr + c, guard ? V_BLEND(V_CMP_EQ(pv, zero), ds, zero) : ds);
         }
     }

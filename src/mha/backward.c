@@ -32,16 +32,16 @@ static void finish_grad(const mha_call *c, const grad_out *g, int64_t M, int64_t
     if (g->view && g->scatter) mha_rows_scatter(g->rows.data, g->view, c->batched, c->B, M, C);
 }
 
-/* No gradient output may share memory with an input (all checked views). */
+/* No gradient output may share memory with an input, another output or
+ * the workspace (all checked views). */
 static attn_status check_disjoint(const attn_tensor *const outs[3], const attn_tensor *const ins[4],
-                                  attn_error *err)
+                                  const attn_mha_opts *opts, attn_error *err)
 {
     static const char *const out_names[3] = {"dquery", "dkey", "dvalue"};
     static const char *const in_names[4] = {"query", "key", "value", "dout"};
-    for (int o = 0; o < 3; ++o)
-        for (int i = 0; i < 4; ++i)
-            RETURN_IF_ERROR(attn_check_disjoint(outs[o], out_names[o], ins[i], in_names[i], err));
-    return ATTN_OK;
+    return attn_check_call_memory(outs, out_names, 3, ins, in_names, 4,
+                                  opts ? opts->workspace : NULL, opts ? opts->workspace_size : 0,
+                                  err);
 }
 
 attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
@@ -64,7 +64,7 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
     RETURN_IF_ERROR(bind_grad(c, dkey, "dkey", S, c->kdim, &gk, err));
     RETURN_IF_ERROR(bind_grad(c, dvalue, "dvalue", S, c->vdim, &gv, err));
     const attn_tensor *outs[3] = {dquery, dkey, dvalue};
-    RETURN_IF_ERROR(check_disjoint(outs, ins, err));
+    RETURN_IF_ERROR(check_disjoint(outs, ins, opts, err));
     mha_rows dy;
     RETURN_IF_ERROR(mha_rows_input(c, dout, L, E, "dout", &dy, err));
     if (B == 0 || L == 0) { /* no output: no gradient reaches anything */

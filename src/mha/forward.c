@@ -46,6 +46,11 @@ attn_status mha_forward_pass(const attn_mha *m, mha_call *c, attn_tensor *out,
     attn_tensor *w = opts ? opts->weights : NULL;
     const bool per_head = opts && opts->per_head_weights;
     if (w) RETURN_IF_ERROR(check_weights(w, per_head, c, err));
+    const attn_tensor *outs[2] = {out, w};
+    static const char *const out_names[2] = {"out", "weights"};
+    RETURN_IF_ERROR(attn_check_call_memory(outs, out_names, 2, NULL, NULL, 0,
+                                           opts ? opts->workspace : NULL,
+                                           opts ? opts->workspace_size : 0, err));
     if (c->B == 0 || c->L == 0) return ATTN_OK; /* out and weights are empty */
 
     /* The activations and the attention's scratch, from the caller's

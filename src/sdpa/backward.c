@@ -106,6 +106,16 @@ static bool partial_layout(const sdpa_problem *p, bwd_dims *d)
     return true;
 }
 
+/* Key-tile chunks before the dQ partials' budget trims them: enough
+ * (b, kv head, chunk) tasks for BWD_TARGET_TASKS, at most one per tile. */
+static int64_t most_chunks(const sdpa_problem *p, const bwd_dims *d)
+{
+    const int64_t base = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
+    int64_t c = base >= BWD_TARGET_TASKS ? 1 : (BWD_TARGET_TASKS + base - 1) / base;
+    if (c > d->kblocks) c = d->kblocks;
+    return c < 1 ? 1 : c;
+}
+
 static bwd_dims backward_dims(const sdpa_problem *p, bool *ok)
 {
     bwd_dims d;
@@ -115,11 +125,7 @@ static bwd_dims backward_dims(const sdpa_problem *p, bool *ok)
     d.rows = p->B * p->Hq * p->Nq;
     d.kblocks = (p->Nk + BWD_KEYS - 1) / BWD_KEYS;
     d.recompute = !p->o || (!p->lse && !p->stats);
-    const int64_t base = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
-    int64_t c = base >= BWD_TARGET_TASKS ? 1 : (BWD_TARGET_TASKS + base - 1) / base;
-    if (c > d.kblocks) c = d.kblocks;
-    if (c < 1) c = 1;
-    int64_t one;
+    int64_t c = most_chunks(p, &d), one;
     if (!p->dq || !attn_mul_ok(d.rows, d.dp * (int64_t)sizeof(float), &one)) {
         c = 1; /* no dQ: nothing to split for; overflow is reported by the sizing */
     } else {
@@ -200,10 +206,25 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     return w;
 }
 
+/* Floats of dQ partials enough for this call and every call with at most
+ * its query rows and keys, whatever their causal alignment or window: each
+ * chunk's partial holds at most all rows (`one` copy of dQ), and the budget
+ * keeps the copies beyond the first within BWD_PARTIAL_BUDGET, so
+ * c·one' <= min(most_chunks·one, one + budget) for any one' <= one (fewer
+ * rows may take more chunks, never more bytes than this). */
+static int64_t partial_floats_bound(const sdpa_problem *p, const bwd_dims *d)
+{
+    int64_t one, all, budget = BWD_PARTIAL_BUDGET / (int64_t)sizeof(float);
+    if (!p->dq || !attn_mul_ok(d->rows, d->dp, &one)) return p->dq ? INT64_MAX : 0;
+    if (!attn_mul_ok(most_chunks(p, d), one, &all)) all = INT64_MAX;
+    return all < one + budget ? all : one + budget;
+}
+
 /* Shared (not per-thread) arrays, then per-thread scratch, then the
- * forward's workspace when O/LSE are recomputed. */
-static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t *per_thread,
-                                size_t *forward)
+ * forward's workspace when O/LSE are recomputed. With `bound`, the dQ
+ * partials of any call with fewer rows and keys (partial_floats_bound). */
+static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool bound,
+                                size_t *per_thread, size_t *forward)
 {
     sdpa_size s = {0, true};
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
@@ -211,7 +232,8 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, size_t
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
-    sdpa_size_add(&s, p->dq ? d->part_at[d->chunks] : 0, 1, sizeof(float)); /* dQ partials */
+    sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
+                  sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
     const sdpa_size t = backward_thread_bytes(p, d);
@@ -231,7 +253,7 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
     bool ok;
     const bwd_dims d = backward_dims(p, &ok);
     size_t per_thread, forward;
-    const sdpa_size s = backward_bytes(p, &d, &per_thread, &forward);
+    const sdpa_size s = backward_bytes(p, &d, true, &per_thread, &forward);
     if (!ok || !s.ok || s.bytes > SIZE_MAX - SDPA_WORKSPACE_SLACK) return false;
     *bytes = s.bytes + SDPA_WORKSPACE_SLACK;
     return true;
@@ -624,7 +646,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     bool ok;
     const bwd_dims d = backward_dims(p, &ok);
     size_t per_thread, fwd_bytes;
-    const sdpa_size need = backward_bytes(p, &d, &per_thread, &fwd_bytes);
+    const sdpa_size need = backward_bytes(p, &d, false, &per_thread, &fwd_bytes);
     RETURN_IF(!ok || !need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     void *owned;
     char *cursor;

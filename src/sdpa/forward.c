@@ -78,12 +78,21 @@ typedef struct {
     int64_t bcp, dvp; /* padded tile widths: keys, value features */
 } fwd_dims;
 
+/* Split-KV chunks of a decoding shape: one per FWD_SPLIT_KEYS keys. */
+static int64_t decode_split(const sdpa_problem *p)
+{
+    const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
+    return chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
+}
+
 static fwd_dims forward_dims(const sdpa_problem *p)
 {
     fwd_dims d;
     d.bcp = sdpa_round_up(FWD_KEYS, SDPA_MAX_NPAD); /* the caller's with direct */
     d.dvp = sdpa_round_up(p->Dv, SDPA_MAX_NPAD);
-    const bool decode = p->Nq <= FWD_DECODE_ROWS && !p->w;
+    /* (Whether the weights are wanted changes nothing here: O's bits must
+     * not depend on it.) */
+    const bool decode = p->Nq <= FWD_DECODE_ROWS;
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
@@ -92,14 +101,14 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
     d.per_task = FWD_UNITS;
-    d.split = 1;
-    if (decode) {
-        const int64_t chunks = p->Nk / FWD_SPLIT_KEYS;
-        d.split = chunks < 1 ? 1 : chunks > FWD_MAX_SPLIT ? FWD_MAX_SPLIT : chunks;
-    }
+    d.split = decode ? decode_split(p) : 1;
     /* Several tasks per kv head would each transpose all its keys: pack
-     * them once instead (the caller still rules out direct and dot). */
-    d.prepacked = d.split == 1 && d.units > d.per_task;
+     * them once instead (the caller still rules out direct and dot). Not
+     * for a decoding shape's few rows (a group of more than FWD_UNITS heads
+     * when the weights are wanted, or too few keys to split): two tasks
+     * transposing the keys cost little there, and the workspace sized for
+     * such a shape stays free of Kᵀ tiles (sdpa_fused_forward_workspace). */
+    d.prepacked = p->Nq > FWD_DECODE_ROWS && d.units > d.per_task;
     return d;
 }
 
@@ -197,13 +206,13 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     return w;
 }
 
-/* Split-KV partials: per chunk and row, the accumulator row (dvp floats),
- * its max and its sum. */
-static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d)
+/* Split-KV partials of nq query rows: per chunk and row, the accumulator
+ * row (dvp floats), its max and its sum. */
+static sdpa_size partial_bytes(const sdpa_problem *p, const fwd_dims *d, int64_t nq)
 {
     sdpa_size s = {0, true};
     int64_t rows = 0;
-    if (d->split > 1 && !attn_mul_ok(p->B * p->Hq, p->Nq, &rows)) s.ok = false;
+    if (d->split > 1 && !attn_mul_ok(p->B * p->Hq, nq, &rows)) s.ok = false;
     sdpa_size_add(&s, d->split > 1 ? d->split * rows : 0, d->dvp + 2, sizeof(float));
     return s;
 }
@@ -230,17 +239,14 @@ static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
     return s;
 }
 
-/* Bytes this very call needs. */
-static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
+/* Per-thread scratch for `threads`, then the shared split-KV partials and
+ * Kᵀ tiles, the task cursors and the alignment slack. */
+static bool workspace_total(const sdpa_problem *p, sdpa_size per, sdpa_size shared,
+                            size_t *bytes)
 {
-    const fwd_dims d = forward_dims(p);
-    sdpa_size per = forward_thread_bytes(p, &d), part = partial_bytes(p, &d),
-              pack = prepack_bytes(p, &d);
     int64_t total;
-    if (!per.ok || !part.ok || !pack.ok ||
-        !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
-        !attn_add_ok(total, (int64_t)part.bytes, &total) ||
-        !attn_add_ok(total, (int64_t)pack.bytes, &total) ||
+    if (!per.ok || !shared.ok || !attn_mul_ok((int64_t)per.bytes, p->threads, &total) ||
+        !attn_add_ok(total, (int64_t)shared.bytes, &total) ||
         !attn_add_ok(total, p->threads * (int64_t)sizeof(sdpa_cursor), &total) ||
         !attn_add_ok(total, SDPA_WORKSPACE_SLACK, &total))
         return false;
@@ -248,18 +254,34 @@ static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
     return true;
 }
 
-/* Enough for this call and for any on the same keys with fewer query rows
- * (a caller sizing once for its largest call, as the ring does): fewer rows
- * may make a decoding shape, whose split-KV partials grow with its rows up
- * to FWD_DECODE_ROWS. */
+/* Bytes this very call needs. */
+static bool workspace_exact(const sdpa_problem *p, size_t *bytes)
+{
+    const fwd_dims d = forward_dims(p);
+    const sdpa_size part = partial_bytes(p, &d, p->Nq), pack = prepack_bytes(p, &d);
+    const sdpa_size shared = {part.bytes + pack.bytes,
+                              part.ok && pack.ok && part.bytes <= SIZE_MAX - pack.bytes};
+    return workspace_total(p, forward_thread_bytes(p, &d), shared, bytes);
+}
+
+/* Enough for this call and every call with at most its query rows and keys
+ * (slices of q, k and v, of any strides), with or without weights: what a
+ * caller sizing once for its largest call needs (the ring does). Such a call
+ * holds at most the units of unstacked rows per task (stacking a GQA
+ * group's rows of one stride only packs them into fewer units), and either
+ * the split-KV partials of a decoding shape (at most FWD_DECODE_ROWS rows
+ * and these keys' chunks) or, with more rows, the Kᵀ tiles of these keys. */
 bool sdpa_fused_forward_workspace(const sdpa_problem *p, size_t *bytes)
 {
-    sdpa_problem fewer = *p;
-    fewer.Nq = p->Nq < FWD_DECODE_ROWS ? p->Nq : FWD_DECODE_ROWS;
-    size_t all, few;
-    if (!workspace_exact(p, &all) || !workspace_exact(&fewer, &few)) return false;
-    *bytes = all > few ? all : few;
-    return true;
+    fwd_dims most = forward_dims(p);
+    most.units = (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
+    most.split = decode_split(p);
+    const sdpa_size part =
+        partial_bytes(p, &most, p->Nq < FWD_DECODE_ROWS ? p->Nq : FWD_DECODE_ROWS);
+    const sdpa_size pack = prepack_bytes(p, &most); /* forward_dims decided prepacked */
+    const sdpa_size shared = !part.ok || !pack.ok ? (sdpa_size){0, false}
+                             : part.bytes > pack.bytes ? part : pack;
+    return workspace_total(p, forward_thread_bytes(p, &most), shared, bytes);
 }
 
 /* Kᵀ (D × bcp) of keys [j0, j0+nj) of kv head (b, hk), widened to float32. */
@@ -386,11 +408,20 @@ static const void *key_row(const fwd_scratch *w, int64_t c)
 /* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
  * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
  * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
-static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *dims,
                           int64_t b, int64_t h, int64_t i0, int64_t mi, const float *q,
                           int64_t q_rs, int64_t q_cs, const float *rowmax, const float *rowll,
                           const float *lse, fwd_scratch *w)
 {
+    fwd_dims exact = *dims; /* the weights' scores are float32 products, whatever O's */
+    exact.dot = false;
+    const fwd_dims *d = &exact;
+    /* A NaN row (lse NaN, though its max may not be: a row whose visible
+     * logits are all NaN looks empty) takes a NaN max: NaN on its visible
+     * keys, 0 on hidden ones (probs). */
+    float m[FWD_ROWS];
+    for (int64_t r = 0; r < mi; ++r) m[r] = isnan(lse[r]) ? NAN : rowmax[r];
+    rowmax = m;
     const int64_t hk = h / p->group;
     for (int64_t j0 = 0; j0 < p->Nk; j0 += d->keys) {
         const int64_t nj = tile_keys(p, d, j0);
@@ -413,9 +444,8 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
             float *dst = p->w + AT4(p->ws, b, h, i0 + r, j0);
             const bool seen = t.cols > 0 && w->end[r] > w->start[r];
             for (int64_t c = 0; c < nj; ++c)
-                dst[c * p->ws[3]] = isnan(lse[r]) ? NAN
-                                    : seen && c >= w->start[r] && c < w->end[r] ? w->s[r * d->bcp + c]
-                                                                                : 0.0f;
+                dst[c * p->ws[3]] = seen && c >= w->start[r] && c < w->end[r] ? w->s[r * d->bcp + c]
+                                                                              : 0.0f;
         }
     }
 }
@@ -510,8 +540,13 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
 {
     const int64_t at = AT4(p->os, b, h, i, 0);
     /* A row that saw no key: out 0, lse -inf (l is 0 exactly then), unless
-     * its scores were all NaN: then NaN, as everywhere else. */
-    const bool empty = l == 0.0f;
+     * its scores were all NaN: then NaN, as everywhere else. A sink of +inf
+     * or NaN, which started (m, l) and made them non-finite, leaves no such
+     * trace: then the row is asked (out 0, lse the sink). */
+    const float sink = sdpa_sink(p, h);
+    const bool sink_only = !isfinite(sink) && sink != -INFINITY && !sdpa_row_sees_key(p, b, h, i);
+    if (sink_only) m = sink, l = 1.0f;
+    const bool empty = l == 0.0f || sink_only;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
     if (p->o && p->os[3] == 1 && !empty) { /* the common case, vectorised */
         float *restrict dst = p->o + at;
@@ -527,7 +562,10 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
                 attn_store_float(p->o16, p->ot, at + c * p->os[3], o[c]);
     }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
-    const float mx = empty ? (fill == 0.0f ? -INFINITY : NAN) : m;
+    /* The row max may have passed over a NaN logit (max ignores NaN): a
+     * row of +inf and NaN logits is NaN, as on the reference path. */
+    const bool nan_max = empty ? fill != 0.0f : m == INFINITY && sdpa_row_sees_nan(p, b, h, i);
+    const float mx = nan_max ? NAN : sink_only ? sink : empty ? -INFINITY : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
     *lse = mx == INFINITY ? INFINITY : mx + *ll;
     if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = *lse;
@@ -585,16 +623,16 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
     /* A 16-bit Q's unit rows, widened once per task into qf; for bfloat16
-     * dot products, copied contiguous into q16 instead. */
+     * dot products, copied contiguous into q16 instead (and widened too
+     * for the weights' float32 scores). */
     for (int64_t e = 0; !p->q && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         const uint16_t *src = p->q16 + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        if (!d->dot) {
+        if (!d->dot || p->w)
             kern->widen(p->qt, src, d->q_rs, p->qs[3], mi, p->D, w->qf + e * FWD_ROWS * p->D,
                         p->D);
-            continue;
-        }
+        if (!d->dot) continue;
         for (int64_t r = 0; r < mi; ++r)
             for (int64_t l = 0; l < p->D; ++l)
                 w->q16[(e * FWD_ROWS + r) * p->D + l] = src[r * d->q_rs + l * p->qs[3]];
@@ -759,11 +797,15 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                            &lse_rows[r]);
             }
         }
-        if (p->w) { /* never stacked nor split (forward_dims) */
+        if (p->w && d->split == 1) { /* split-KV: after the merge (merge_row) */
             int64_t q_rs, q_cs;
             const float *q = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
-            write_weights(p, kern, d, b, h, i0, mi, q, q_rs, q_cs, w->rowmax + e * FWD_ROWS, rowll,
-                          lse_rows, w);
+            for (int64_t r = 0, run; r < mi; r += run) { /* one call per head of the unit */
+                const int64_t g = i0 + r;
+                run = p->Nq - g % p->Nq < mi - r ? p->Nq - g % p->Nq : mi - r;
+                write_weights(p, kern, d, b, h + g / p->Nq, g % p->Nq, run, q + r * q_rs, q_rs,
+                              q_cs, w->rowmax + e * FWD_ROWS + r, rowll + r, lse_rows + r, w);
+            }
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_FINISH, t_finish);
@@ -771,10 +813,12 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
 
 /* Split-KV: row (b, h, i)'s chunks merged in chunk order,
  *   m = max_c m_c,  l = Σ_c l_c·e^(m_c - m),  o = Σ_c o_c·e^(m_c - m),
- * then finished like an unsplit row. */
+ * then finished like an unsplit row, and its weights written from the
+ * merged statistics. */
 static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                      const float *part, int64_t b, int64_t h, int64_t i, float *o)
+                      const float *part, int64_t b, int64_t h, int64_t i, fwd_scratch *w)
 {
+    float *o = w->o; /* a free accumulator row */
     float m = -INFINITY;
     for (int64_t c = 0; c < d->split; ++c) {
         const float mc = partial_at(p, d, (float *)part, c, b, h, i)[d->dvp];
@@ -791,6 +835,14 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
     }
     float ll, lse;
     finish_row(p, kern, b, h, i, o, m, l, &ll, &lse);
+    if (!p->w) return;
+    const int64_t at = AT4(p->qs, b, h, i, 0);
+    if (p->q) {
+        write_weights(p, kern, d, b, h, i, 1, p->q + at, 0, p->qs[3], &m, &ll, &lse, w);
+    } else { /* a 16-bit Q: the row widened */
+        kern->widen(p->qt, p->q16 + at, 0, p->qs[3], 1, p->D, w->qf, p->D);
+        write_weights(p, kern, d, b, h, i, 1, w->qf, 0, 1, &m, &ll, &lse, w);
+    }
 }
 
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
@@ -802,7 +854,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         d.keys = FWD_DIRECT_KEYS;
         d.bcp = sdpa_round_up(d.keys, SDPA_MAX_NPAD);
     }
-    d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
+    d.dot = p->bf16_dot && !d.direct && kern == &sdpa_kernels_avx512 &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
     d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
@@ -814,7 +866,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     RETURN_IF_ERROR(sdpa_workspace(p, need, &owned, &ws, err));
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
-    float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d).bytes, 1); /* split-KV partials */
+    float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d, p->Nq).bytes, 1); /* split-KV partials */
     const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p, &d) : 0; /* Kᵀ tiles */
     float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
@@ -850,12 +902,11 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
             SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
         }
         if (d.split > 1) {
-            float *o = w.o; /* a free accumulator row */
 #pragma omp barrier /* every chunk's partials written */
 #pragma omp for schedule(static)
             for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
                 merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,
-                          row % p->Nq, o);
+                          row % p->Nq, &w);
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);

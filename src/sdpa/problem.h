@@ -90,9 +90,11 @@ static inline void sdpa_row_keys(const sdpa_problem *p, int64_t i, int64_t *lo, 
     int64_t a = 0, e = p->Nk;
     if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < e) e = i + 1;
     if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < e) e = diag + 1;
+    /* Compared without forming diag ± window, which overflows for windows
+     * near INT64_MAX: a window wider than the sequences bounds nothing. */
     if (p->window) {
-        if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
-        if (p->window_right >= 0 && diag + p->window_right + 1 < e) e = diag + p->window_right + 1;
+        if (p->window_left >= 0 && p->window_left < diag - a) a = diag - p->window_left;
+        if (p->window_right >= 0 && p->window_right < e - diag - 1) e = diag + p->window_right + 1;
     }
     if (a > p->Nk) a = p->Nk;
     if (e < a) e = a;
@@ -188,6 +190,10 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
  * (as in torch) rather than as a masked row. Costs O(Nk·D); called only for
  * rows that saw no key. */
 bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
+/* True when row (b,h,i) has a visible key (a logit other than -inf). The
+ * fused path cannot tell from its statistics when a non-finite sink
+ * started them; O(Nk·D), called only then. */
+bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
 
 /* bfloat16 / float16 tensors through float32 copies (staging.c). Start
  * from {0}; sdpa_stage_in/out leave float32 tensors alone and otherwise

@@ -65,6 +65,15 @@ bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
     return false;
 }
 
+bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; ++j)
+        if (row_logit(p, b, h, i, j, lo, hi) != -INFINITY) return true;
+    return false;
+}
+
 /* Softmax probabilities of row (b,h,i) into prob[0..Nk) (a sink takes its
  * share of the denominator). Returns false when no key is visible (prob all
  * 0). *lse receives log(exp(sink) + Σ exp(logit)). */
@@ -88,12 +97,15 @@ static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, fl
         stats[1] = 0.0f;
         return false;
     }
+    /* A hidden key (logit -inf) gets 0 whatever m and the sum are, NaN
+     * among them: it never influences anything. */
     float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
     for (int64_t j = 0; j < p->Nk; ++j) {
+        if (prob[j] == -INFINITY) continue;
         prob[j] = expf(prob[j] - m);
         sum += prob[j];
     }
-    for (int64_t j = 0; j < p->Nk; ++j) prob[j] /= sum;
+    for (int64_t j = 0; j < p->Nk; ++j) prob[j] = prob[j] == -INFINITY ? 0.0f : prob[j] / sum;
     stats[0] = m;
     stats[1] = logf(sum);
     *lse = m == INFINITY ? INFINITY : m + stats[1];
@@ -254,7 +266,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * (f = scale, times 1 - tanh² under softcap), dQ_i += dS_ij k_j
                  * and dK_j += dS_ij q_i. */
                 for (int64_t j = 0; j < p->Nk; ++j) {
-                    if (prob[j] == 0.0f) continue;
+                    /* P = 1: the softmax is this key alone, constant: dS = 0
+                     * exactly (dP - D would be one sum rounded two ways) */
+                    if (prob[j] == 0.0f || prob[j] == 1.0f) continue;
                     float f = p->scale;
                     if (p->softcap > 0.0f) {
                         const float tc = sdpa_softcap_tanh(p, row_dot(p, b, h, i, j));

@@ -242,7 +242,8 @@ static const char *const backward_output_names[5] = {"grad_query", "grad_key", "
                                                      "grad_sinks", "grad_mask"};
 
 /* No output may share memory with an input (q, k, v, the masks and
- * per-head vectors; the backward's out, lse, stats and grad_out). */
+ * per-head vectors; the backward's out, lse, stats and grad_out), with
+ * another output, nor any of them with the caller's workspace. */
 static attn_status check_outputs_disjoint(const attn_tensor *const *outs,
                                           const char *const *names, int nout,
                                           const attn_tensor *q, const attn_tensor *k,
@@ -251,20 +252,18 @@ static attn_status check_outputs_disjoint(const attn_tensor *const *outs,
                                           const attn_sdpa_opts *opts, attn_error *err)
 {
     const bool backward = dout != NULL;
-    const attn_tensor *ins[10] = {q, k, v, out, lse, dout, NULL, NULL, NULL, NULL};
-    static const char *const in_names[10] = {"query", "key", "value", "out", "lse", "grad_out",
-                                             "mask[0]", "mask[1]", "alibi_slopes", "sinks"};
+    const attn_tensor *ins[11] = {q, k, v, out, lse, dout, NULL, NULL, NULL, NULL, NULL};
+    static const char *const in_names[11] = {"query", "key", "value", "out", "lse", "grad_out",
+                                             "mask[0]", "mask[1]", "alibi_slopes", "sinks",
+                                             "softmax_stats"};
     if (opts) {
         ins[6] = opts->mask[0], ins[7] = opts->mask[1];
         ins[8] = opts->alibi_slopes, ins[9] = opts->sinks;
+        ins[10] = backward ? opts->softmax_stats : NULL;
     }
-    const attn_tensor *stats_in = backward && opts ? opts->softmax_stats : NULL;
-    for (int o = 0; o < nout; ++o) {
-        for (int i = 0; i < 10; ++i)
-            RETURN_IF_ERROR(attn_check_disjoint(outs[o], names[o], ins[i], in_names[i], err));
-        RETURN_IF_ERROR(attn_check_disjoint(outs[o], names[o], stats_in, "softmax_stats", err));
-    }
-    return ATTN_OK;
+    return attn_check_call_memory(outs, names, nout, ins, in_names, 11,
+                                  opts ? opts->workspace : NULL, opts ? opts->workspace_size : 0,
+                                  err);
 }
 
 attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

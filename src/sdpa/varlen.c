@@ -295,6 +295,13 @@ attn_status attn_sdpa_varlen(const attn_tensor *q, const attn_tensor *k, const a
         s = check_packed(c.opts->softmax_stats, "softmax_stats", Tq, Hq, 2, true, false, err);
     if (s == ATTN_OK && c.opts->grad_sinks)
         s = attn_fail(err, ATTN_ERR_ARG, "grad_sinks: an output of the backward only");
+    if (s == ATTN_OK) { /* whole tensors: each sequence's call sees only its slices */
+        const attn_tensor *outs[3] = {out, lse, c.opts->softmax_stats};
+        static const char *const out_names[3] = {"out", "lse", "softmax_stats"};
+        const attn_tensor *ins[5] = {q, k, v, c.opts->alibi_slopes, c.opts->sinks};
+        static const char *const in_names[5] = {"query", "key", "value", "alibi_slopes", "sinks"};
+        s = attn_check_call_memory(outs, out_names, 3, ins, in_names, 5, NULL, 0, err);
+    }
     if (s == ATTN_OK) {
         c.out = out;
         c.lse = lse;
@@ -336,6 +343,16 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
         if (s == ATTN_OK && gs->shape[0] != Hq)
             s = attn_fail(err, ATTN_ERR_SHAPE, "grad_sinks: %lld heads, the query has %lld",
                           (long long)gs->shape[0], (long long)Hq);
+    }
+    if (s == ATTN_OK) { /* whole tensors: each sequence's call sees only its slices */
+        const attn_tensor *outs[4] = {dq, dk, dv, gs};
+        static const char *const out_names[4] = {"grad_query", "grad_key", "grad_value",
+                                                 "grad_sinks"};
+        const attn_tensor *ins[9] = {q, k, v, out, lse, dout, c.opts->softmax_stats,
+                                     c.opts->alibi_slopes, c.opts->sinks};
+        static const char *const in_names[9] = {"query", "key", "value", "out", "lse", "grad_out",
+                                                "softmax_stats", "alibi_slopes", "sinks"};
+        s = attn_check_call_memory(outs, out_names, 4, ins, in_names, 9, NULL, 0, err);
     }
     float *parts = NULL;
     if (s == ATTN_OK && gs) {

@@ -61,6 +61,7 @@ typedef struct {
     bool causal, mask, strided;
     int64_t block_keys, block_queries;
     bool stats; /* forward writes softmax stats, the backward reads them (no lse) */
+    int threads; /* the ring's num_threads (0: 1) */
 } ring_case;
 
 /* Global position of local row i of a shard. */
@@ -161,7 +162,7 @@ static bool run_ring(const ring_case *c, const attn_tensor *q, const attn_tensor
     attn_ring_opts o = attn_ring_opts_default();
     o.causal = c->causal;
     o.key_padding_mask = c->mask ? mask : NULL;
-    o.num_threads = 1;
+    o.num_threads = c->threads > 0 ? c->threads : 1;
     o.block_keys = c->block_keys;
     o.block_queries = c->block_queries;
     if (c->stats) o.softmax_stats = &r->S;
@@ -402,16 +403,21 @@ int main(int argc, char **argv)
     const uint64_t seed = 0x5199e7ull;
     const int64_t tiny = 2 * g_P - 1 > 1 ? 2 * g_P - 1 : 2;
     const ring_case cases[] = {
-        {"non-causal, uneven N", 1, 2, 2, 37, 37, 8, 8, false, false, false, 0, 0, false},
-        {"causal GQA D!=Dv, small pieces", 2, 4, 2, 45, 45, 16, 12, true, false, false, 4, 5, false},
-        {"causal key padding, masked batch", 2, 2, 2, 64, 64, 8, 8, true, true, false, 6, 7, false},
-        {"non-causal cross lengths, GQA, padding", 2, 6, 3, 29, 51, 8, 4, false, true, false, 5, 4, false},
-        {"causal N < 2P (empty chunks)", 1, 2, 1, tiny, tiny, 4, 4, true, false, false, 0, 0, false},
-        {"causal N = 3", 1, 1, 1, 3, 3, 4, 4, true, false, false, 0, 0, false},
-        {"causal default blocks, strided views", 1, 3, 3, 100, 100, 8, 8, true, false, true, 0, 0, false},
-        {"causal one-key pieces", 1, 2, 2, 23, 23, 4, 4, true, true, false, 1, 3, false},
-        {"causal softmax stats, GQA, padding", 2, 4, 1, 33, 33, 8, 8, true, true, false, 4, 6, true},
-        {"non-causal softmax stats", 1, 2, 2, 19, 19, 4, 4, false, false, true, 3, 0, true},
+        {"non-causal, uneven N", 1, 2, 2, 37, 37, 8, 8, false, false, false, 0, 0, false, 0},
+        {"causal GQA D!=Dv, small pieces", 2, 4, 2, 45, 45, 16, 12, true, false, false, 4, 5, false, 0},
+        {"causal key padding, masked batch", 2, 2, 2, 64, 64, 8, 8, true, true, false, 6, 7, false, 0},
+        {"non-causal cross lengths, GQA, padding", 2, 6, 3, 29, 51, 8, 4, false, true, false, 5, 4, false, 0},
+        {"causal N < 2P (empty chunks)", 1, 2, 1, tiny, tiny, 4, 4, true, false, false, 0, 0, false, 0},
+        {"causal N = 3", 1, 1, 1, 3, 3, 4, 4, true, false, false, 0, 0, false, 0},
+        {"causal default blocks, strided views", 1, 3, 3, 100, 100, 8, 8, true, false, true, 0, 0, false, 0},
+        {"causal one-key pieces", 1, 2, 2, 23, 23, 4, 4, true, true, false, 1, 3, false, 0},
+        {"causal softmax stats, GQA, padding", 2, 4, 1, 33, 33, 8, 8, true, true, false, 4, 6, true, 0},
+        {"non-causal softmax stats", 1, 2, 2, 19, 19, 4, 4, false, false, true, 3, 0, true, 0},
+        /* 16 rows per rank: the row slices the ring computes on (strided
+         * views of GQA queries) fit the workspace it sized once */
+        {"causal GQA, 16-row shards", 1, 2, 1, 16 * g_P, 16 * g_P, 32, 32, true, false, false, 0, 0, false, 1},
+        {"causal GQA, 16-row shards, 2 threads", 1, 2, 1, 16 * g_P, 16 * g_P, 32, 32, true, false, false, 0, 0, false, 2},
+        {"non-causal GQA 8:1, 16-row shards", 1, 8, 1, 16 * g_P, 300, 32, 32, false, false, false, 0, 0, false, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         tu_crash_context("test_ring case %s", cases[i].name);
