@@ -11,7 +11,9 @@
  *   - the output does not depend on whether the weights are requested;
  *   - a row whose softmax is exactly one key has exactly zero dS: its dQ and
  *     that key's dK are exactly 0;
- *   - outputs that overlap each other or the workspace are refused.
+ *   - outputs that overlap each other or the workspace are refused;
+ *   - the reference path meets the accuracy contract at long rows (8192
+ *     keys), forward O and backward dV.
  *
  * Usage: test_numerics [--seed S] [--quick] [--group NAME] [-v]
  */
@@ -578,6 +580,119 @@ static void group_overlaps(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ reference accuracy */
+
+/* Σ_e x[e·sx]·y[e·sy] in float32 as vectorised kernels and BLAS sum it: 16
+ * float partial sums, then their float sum (torch's float32 order, the
+ * README's "fp32"). */
+static float lanes_dot(const float *x, int64_t sx, const float *y, int64_t sy, int64_t n)
+{
+    float lane[16] = {0}, sum = 0.0f;
+    for (int64_t e = 0; e < n; ++e) lane[e % 16] += x[e * sx] * y[e * sy];
+    for (int l = 0; l < 16; ++l) sum += lane[l];
+    return sum;
+}
+
+/* The criterion's ratio max |got − ref| / (3·max |fp32 − ref| + 1e-6·nat). */
+static double contract_ratio(const float *got, const double *ref, const float *fp32,
+                             const double *nat, int64_t n)
+{
+    double M = 0.0, worst = 0.0;
+    for (int64_t e = 0; e < n; ++e) M = fmax(M, fabs((double)fp32[e] - ref[e]));
+    for (int64_t e = 0; e < n; ++e) {
+        const double r = fabs((double)got[e] - ref[e]) / (3.0 * M + 1e-6 * nat[e]);
+        worst = r > worst || isnan(r) ? r : worst;
+    }
+    return worst;
+}
+
+/*
+ * The reference path is the oracle: it must meet the accuracy contract it
+ * holds the others to. Long rows (8192 keys) with logits of a few units:
+ * sequential float32 sums (over D for a logit, over the keys for the
+ * softmax's denominator and P·V, over query rows for dV) drifted to 1.6x the
+ * limit. Judged against float64 with M taken from a float32 realisation in
+ * torch's order (lanes_dot), forward O and backward dV.
+ */
+static void group_reference_accuracy(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "reference path meets the accuracy contract at long rows");
+    enum { NQ = 64, NK = 8192, D = 128 };
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0xACC);
+    float *q = filled(NQ * D, &rng, 2.0), *k = filled(NK * D, &rng, 2.0), *v = filled(NK * D, &rng, 1.0),
+          *dout = filled(NQ * D, &rng, 1.0);
+    float *o = malloc(sizeof(float) * NQ * D), *dv = malloc(sizeof(float) * NK * D),
+          *o32 = malloc(sizeof(float) * NQ * D), *dv32 = malloc(sizeof(float) * NK * D),
+          *p32 = malloc(sizeof(float) * NQ * NK);
+    double *o64 = malloc(sizeof(double) * NQ * D), *dv64 = calloc(NK * D, sizeof(double)),
+           *natdv = calloc(NK * D, sizeof(double)), *nato = malloc(sizeof(double) * NQ * D),
+           *p64 = malloc(sizeof(double) * NK);
+    const float scale = 1.0f / sqrtf((float)D);
+    double maxv = 0.0;
+    for (int64_t e = 0; e < NK * D; ++e) maxv = fmax(maxv, fabs((double)v[e]));
+    for (int64_t e = 0; e < NQ * D; ++e) nato[e] = maxv;
+    for (int64_t i = 0; i < NQ; ++i) {
+        /* float32 in torch's order: logits, softmax with the max subtracted, P·V */
+        float *p = p32 + i * NK, m = -INFINITY, sum32;
+        for (int64_t j = 0; j < NK; ++j) {
+            p[j] = scale * lanes_dot(q + i * D, 1, k + j * D, 1, D);
+            m = fmaxf(m, p[j]);
+        }
+        float one = 1.0f;
+        for (int64_t j = 0; j < NK; ++j) p[j] = expf(p[j] - m);
+        sum32 = lanes_dot(p, 1, &one, 0, NK);
+        for (int64_t j = 0; j < NK; ++j) p[j] /= sum32;
+        for (int64_t d = 0; d < D; ++d) o32[i * D + d] = lanes_dot(p, 1, v + d, D, NK);
+        /* float64 */
+        double m64 = -INFINITY, sum64 = 0.0;
+        for (int64_t j = 0; j < NK; ++j) {
+            double dot = 0.0;
+            for (int64_t d = 0; d < D; ++d) dot += (double)q[i * D + d] * k[j * D + d];
+            p64[j] = (double)scale * dot;
+            m64 = fmax(m64, p64[j]);
+        }
+        for (int64_t j = 0; j < NK; ++j) sum64 += p64[j] = exp(p64[j] - m64);
+        for (int64_t d = 0; d < D; ++d) o64[i * D + d] = 0.0;
+        for (int64_t j = 0; j < NK; ++j) {
+            const double P = p64[j] / sum64;
+            for (int64_t d = 0; d < D; ++d) {
+                o64[i * D + d] += P * v[j * D + d];
+                dv64[j * D + d] += P * dout[i * D + d];
+                natdv[j * D + d] += P * fabs((double)dout[i * D + d]);
+            }
+        }
+    }
+    for (int64_t j = 0; j < NK; ++j)
+        for (int64_t d = 0; d < D; ++d) dv32[j * D + d] = lanes_dot(p32 + j, NK, dout + d, D, NQ);
+
+    attn_tensor Q = attn_tensor_4d(q, 1, 1, NQ, D), K = attn_tensor_4d(k, 1, 1, NK, D),
+                V = attn_tensor_4d(v, 1, 1, NK, D), O = attn_tensor_4d(o, 1, 1, NQ, D),
+                dO = attn_tensor_4d(dout, 1, 1, NQ, D), dV = attn_tensor_4d(dv, 1, 1, NK, D);
+    attn_sdpa_opts ro = attn_sdpa_opts_default();
+    ro.path = ATTN_PATH_REFERENCE;
+    ro.num_threads = 2;
+    attn_error e = {0};
+    if (tu_check(&g, attn_sdpa(&Q, &K, &V, &O, NULL, NULL, &ro, &e) == ATTN_OK, "forward: %s",
+                 e.message)) {
+        const double r = contract_ratio(o, o64, o32, nato, NQ * D);
+        tu_check(&g, r <= 1.0, "reference O: %.3g x the contract's limit (Nq %d, Nk %d, D %d)", r,
+                 NQ, NK, D);
+        if (s->verbose) tu_group_note(&g, "reference O: %.3g x the contract's limit", r);
+    }
+    if (tu_check(&g, attn_sdpa_backward(&Q, &K, &V, NULL, NULL, &dO, NULL, NULL, &dV, &ro, &e) == ATTN_OK,
+                 "backward: %s", e.message)) {
+        const double r = contract_ratio(dv, dv64, dv32, natdv, NK * D);
+        tu_check(&g, r <= 1.0, "reference dV: %.3g x the contract's limit (Nq %d, Nk %d, D %d)", r,
+                 NQ, NK, D);
+        if (s->verbose) tu_group_note(&g, "reference dV: %.3g x the contract's limit", r);
+    }
+    free(q), free(k), free(v), free(dout), free(o), free(dv), free(o32), free(dv32), free(p32);
+    free(o64), free(dv64), free(natdv), free(nato), free(p64);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -591,5 +706,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "weights")) group_weights(&s, &opt);
     if (tu_group_selected(&opt, "zeros")) group_exact_zeros(&s, &opt);
     if (tu_group_selected(&opt, "overlaps")) group_overlaps(&s, &opt);
+    if (tu_group_selected(&opt, "reference_accuracy")) group_reference_accuracy(&s, &opt);
     return tu_suite_finish(&s);
 }

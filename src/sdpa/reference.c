@@ -1,6 +1,9 @@
 /* The plain SDPA path: one query row at a time, scores for the whole row in
  * a buffer, a textbook softmax. Obviously correct and always compiled: every
- * other path is tested against it. */
+ * other path is tested against it. Every sum (dot products over D, the
+ * softmax's denominator, sums over keys or query rows) runs in double and is
+ * rounded once: sequential float sums over 8192 keys or rows drift beyond the
+ * accuracy contract the other paths are held to. */
 #include "problem.h"
 
 #include <stdlib.h>
@@ -40,10 +43,10 @@ static float row_dot(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int
 {
     /* the fused forward's Q, K may be 16-bit */
     const int64_t qi = AT4(p->qs, b, h, i, 0), kj = AT4(p->ks, b, h / p->group, j, 0);
-    float dot = 0.0f;
+    double dot = 0.0;
     for (int64_t d = 0; d < p->D; ++d)
-        dot += sdpa_q_at(p, qi + d * p->qs[3]) * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
-    return dot;
+        dot += (double)sdpa_q_at(p, qi + d * p->qs[3]) * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
+    return (float)dot;
 }
 
 /* Logit of (b,h,i,j), -inf when the key is hidden (kernels.h's definition). */
@@ -99,15 +102,16 @@ static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, fl
     }
     /* A hidden key (logit -inf) gets 0 whatever m and the sum are, NaN
      * among them: it never influences anything. */
-    float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
+    double sum = sink == -INFINITY ? 0.0 : expf(sink - m);
     for (int64_t j = 0; j < p->Nk; ++j) {
         if (prob[j] == -INFINITY) continue;
         prob[j] = expf(prob[j] - m);
         sum += prob[j];
     }
-    for (int64_t j = 0; j < p->Nk; ++j) prob[j] = prob[j] == -INFINITY ? 0.0f : prob[j] / sum;
+    for (int64_t j = 0; j < p->Nk; ++j)
+        prob[j] = prob[j] == -INFINITY ? 0.0f : (float)(prob[j] / sum);
     stats[0] = m;
-    stats[1] = logf(sum);
+    stats[1] = (float)log(sum);
     *lse = m == INFINITY ? INFINITY : m + stats[1];
     return true;
 }
@@ -164,10 +168,10 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
         for (int64_t j = 0; j < p->Nk; ++j) pz[j] = prob[j] * keep(p, b, h, i, j);
         for (int64_t d = 0; d < p->Dv; ++d) {
-            float acc = 0.0f;
+            double acc = 0.0;
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) acc += pz[j] * vf[AT4(p->vs, b, hk, j, d)];
-            oi[d * p->os[3]] = acc;
+                if (prob[j] != 0.0f) acc += (double)pz[j] * vf[AT4(p->vs, b, hk, j, d)];
+            oi[d * p->os[3]] = (float)acc;
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
         if (p->stats) {
@@ -179,6 +183,19 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
     }
     free(owned);
     return ATTN_OK;
+}
+
+/* Doubles of one backward task's sums: dK and dV of its keys (summed over
+ * the group's query rows), then dQ of the current row (summed over keys). */
+static bool task_doubles(const sdpa_problem *p, int threads, int64_t *per_task, size_t *bytes)
+{
+    int64_t kv, all, total;
+    if (!attn_mul_ok(p->Nk, p->D + p->Dv, &kv) || !attn_add_ok(kv, p->D, per_task) ||
+        !attn_mul_ok(*per_task, threads, &all) || !attn_mul_ok(all, (int64_t)sizeof(double), &total) ||
+        (uint64_t)total > SIZE_MAX)
+        return false;
+    *bytes = (size_t)total;
+    return true;
 }
 
 /*
@@ -193,13 +210,23 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
     const int threads = p->threads;
     const float *vf = p->v; /* float32: staged (sdpa.c) */
     float *owned, *ws;
+    int64_t per_task;
+    size_t sum_bytes;
+    RETURN_IF(!task_doubles(p, threads, &per_task, &sum_bytes), err, ATTN_ERR_OVERFLOW,
+              "workspace: %lld keys overflow the gradient sums", (long long)p->Nk);
     RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
+    double *sums_all = malloc(sum_bytes ? sum_bytes : 1);
+    if (!sums_all) {
+        free(owned);
+        return attn_fail(err, ATTN_ERR_ALLOC, "backward: cannot allocate %zu bytes of sums", sum_bytes);
+    }
     /* Per-row sink gradients, summed per head in a fixed order at the end
      * (tasks are (batch, kv head), and a head's sum runs over batches). */
     double *dsink_rows = NULL;
     if (p->dsinks) {
         dsink_rows = calloc((size_t)(p->B * p->Hq * p->Nq) + 1, sizeof *dsink_rows);
         if (!dsink_rows) {
+            free(sums_all);
             free(owned);
             return attn_fail(err, ATTN_ERR_ALLOC, "grad_sinks: cannot allocate row sums");
         }
@@ -210,12 +237,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
         float *prob = attn_thread_scratch(ws, (size_t)row_floats(p) * sizeof(float), false);
         float *dprob = prob + row_floats(p) / 2;
         const int64_t b = t / p->Hkv, hk = t % p->Hkv;
-        for (int64_t j = 0; j < p->Nk; ++j) {
-            if (p->dk)
-                for (int64_t d = 0; d < p->D; ++d) p->dk[AT4(p->dks, b, hk, j, d)] = 0.0f;
-            if (p->dv)
-                for (int64_t d = 0; d < p->Dv; ++d) p->dv[AT4(p->dvs, b, hk, j, d)] = 0.0f;
-        }
+        double *dk_sum = attn_thread_scratch(sums_all, (size_t)per_task * sizeof(double), true);
+        double *dv_sum = dk_sum + p->Nk * p->D, *dq_sum = dv_sum + p->Nk * p->Dv;
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
             for (int64_t i = 0; i < p->Nq; ++i) {
                 const float *qi = p->q + AT4(p->qs, b, h, i, 0);
@@ -231,31 +254,34 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
+                for (int64_t d = 0; d < p->D; ++d) dq_sum[d] = 0.0;
                 /* Forward: O_i = Σ_j P_ij z_ij V_j, so dV_j += P_ij z_ij dO_i and
                  * dP_ij = z_ij dO_i · V_j. */
-                float di = 0.0f;
+                double di_sum = 0.0;
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (prob[j] == 0.0f) {
                         dprob[j] = 0.0f;
                         continue;
                     }
                     const float z = keep(p, b, h, i, j);
-                    float dpj = 0.0f;
+                    double dpj = 0.0;
                     for (int64_t d = 0; d < p->Dv; ++d) {
-                        float dod = doi[d * p->dos[3]];
+                        const double dod = doi[d * p->dos[3]];
                         dpj += dod * vf[AT4(p->vs, b, hk, j, d)];
-                        if (p->dv) p->dv[AT4(p->dvs, b, hk, j, d)] += prob[j] * z * dod;
+                        dv_sum[j * p->Dv + d] += (double)prob[j] * z * dod;
                     }
-                    dprob[j] = dpj * z;
-                    di += prob[j] * dprob[j];
+                    dprob[j] = (float)dpj * z;
+                    di_sum += (double)prob[j] * dprob[j];
                 }
                 /* D_i = Σ_l P_il dP_il over all keys: over the given keys
                  * alone it is a part; the caller's O gives the whole, dO·O. */
                 if (given) {
                     const float *oi = p->o + AT4(p->os, b, h, i, 0);
-                    di = 0.0f;
-                    for (int64_t d = 0; d < p->Dv; ++d) di += doi[d * p->dos[3]] * oi[d * p->os[3]];
+                    di_sum = 0.0;
+                    for (int64_t d = 0; d < p->Dv; ++d)
+                        di_sum += (double)doi[d * p->dos[3]] * oi[d * p->os[3]];
                 }
+                const float di = (float)di_sum;
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
                  * task, so this sum has a fixed order too.) */
@@ -279,13 +305,22 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                      * over its broadcast dimensions by bias_grad.c). */
                     if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = prob[j] * (dprob[j] - di);
                     const float *kj = (const float *)p->k + AT4(p->ks, b, hk, j, 0);
-                    if (dqi)
-                        for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] += ds * kj[d * p->ks[3]];
-                    if (p->dk)
-                        for (int64_t d = 0; d < p->D; ++d)
-                            p->dk[AT4(p->dks, b, hk, j, d)] += ds * qi[d * p->qs[3]];
+                    for (int64_t d = 0; d < p->D; ++d) {
+                        dq_sum[d] += (double)ds * kj[d * p->ks[3]];
+                        dk_sum[j * p->D + d] += (double)ds * qi[d * p->qs[3]];
+                    }
                 }
+                if (dqi)
+                    for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = (float)dq_sum[d];
             }
+        }
+        for (int64_t j = 0; j < p->Nk; ++j) {
+            if (p->dk)
+                for (int64_t d = 0; d < p->D; ++d)
+                    p->dk[AT4(p->dks, b, hk, j, d)] = (float)dk_sum[j * p->D + d];
+            if (p->dv)
+                for (int64_t d = 0; d < p->Dv; ++d)
+                    p->dv[AT4(p->dvs, b, hk, j, d)] = (float)dv_sum[j * p->Dv + d];
         }
     }
     if (dsink_rows) {
@@ -297,6 +332,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
         }
         free(dsink_rows);
     }
+    free(sums_all);
     free(owned);
     return ATTN_OK;
 }
