@@ -13,7 +13,8 @@
  *     that key's dK are exactly 0;
  *   - outputs that overlap each other or the workspace are refused;
  *   - the reference path meets the accuracy contract at long rows (8192
- *     keys), forward O and backward dV.
+ *     keys), forward O and backward dV;
+ *   - MHA's bias gradients (sums over B·L rows) meet it too, on both paths.
  *
  * Usage: test_numerics [--seed S] [--quick] [--group NAME] [-v]
  */
@@ -693,6 +694,80 @@ static void group_reference_accuracy(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* Σ_i x[i·stride], i < n, in float32 summed pairwise (torch's cascade sum,
+ * the README's "fp32" for a sum over rows). */
+static float pairwise_sum(const float *x, int64_t stride, int64_t n)
+{
+    if (n <= 16) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < n; ++i) sum += x[i * stride];
+        return sum;
+    }
+    return pairwise_sum(x, stride, n / 2) + pairwise_sum(x + n / 2 * stride, stride, n - n / 2);
+}
+
+/*
+ * MHA's bias gradients sum the rows of B·L (or B·S) row matrices: the output
+ * projection's bias gradient is Σ_rows dout exactly. A float32 sequential sum
+ * drifted to several times the contract's limit (at input magnitudes 1e-3 the
+ * in-projection's bias gradients, whose key third cancels to 0, showed it).
+ * dout here rises to ±2048 partial sums and cancels back: the sum of its 4096
+ * rows is judged against float64 with M from a pairwise float32 sum.
+ */
+static void group_mha_bias_sum(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "MHA bias gradients meet the accuracy contract over many rows");
+    enum { B = 2, L = 2048, S = 4, E = 16, H = 2, ROWS = B * L };
+    tu_rng rng;
+    tu_rng_seed(&rng, opt->seed ^ 0xB1A5);
+    float *x = filled(ROWS * E, &rng, 1.0), *kv = filled(B * S * E, &rng, 1.0),
+          *dout = malloc(sizeof(float) * ROWS * E), *out = malloc(sizeof(float) * ROWS * E);
+    for (int64_t r = 0; r < ROWS; ++r)
+        for (int64_t e = 0; e < E; ++e)
+            dout[r * E + e] = (float)((r < ROWS / 2 ? 1.0 : -1.0) + 0.1 * tu_rng_normal(&rng));
+    double ref[E], M = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+        ref[e] = 0.0;
+        for (int64_t r = 0; r < ROWS; ++r) ref[e] += dout[r * E + e];
+        M = fmax(M, fabs((double)pairwise_sum(dout + e, E, ROWS) - ref[e]));
+    }
+    attn_mha_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.embed_dim = E, cfg.num_heads = H, cfg.bias = true;
+    attn_tensor Q = attn_tensor_3d(x, B, L, E), K = attn_tensor_3d(kv, B, S, E),
+                O = attn_tensor_3d(out, B, L, E), dO = attn_tensor_3d(dout, B, L, E);
+    static const attn_path paths[] = {ATTN_PATH_REFERENCE, ATTN_PATH_FUSED};
+    for (int pi = 0; pi < 2; ++pi) {
+        attn_mha *m = NULL;
+        attn_error e = {0};
+        if (!tu_check(&g, attn_mha_create(&cfg, &m, &e) == ATTN_OK, "create: %s", e.message)) break;
+        attn_mha_init(m, 7);
+        attn_mha_opts mo = attn_mha_opts_default();
+        mo.path = paths[pi];
+        mo.num_threads = 2;
+        attn_tensor bias, dbias;
+        if (tu_check(&g, attn_mha_forward(m, &Q, &K, &K, &O, &mo, &e) == ATTN_OK &&
+                             attn_mha_backward(m, &Q, &K, &K, &dO, NULL, NULL, NULL, &mo, &e) == ATTN_OK &&
+                             attn_mha_param(m, "out_proj.bias", &bias, &dbias, &e) == ATTN_OK,
+                     "%s path: %s", pi ? "fused" : "reference", e.message)) {
+            const float *db = dbias.data;
+            double worst = 0.0, nat = 0.0;
+            for (int64_t c = 0; c < E; ++c) nat = fmax(nat, fabs(ref[c]));
+            for (int64_t c = 0; c < E; ++c)
+                worst = fmax(worst, fabs((double)db[c] - ref[c]) / (3.0 * M + 1e-6 * nat));
+            tu_check(&g, worst <= 1.0, "%s path: out_proj.bias gradient %.3g x the contract's limit",
+                     pi ? "fused" : "reference", worst);
+            if (s->verbose)
+                tu_group_note(&g, "%s path: out_proj.bias gradient %.3g x the limit",
+                              pi ? "fused" : "reference", worst);
+        }
+        attn_mha_free(m);
+    }
+    free(x), free(kv), free(dout), free(out);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_prefer_passive_openmp(argv);
@@ -707,5 +782,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "zeros")) group_exact_zeros(&s, &opt);
     if (tu_group_selected(&opt, "overlaps")) group_overlaps(&s, &opt);
     if (tu_group_selected(&opt, "reference_accuracy")) group_reference_accuracy(&s, &opt);
+    if (tu_group_selected(&opt, "mha_bias_sum")) group_mha_bias_sum(&s, &opt);
     return tu_suite_finish(&s);
 }
