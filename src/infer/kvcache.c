@@ -101,7 +101,7 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     const int64_t copies = g.block_size > 0 ? 1 : g.batch;
     RETURN_IF(!attn_mul_ok(per_head, g.kv_heads, &rows) || !attn_mul_ok(rows, copies, &rows) ||
                   !attn_mul_ok(rows, g.head_dim, &nk) || !attn_mul_ok(rows, g.value_dim, &nv) ||
-                  nk > (int64_t)(SIZE_MAX / elem) || nv > (int64_t)(SIZE_MAX / elem),
+                  (uint64_t)nk > SIZE_MAX / elem || (uint64_t)nv > SIZE_MAX / elem,
               err, ATTN_ERR_OVERFLOW, "capacity: storage size overflows");
     attn_kvcache *c = calloc(1, sizeof *c);
     RETURN_IF(!c, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
