@@ -21,8 +21,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* What one storage row holds, as the decode kernel reads it. */
-typedef enum { KV_F32, KV_BF16, KV_F16, KV_I8, KV_E4M3 } kv_format;
+/* What one storage row holds, as the decode kernel reads it. KV_E4M3_FINITE
+ * is e4m3 known to hold no NaN code, read as value·2^-8 (a float16 with the
+ * same bits shifted: cheaper than the exact widening; the caller multiplies
+ * the scale by 2^8). */
+typedef enum { KV_F32, KV_BF16, KV_F16, KV_I8, KV_E4M3, KV_E4M3_FINITE } kv_format;
 
 struct attn_kvcache {
     attn_kvcache_config cfg;
@@ -32,7 +35,7 @@ struct attn_kvcache {
     float *k_rs, *v_rs; /* int8: one scale per row */
     float *k_hs, *v_hs; /* fp8: (Hkv) per-head scales (cfg.k_scale/v_scale point here) */
     int64_t *len;       /* (B) current lengths */
-    bool v_nonfinite;   /* an append stored an inf or NaN value (sticky) */
+    bool k_nonfinite, v_nonfinite; /* an append stored an inf or NaN key / value (sticky) */
     /* paged */
     int64_t max_blocks; /* per entry: ceil(capacity / block_size) */
     int32_t *table;     /* (B, max_blocks) pool index of each logical block */

@@ -32,7 +32,7 @@
 
 enum {
     SPLIT_KEYS = 1024, /* keys per task */
-    CHUNK_KEYS = 64,   /* keys per score tile (their rows stay in L1 for P·V) */
+    CHUNK_KEYS = 128,  /* keys per score tile */
     LDS = CHUNK_KEYS,  /* a multiple of every softmax npad */
 };
 
@@ -69,6 +69,8 @@ typedef struct {
     const sdpa_kernels *sk;
     int64_t G, R, D;
     float *parts; /* per task: R × (Dv + 2): o, then m, ll */
+    kv_format kfmt, vfmt; /* how the kernels read K and V */
+    float k_unit, v_unit; /* the kernels' raw unit: value = unit·raw·scale */
     bool v_may_be_nan;
 } decode_plan;
 
@@ -127,7 +129,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     const attn_kvcache *c = a->c;
     const int64_t R = p->R, D = p->D, Dv = a->Dv, L = c->len[t->b];
     const float scale = a->opts.scale > 0.0f ? a->opts.scale : 1.0f / sqrtf((float)D);
-    const float key_scale = c->fmt == KV_E4M3 ? scale * c->k_hs[t->h] : scale;
+    const float key_scale = c->fmt == KV_E4M3 ? scale * (p->k_unit * c->k_hs[t->h]) : scale;
     load_queries(p, t, w->q);
     for (int64_t i = 0; i < a->Nq; ++i) visible_range(a, L, i, &w->lo[i], &w->hi[i]);
     for (int64_t r = 0; r < R; ++r) {
@@ -144,7 +146,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         const void *krows = kv_row_data(c, false, row0), *vrows = kv_row_data(c, true, row0);
         const int64_t npad = (n + 31) / 32 * 32;
         for (int64_t r = 0; r < R; r += KV_ROWS)
-            p->rows->scores(c->fmt, krows, n, npad, D, w->q + r * D,
+            p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
                             (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS);
         if (c->fmt == KV_I8)
             for (int64_t r = 0; r < R; ++r)
@@ -167,12 +169,12 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                 }
         const size_t vrow_bytes = (size_t)Dv * c->elem;
         for (int64_t r = 0; r < R && lo < hi; r += KV_ROWS)
-            p->rows->accumulate(c->fmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
+            p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
                                 w->acc + r * Dv, Dv, p->v_may_be_nan);
         c0 += n;
     }
-    const float v_scale = c->fmt == KV_E4M3 ? c->v_hs[t->h] : 1.0f;
+    const float v_scale = c->fmt == KV_E4M3 ? p->v_unit * c->v_hs[t->h] : 1.0f;
     for (int64_t r = 0; r < R; ++r) {
         float *o = part + r * (Dv + 2);
         const float sum = w->rowsum[r];
@@ -217,6 +219,11 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
     p.D = g->head_dim;
     /* int8 keeps NaN in the row scale, which run_task guards */
     p.v_may_be_nan = c->fmt != KV_I8 && c->v_nonfinite;
+    /* fp8 without NaN codes: the cheaper widening through float16 */
+    p.kfmt = c->fmt == KV_E4M3 && !c->k_nonfinite ? KV_E4M3_FINITE : c->fmt;
+    p.vfmt = c->fmt == KV_E4M3 && !c->v_nonfinite ? KV_E4M3_FINITE : c->fmt;
+    p.k_unit = p.kfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
+    p.v_unit = p.vfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
     /* tasks: (b, h, split) for the splits anyone sees */
     int64_t ntask = 0;
     for (int64_t b = 0; b < g->batch; ++b) {

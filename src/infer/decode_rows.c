@@ -15,7 +15,8 @@ static inline float raw_at(kv_format f, const void *row, int64_t d)
     case KV_BF16: return attn_bf16_to_f32(((const uint16_t *)row)[d]);
     case KV_F16: return attn_f16_to_f32(((const uint16_t *)row)[d]);
     case KV_I8: return (float)((const int8_t *)row)[d];
-    default: return kv_e4m3_decode(((const uint8_t *)row)[d]);
+    case KV_E4M3: return kv_e4m3_decode(((const uint8_t *)row)[d]);
+    default: return kv_e4m3_decode(((const uint8_t *)row)[d]) * 0x1p-8f;
     }
 }
 

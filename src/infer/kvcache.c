@@ -266,7 +266,7 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
                     const int64_t row = kv_row(cache, b, h, t);
                     for (int64_t d = 0; d < g->head_dim; ++d)
                         x[d] = attn_load_float(k->data, k->dtype, ks + d * k->stride[3]);
-                    kv_store_row(cache, false, row, h, x, g->head_dim);
+                    cache->k_nonfinite |= kv_store_row(cache, false, row, h, x, g->head_dim);
                     for (int64_t d = 0; d < g->value_dim; ++d)
                         x[d] = attn_load_float(v->data, v->dtype, vs + d * v->stride[3]);
                     cache->v_nonfinite |= kv_store_row(cache, true, row, h, x, g->value_dim);
