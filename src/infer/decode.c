@@ -122,6 +122,17 @@ static void chunk_softmax(const decode_plan *p, const decode_task *t, decode_scr
     }
 }
 
+/* s[r·LDS + j] *= scale[j] for r < R, j in [lo, hi), a zero staying
+ * exactly 0 (a hidden key's probability; its scale may be NaN). */
+static void scale_columns(float *restrict s, int64_t R, int64_t lo, int64_t hi,
+                          const float *restrict scale)
+{
+    for (int64_t r = 0; r < R; ++r) {
+        float *restrict row = s + r * LDS;
+        for (int64_t j = lo; j < hi; ++j) row[j] = row[j] == 0.0f ? 0.0f : row[j] * scale[j];
+    }
+}
+
 /* One task: its split's partial (m, ll, o) per row into p->parts. */
 static void run_task(const decode_plan *p, const decode_task *t, float *part, decode_scratch *w)
 {
@@ -148,9 +159,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
                             (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS);
-        if (c->fmt == KV_I8)
-            for (int64_t r = 0; r < R; ++r)
-                for (int64_t j = 0; j < n; ++j) w->s[r * LDS + j] *= c->k_rs[row0 + j];
+        if (c->fmt == KV_I8) scale_columns(w->s, R, 0, n, c->k_rs + row0);
         chunk_softmax(p, t, w, c0, n, key_scale);
         int64_t lo = n, hi = 0; /* keys any row sees */
         for (int64_t r = 0; r < R; ++r) {
@@ -161,12 +170,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                 if (w->end[r] > hi) hi = w->end[r];
             }
         }
-        if (c->fmt == KV_I8) /* P' = P·s_v; a hidden key stays exactly 0 (its scale may be NaN) */
-            for (int64_t r = 0; r < R; ++r)
-                for (int64_t j = lo; j < hi; ++j) {
-                    float *pj = &w->s[r * LDS + j];
-                    *pj = *pj == 0.0f ? 0.0f : *pj * c->v_rs[row0 + j];
-                }
+        if (c->fmt == KV_I8) scale_columns(w->s, R, lo, hi, c->v_rs + row0); /* P' = P·s_v */
         const size_t vrow_bytes = (size_t)Dv * c->elem;
         for (int64_t r = 0; r < R && lo < hi; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
