@@ -158,6 +158,23 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
                                 attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
                                 attn_error *err);
 
+/*
+ * flash_attn_with_kvcache in one call: appends k_new (B, Hkv, n, D) and
+ * v_new (B, Hkv, n, Dv) as attn_kvcache_append (counts as there; both NULL:
+ * nothing appended), then attends q (B, Hq, Nq, D) as attn_kvcache_attend.
+ * With rope (may be NULL), the new keys are rotated before they are stored,
+ * token t of entry b at position length_b + t, and the queries before they
+ * attend, query i at position length_b + i (length_b: the entry's length
+ * before this call, FlashAttention's cache_seqlens); the caller's tensors
+ * are not modified. Every argument is checked before the cache changes;
+ * the append is not undone if attending fails for want of memory.
+ */
+attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q,
+                                       const attn_tensor *k_new, const attn_tensor *v_new,
+                                       const int64_t *counts, const attn_rope *rope,
+                                       attn_tensor *out, attn_tensor *lse,
+                                       const attn_sdpa_opts *opts, attn_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -331,9 +331,9 @@ static attn_status attend_entries(const kv_attend_call *a, attend_scratch *ws, i
     return status;
 }
 
-attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
-                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
-                                attn_error *err)
+attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, attn_tensor *out,
+                              attn_tensor *lse, const attn_sdpa_opts *opts, kv_attend_call *call,
+                              attn_error *err)
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     const attn_kvcache_config *g = &cache->cfg;
@@ -378,7 +378,17 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
     a.lse = lse;
     a.stats = a.opts.softmax_stats;
     a.slopes = a.opts.alibi_slopes;
+    *call = a;
+    return ATTN_OK;
+}
 
+attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
+                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
+                                attn_error *err)
+{
+    kv_attend_call a;
+    RETURN_IF_ERROR(kv_attend_prepare(cache, q, out, lse, opts, &a, err));
+    const attn_kvcache_config *g = &cache->cfg;
     if (kv_quantized(cache)) return kv_decode(&a, attn_resolve_threads(a.opts.num_threads), err);
 
     /* Contiguous with equal lengths: one call over the whole batch. */

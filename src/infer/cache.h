@@ -101,6 +101,10 @@ typedef struct {
 } kv_attend_call;
 
 attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err);
+/* attn_kvcache_attend's checks, filling *call (attend.c). */
+attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, attn_tensor *out,
+                              attn_tensor *lse, const attn_sdpa_opts *opts, kv_attend_call *call,
+                              attn_error *err);
 
 /* Folds one row's partial attention (output o over its keys, softmax
  * statistics m and ll) into the running (M, S, O) in double (attend.c). */
