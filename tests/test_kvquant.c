@@ -18,6 +18,10 @@
  *            float64 oracle (tests/support/ref64_variants) over the
  *            dequantized cache, by issue 8's criterion; the same bits for
  *            1, 2 and 3 threads.
+ *   nan      an fp8 / int8 cache holding a NaN key and value at position 0:
+ *            hidden by the window, the output is finite and within float
+ *            rounding of the same cache without the NaN (the exact e4m3
+ *            widening and the zero-skipping P·V run then); seen, it is NaN.
  *   errors   a quantized dtype other than float32, bad fp8 scales, an
  *            unknown quant, view of a quantized cache.
  *
@@ -351,6 +355,58 @@ static void group_attend(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------------- nan */
+
+/* out (1, 2, 1, 16) of a (1, 1, 300, 16) cache whose token 0 is NaN (nan)
+ * or 0.5, the query seeing keys [first, 300). */
+static bool attend_nan(attn_kv_quant quant, bool nan, int64_t first, float *out)
+{
+    enum { L = 300, D = 16 };
+    static float k[L * D], v[L * D], q[2 * D];
+    tu_rng r;
+    tu_rng_seed(&r, 77);
+    for (int64_t e = 0; e < L * D; ++e) k[e] = (float)tu_rng_normal(&r), v[e] = (float)tu_rng_normal(&r);
+    for (int64_t e = 0; e < 2 * D; ++e) q[e] = (float)tu_rng_normal(&r);
+    k[3] = v[5] = nan ? NAN : 0.5f;
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = L, .head_dim = D, .quant = quant};
+    attn_kvcache *c = NULL;
+    attn_tensor K = attn_tensor_4d(k, 1, 1, L, D), V = attn_tensor_4d(v, 1, 1, L, D);
+    attn_tensor Q = attn_tensor_4d(q, 1, 2, 1, D), O = attn_tensor_4d(out, 1, 2, 1, D);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    o.window = (attn_window){.enabled = true, .left = L - 1 - first, .right = 0};
+    bool ok = attn_kvcache_create(&cfg, &c, NULL) == ATTN_OK &&
+              attn_kvcache_append(c, &K, &V, NULL, NULL) == ATTN_OK &&
+              attn_kvcache_attend(c, &Q, &O, NULL, &o, NULL) == ATTN_OK;
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static void group_nan(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "nan");
+    for (int fmt = 0; fmt < 2; ++fmt) {
+        const attn_kv_quant quant = fmt ? ATTN_KV_INT8 : ATTN_KV_FP8_E4M3;
+        float with[32], without[32], seen[32];
+        if (!tu_check(&g, attend_nan(quant, true, 1, with) && attend_nan(quant, false, 1, without) &&
+                              attend_nan(quant, true, 0, seen),
+                      "quant %d: attend failed", (int)quant))
+            continue;
+        double worst = 0.0;
+        bool finite = true;
+        for (int e = 0; e < 32; ++e) {
+            finite &= isfinite(with[e]);
+            worst = fmax(worst, fabs((double)with[e] - (double)without[e]));
+        }
+        tu_check(&g, finite && worst <= 1e-5, "quant %d: NaN at a hidden key: finite %d, |diff| %g",
+                 (int)quant, finite, worst);
+        tu_check(&g, isnan(seen[0]) && isnan(seen[16]), "quant %d: a seen NaN key gives %g, %g",
+                 (int)quant, (double)seen[0], (double)seen[16]);
+    }
+    tu_group_end(&g);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 static void group_errors(tu_suite *s)
@@ -397,6 +453,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "fp8")) group_fp8(&s);
     if (tu_group_selected(&opt, "int8")) group_int8(&s);
     if (tu_group_selected(&opt, "attend")) group_attend(&s, &opt);
+    if (tu_group_selected(&opt, "nan")) group_nan(&s);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
     return tu_suite_finish(&s);
 }

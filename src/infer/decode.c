@@ -182,9 +182,11 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     for (int64_t r = 0; r < R; ++r) {
         float *o = part + r * (Dv + 2);
         const float sum = w->rowsum[r];
-        for (int64_t d = 0; d < Dv; ++d) o[d] = sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
-        o[Dv] = sum > 0.0f || w->rowmax[r] != w->rowmax[r] ? w->rowmax[r] : -INFINITY;
-        o[Dv + 1] = sum > 0.0f ? logf(sum) : 0.0f;
+        const bool nan = sum != sum || w->rowmax[r] != w->rowmax[r]; /* a NaN score was seen */
+        for (int64_t d = 0; d < Dv; ++d)
+            o[d] = nan ? NAN : sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
+        o[Dv] = nan ? NAN : sum > 0.0f ? w->rowmax[r] : -INFINITY;
+        o[Dv + 1] = nan ? NAN : sum > 0.0f ? logf(sum) : 0.0f;
     }
 }
 
