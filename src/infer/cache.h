@@ -1,8 +1,9 @@
 /*
  * The KV cache's storage, shared by the files of src/infer: kvcache.c
  * (creation, appends, lengths, block tables), attend.c (validation and the
- * attn_sdpa path of float caches), decode.c (the kernel that reads every
- * storage in place) and quant.c (the quantized formats).
+ * attn_sdpa path of float caches), decode.c + decode_rows*.c (the kernel
+ * that reads quantized storage in place), quant.c (the formats) and
+ * update.c (append and attend in one call, with rotary embeddings).
  *
  * Storage rows (one token of one kv head, D or Dv elements):
  *   contiguous  K (B, Hkv, capacity, D), V (B, Hkv, capacity, Dv)
