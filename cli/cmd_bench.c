@@ -26,6 +26,7 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--bf16-dot", NULL, "with --dtype bf16: ATTN_PRECISION_BF16_DOT (AVX512_BF16 dot products)"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
@@ -64,7 +65,8 @@ static const char bench_details[] =
     "16x larger). Per storage: bytes per token, tokens/s and its ratio to the\n"
     "first storage's, the GB/s of K/V read (int8 counts its row scales), the\n"
     "share of a streaming read's bandwidth over a separate buffer of at least\n"
-    "4x the last-level cache (and 256 MiB, and the largest K/V), and the\n"
+    "4x the last-level cache (and 256 MiB, and the largest K/V; --stream-mib\n"
+    "sets it), and the\n"
     "output's max and mean |difference| from the f32 cache's (when f32 is\n"
     "listed). The storages and the streaming read are timed in turn in every\n"
     "run; medians.\n"
@@ -82,6 +84,7 @@ typedef struct {
     bool causal;
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
+    long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
     int ncache;      /* decode: the cache storages compared, first = the ratios' base */
     attn_dtype cache_dtype[8];
     attn_kv_quant cache_quant[8];
@@ -496,6 +499,7 @@ static int bench_decode(const bench_config *c)
     double stream_bytes = max_bytes;
     if (stream_bytes < 4.0 * (double)llc) stream_bytes = 4.0 * (double)llc;
     if (stream_bytes < (double)(256 << 20)) stream_bytes = (double)(256 << 20);
+    if (c->stream_mib) stream_bytes = (double)c->stream_mib * 1048576.0; /* the caller's choice */
     int64_t sn = (int64_t)(stream_bytes / 4.0);
     sn -= sn % 4096;
     if (ok) ok = (stream = alloc_filled(sn, 16)) != NULL;
@@ -752,8 +756,9 @@ static int run_bench(int argc, char **argv)
                 return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
                                        mode_name[c.mode]);
     }
-    if (cli_get(&a, "--cache-dtype") && c.mode != MODE_DECODE)
-        return cli_usage_error(cmd, "--cache-dtype: only with --mode decode");
+    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
+    if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
     if (c.mode == MODE_DECODE) {
         /* the storages to compare: names split at commas, kept in a static
          * copy of the argument */

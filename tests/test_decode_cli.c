@@ -266,12 +266,12 @@ static void group_bench(tu_suite *s)
     tu_group_begin(&g, s, "bench");
     clirun_result res;
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "4\x1f"
-                  "--kv-heads\x1f" "2\x1f--dim\x1f" "32\x1f--runs\x1f" "1\x1f--warmup\x1f" "0");
+                  "--kv-heads\x1f" "2\x1f--dim\x1f" "32\x1f--runs\x1f" "1\x1f--warmup\x1f" "0\x1f--stream-mib\x1f" "8");
     tu_check(&g, res.status == 0 && strstr(res.out, "K/V") && strstr(res.out, "stream read"),
              "bench --mode decode: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "2\x1f"
-                  "--dim\x1f" "16\x1f--block-size\x1f" "16\x1f--runs\x1f" "1\x1f--json");
+                  "--dim\x1f" "16\x1f--block-size\x1f" "16\x1f--runs\x1f" "1\x1f--json\x1f--stream-mib\x1f" "8");
     tu_check(&g, res.status == 0 && strstr(res.out, "\"kv_gbs\"") && strstr(res.out, "\"paged\""),
              "bench --mode decode --json: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
@@ -281,7 +281,7 @@ static void group_bench(tu_suite *s)
              "bench --mode varlen: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "100\x1f--heads\x1f" "4\x1f--kv-heads\x1f" "2\x1f"
-                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "f32,int8,fp8");
+                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "f32,int8,fp8\x1f--stream-mib\x1f" "8");
     tu_check(&g, res.status == 0 && strstr(res.out, "int8") && strstr(res.out, "fp8") && strstr(res.out, "err max") &&
                      strstr(res.out, "LLC"),
              "bench --mode decode --cache-dtype: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
