@@ -291,6 +291,35 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
                                       attn_tensor *dv, const attn_sdpa_opts *opts,
                                       attn_error *err);
 
+/* ------------------------------------------------------ rotary embeddings */
+
+/*
+ * Rotary position embeddings (RoPE, Su et al.), as flash_attn_with_kvcache's
+ * rotary_cos / rotary_sin / rotary_interleaved. The first rotary_dim
+ * features of a row at position p are rotated in pairs by angles
+ * a_i = (p / position_scale)·theta^(-2i / rotary_dim), i < rotary_dim / 2
+ * (or a_i with cos a_i = cos[p, i], sin a_i = sin[p, i] from tables):
+ *   (x, y) -> (x·cos a_i - y·sin a_i, x·sin a_i + y·cos a_i)
+ * with the pair (i, i + rotary_dim/2) for ATTN_ROPE_NEOX (GPT-NeoX, Llama:
+ * halves) and (2i, 2i + 1) for ATTN_ROPE_GPTJ (interleaved). Features past
+ * rotary_dim are left alone. Angles are computed in double, cos and sin
+ * rounded to float, the rotation in float.
+ */
+typedef enum { ATTN_ROPE_NONE = 0, ATTN_ROPE_NEOX = 1, ATTN_ROPE_GPTJ = 2 } attn_rope_style;
+
+typedef struct {
+    attn_rope_style style;
+    int64_t rotary_dim;        /* even, <= D; 0 = D */
+    double theta;              /* base; 0 = 10000 */
+    double position_scale;     /* linear position scaling (positions divided by it); 0 = 1 */
+    const attn_tensor *cos, *sin; /* optional (P, rotary_dim/2) float32 tables by position */
+} attn_rope;
+
+/* Rotates x (B, H, N, D), any float dtype, in place: token n of batch
+ * entry b sits at position positions[b] + n (positions NULL: n). */
+attn_status attn_rope_apply(const attn_rope *rope, attn_tensor *x, const int64_t *positions,
+                            attn_error *err);
+
 #ifdef __cplusplus
 }
 #endif
