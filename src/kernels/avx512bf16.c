@@ -2,6 +2,7 @@
  * (24 accumulators, 2 B vectors, 1 broadcast pair), the shape of avx512.c's
  * float32 microtile with two features per instruction. */
 #include "bf16dot.h"
+#include "bf16_engine.h"
 
 #include <string.h>
 
@@ -200,6 +201,14 @@ void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
 #pragma GCC pop_options
+#endif
+
+#if defined(__x86_64__)
+const sdpa_bf16_engine sdpa_engine_avx512bf16 = {
+    .name = "avx512bf16",
+    .npad = NR,
+    .gemm = sdpa_bf16dot_gemm,
+};
 #endif
 
 #else /* not x86: the mode falls back to the exact path */

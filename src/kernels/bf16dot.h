@@ -1,5 +1,5 @@
 /*
- * Kernels of the opt-in ATTN_PRECISION_BF16_DOT forward: bfloat16 pair dot
+ * Kernels of the avx512bf16 engine (bf16_engine.h): bfloat16 pair dot
  * products (AVX512_BF16 vdpbf16ps) for Q·Kᵀ and P·V, float32 accumulation.
  *
  * Operands are "pair" matrices of uint32: each element holds two bfloat16
