@@ -82,6 +82,11 @@ void sdpa_pairs_rows(attn_dtype t, const void *src, int64_t rs, int64_t cs, int6
     const int64_t kp = (k + 1) / 2;
     for (int64_t r = 0; r < rows; ++r) {
         uint32_t *d = dst + r * ld;
+        if (t == ATTN_BF16 && cs == 1) { /* already pairs */
+            memcpy(d, (const uint16_t *)src + r * rs, (size_t)k * sizeof(uint16_t));
+            if (k % 2) ((uint16_t *)d)[k] = 0;
+            continue;
+        }
         if (t == ATTN_F32 && cs == 1) { /* the common case, vectorisable */
             const float *s = (const float *)src + r * rs;
             for (int64_t l = 0; l < k / 2; ++l)
@@ -159,7 +164,29 @@ void sdpa_pairs_narrow(const float *src, int64_t n, uint16_t *dst)
 
 int64_t sdpa_pair_scratch(int64_t m, int64_t k, int64_t n)
 {
-    return (m + n) * ((k + 1) / 2);
+    return (2 * m + n) * ((k + 1) / 2);
+}
+
+/* The A operand of float32 rows (a_cs = 1) or of columns (a_rs = 1: Aᵀ's
+ * rows, paired and then transposed), in tmp's room if needed. */
+static void pairs_a_f32(const float *a, int64_t a_rs, int64_t a_cs, int64_t m, int64_t k,
+                        uint32_t *dst, uint32_t *tmp)
+{
+    const int64_t kp = (k + 1) / 2;
+#if defined(__x86_64__)
+    if (sdpa_bf16dot_available() && a_cs == 1) {
+        for (int64_t r = 0; r < m; ++r) sdpa_pairs_narrow(a + r * a_rs, k, (uint16_t *)(dst + r * kp));
+        return;
+    }
+    if (sdpa_bf16dot_available() && a_rs == 1) {
+        sdpa_bf16dot_pairs_keys_f32(a, a_cs, k, m, tmp, m);
+        sdpa_bf16dot_transpose32(tmp, m, kp, m, dst, kp);
+        return;
+    }
+#else
+    (void)tmp;
+#endif
+    sdpa_pairs_rows(ATTN_F32, a, a_rs, a_cs, m, k, dst, kp);
 }
 
 void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t m, int64_t n,
@@ -168,8 +195,13 @@ void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t 
                         sdpa_gemm_mode mode)
 {
     const int64_t kp = (k + 1) / 2;
-    uint32_t *pa = scratch, *pb = scratch + m * kp;
-    sdpa_pairs_rows(ATTN_F32, a, a_rs, a_cs, m, k, pa, kp);
-    sdpa_pairs_keys(ATTN_F32, b, ldb, 1, k, n, pb, n);
+    uint32_t *pa = scratch, *pb = scratch + m * kp, *tmp = pb + n * kp;
+    pairs_a_f32(a, a_rs, a_cs, m, k, pa, tmp);
+#if defined(__x86_64__)
+    if (sdpa_bf16dot_available())
+        sdpa_bf16dot_pairs_keys_f32(b, ldb, k, n, pb, n);
+    else
+#endif
+        sdpa_pairs_keys(ATTN_F32, b, ldb, 1, k, n, pb, n);
     eng->gemm(m, n, kp, pa, kp, pb, n, c, ldc, row_scale, mode);
 }
