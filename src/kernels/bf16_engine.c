@@ -189,19 +189,29 @@ static void pairs_a_f32(const float *a, int64_t a_rs, int64_t a_cs, int64_t m, i
     sdpa_pairs_rows(ATTN_F32, a, a_rs, a_cs, m, k, dst, kp);
 }
 
+void sdpa_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n, uint32_t *dst,
+                         int64_t ld)
+{
+#if defined(__x86_64__)
+    if (sdpa_bf16dot_available()) {
+        sdpa_bf16dot_pairs_keys_f32(src, rs, k, n, dst, ld);
+        return;
+    }
+#endif
+    sdpa_pairs_keys(ATTN_F32, src, rs, 1, k, n, dst, ld);
+}
+
 void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t m, int64_t n,
                         int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
-                        int64_t ldb, float *c, int64_t ldc, const float *row_scale,
-                        sdpa_gemm_mode mode)
+                        int64_t ldb, const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
+                        const float *row_scale, sdpa_gemm_mode mode)
 {
     const int64_t kp = (k + 1) / 2;
     uint32_t *pa = scratch, *pb = scratch + m * kp, *tmp = pb + n * kp;
     pairs_a_f32(a, a_rs, a_cs, m, k, pa, tmp);
-#if defined(__x86_64__)
-    if (sdpa_bf16dot_available())
-        sdpa_bf16dot_pairs_keys_f32(b, ldb, k, n, pb, n);
-    else
-#endif
-        sdpa_pairs_keys(ATTN_F32, b, ldb, 1, k, n, pb, n);
-    eng->gemm(m, n, kp, pa, kp, pb, n, c, ldc, row_scale, mode);
+    if (!bp) {
+        sdpa_pairs_keys_f32(b, ldb, k, n, pb, n);
+        bp = pb, ldbp = n;
+    }
+    eng->gemm(m, n, kp, pa, kp, bp, ldbp, c, ldc, row_scale, mode);
 }

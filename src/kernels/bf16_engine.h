@@ -96,12 +96,16 @@ void sdpa_pairs_narrow(const float *src, int64_t n, uint16_t *dst);
  * sdpa_gemm_fn's product on float32 operands rounded to bfloat16 (the
  * backward's products): A (m × k, any strides) and B (k × n, rows ldb
  * apart) are packed into pairs in scratch (at least
- * sdpa_pair_scratch(m, k, n) uint32), then eng->gemm.
+ * sdpa_pair_scratch(m, k, n) uint32), then eng->gemm. bp, when not NULL,
+ * is B already as pairs (rows ldbp apart): b is not read.
  */
 int64_t sdpa_pair_scratch(int64_t m, int64_t k, int64_t n);
 void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t m, int64_t n,
                         int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
-                        int64_t ldb, float *c, int64_t ldc, const float *row_scale,
-                        sdpa_gemm_mode mode);
+                        int64_t ldb, const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
+                        const float *row_scale, sdpa_gemm_mode mode);
+/* sdpa_pairs_keys of float32 rows with unit stride (the fastest packer). */
+void sdpa_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n, uint32_t *dst,
+                         int64_t ld);
 
 #endif

@@ -154,6 +154,9 @@ typedef struct {
                          * partial rows zeroed by this task yet (dq_row) */
     const sdpa_bf16_engine *eng; /* bfloat16 products (bwd_product), or NULL */
     uint32_t *pairs;             /* their operands (sdpa_pair_gemm_f32) */
+    /* with eng, the key tile's B operands as pairs, packed once per tile:
+     * Kᵀ (ceil(D/2) × bcp), Vᵀ (ceil(Dv/2) × bcp), K's key pairs (BWD_KEYS/2 × dp) */
+    uint32_t *ktp, *vtp, *krp;
 } bwd_scratch;
 
 /* The engine of a bfloat16 backward, NULL for float32 products: the
@@ -181,10 +184,12 @@ static int64_t pair_words(const sdpa_problem *p, const bwd_dims *d)
  * float32). */
 static void bwd_product(const bwd_scratch *w, sdpa_gemm_fn fn, int64_t m, int64_t n, int64_t k,
                         const float *a, int64_t a_rs, int64_t a_cs, const float *b, int64_t ldb,
-                        float *c, int64_t ldc, sdpa_gemm_mode mode)
+                        const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
+                        sdpa_gemm_mode mode)
 {
     if (w->eng && fn != sdpa_gemm_skip_zeros)
-        sdpa_pair_gemm_f32(w->eng, w->pairs, m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, NULL, mode);
+        sdpa_pair_gemm_f32(w->eng, w->pairs, m, n, k, a, a_rs, a_cs, b, ldb, bp, ldbp, c, ldc,
+                           NULL, mode);
     else
         fn(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, NULL, mode);
 }
@@ -210,6 +215,10 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
     sdpa_size_add(&s, p->group, row_tiles(p), 1);       /* dq_zeroed */
     sdpa_size_add(&s, p->bf16_products ? pair_words(p, d) : 0, 1, sizeof(uint32_t)); /* pairs */
+    const bool bf = p->bf16_products;
+    sdpa_size_add(&s, bf ? (p->D + 1) / 2 : 0, d->bcp, sizeof(uint32_t));  /* ktp */
+    sdpa_size_add(&s, bf ? (p->Dv + 1) / 2 : 0, d->bcp, sizeof(uint32_t)); /* vtp */
+    sdpa_size_add(&s, bf ? (BWD_KEYS + 1) / 2 : 0, d->dp, sizeof(uint32_t)); /* krp */
     return s;
 }
 
@@ -235,6 +244,10 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
     w.dq_zeroed = sdpa_take(&base, p->group * row_tiles(p), 1);
     w.pairs = sdpa_take(&base, p->bf16_products ? pair_words(p, d) : 0, sizeof(uint32_t));
+    const bool bf = p->bf16_products;
+    w.ktp = sdpa_take(&base, bf ? (p->D + 1) / 2 * d->bcp : 0, sizeof(uint32_t));
+    w.vtp = sdpa_take(&base, bf ? (p->Dv + 1) / 2 * d->bcp : 0, sizeof(uint32_t));
+    w.krp = sdpa_take(&base, bf ? (BWD_KEYS + 1) / 2 * d->dp : 0, sizeof(uint32_t));
     w.eng = NULL; /* set by the caller */
     return w;
 }
@@ -514,6 +527,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            &ldk);
                     kern->pack_transposed((const float *)p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
                                           p->Dv, w->vt, d->bcp);
+                    if (w->eng) { /* the B operands of S, dP and dQ as pairs */
+                        sdpa_pairs_keys_f32(w->kt, d->bcp, p->D, d->bcp, w->ktp, d->bcp);
+                        sdpa_pairs_keys_f32(w->vt, d->bcp, p->Dv, d->bcp, w->vtp, d->bcp);
+                        sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
+                    }
                     packed = true;
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
@@ -545,7 +563,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            qb + r0 * ldq, ldq, 1, rb, sb + b0, d->bcp, NULL, NULL);
                     else if (bn > b0)
                         bwd_product(w, kern->gemm, rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1,
-                                    w->kt + b0, d->bcp, sb + b0, d->bcp, SDPA_GEMM_SET);
+                                    w->kt + b0, d->bcp, w->ktp + b0, d->bcp, sb + b0, d->bcp,
+                                    SDPA_GEMM_SET);
                     kern->probs(rb, b0, bn, &lg, sb, d->bcp, rv.rm + x0 + r0, rv.rll + x0 + r0,
                                 w->dfac ? w->dfac + r0 * d->bcp : NULL);
                     zero_outside(sb, d->bcp, rb, c0, cn, b0, bn);
@@ -566,8 +585,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     for (int64_t e = 0; e < bd.nk; ++e)
                         bwd_product(w, gemm_dv, bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
                                     pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                    dob + bd.r0[e] * lddo, lddo, w->dv + bd.k0[e] * d->dvp,
-                                    d->dvp, SDPA_GEMM_ADD);
+                                    dob + bd.r0[e] * lddo, lddo, NULL, 0,
+                                    w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
                     p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
@@ -581,7 +600,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
                     if (bn > b0)
                         bwd_product(w, kern->gemm, rb, bn - b0, p->Dv, dob + r0 * lddo, lddo, 1,
-                                    w->vt + b0, d->bcp, db + b0, d->bcp, SDPA_GEMM_SET);
+                                    w->vt + b0, d->bcp, w->vtp + b0, d->bcp, db + b0, d->bcp,
+                                    SDPA_GEMM_SET);
                     if (w->z)
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
@@ -595,16 +615,19 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                      * band's keys (its other dS are 0). */
                     if (p->dq && b1 > b0)
                         bwd_product(w, gemm_dq, rb, dn, b1 - b0, db + b0, d->bcp, 1,
-                                    kr + b0 * ldk, ldk, dq_rows + r0 * d->dp, d->dp,
-                                    SDPA_GEMM_ADD);
+                                    kr + b0 * ldk, ldk,
+                                    /* an odd count packs its own last pair: the
+                                     * tile's next key may hold anything */
+                                    (b1 - b0) % 2 ? NULL : w->krp + b0 / 2 * d->dp, d->dp,
+                                    dq_rows + r0 * d->dp, d->dp, SDPA_GEMM_ADD);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
                     for (int64_t e = 0; e < bd.nk; ++e)
                         bwd_product(w, gemm_dk, bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
                                     w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                    qb + bd.r0[e] * ldq, ldq, w->dk + bd.k0[e] * d->dp, d->dp,
-                                    SDPA_GEMM_ADD);
+                                    qb + bd.r0[e] * ldq, ldq, NULL, 0, w->dk + bd.k0[e] * d->dp,
+                                    d->dp, SDPA_GEMM_ADD);
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
