@@ -538,6 +538,8 @@ static void group_contract(tu_suite *suite, const engine_entry *eng, int neng, u
     tu_group g;
     tu_group_begin(&g, suite, "contract");
     const size_t ncases = sizeof k_cases / sizeof *k_cases;
+    double worst_all = 0;
+    char worst_what[160] = "";
     for (size_t ci = 0; ci < ncases; ++ci) {
         const bcase *c = &k_cases[ci];
         bdata d;
@@ -570,6 +572,10 @@ static void group_contract(tu_suite *suite, const engine_entry *eng, int neng, u
                 snprintf(t, sizeof t, "%s dk", what), judge(&g, t, gk, rk, bk, nk, &worst);
                 snprintf(t, sizeof t, "%s dv", what), judge(&g, t, gv, rvv, bv, nv, &worst);
                 if (suite->verbose) tu_group_note(&g, "%s: worst %.2f of the allowance", what, worst);
+                if (eng[x].eng && worst > worst_all) {
+                    worst_all = worst;
+                    snprintf(worst_what, sizeof worst_what, "%s", what);
+                }
                 free(go), free(gl), free(gq), free(gk), free(gv);
             }
             bout_free(&r);
@@ -577,6 +583,7 @@ static void group_contract(tu_suite *suite, const engine_entry *eng, int neng, u
         free(ro), free(rl), free(rq), free(rk), free(rvv), free(bo), free(bl), free(bq), free(bk), free(bv);
         bdata_free(&d);
     }
+    printf("contract: largest error %.2f of the allowance (%s)\n", worst_all, worst_what);
     tu_group_end(&g);
 }
 
