@@ -293,55 +293,6 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
     (void)src, (void)rs, (void)n, (void)Dv, (void)dst, (void)ld;
     return false;
 }
-/* 16 floats to bfloat16 (vcvtneps2bf16), each in the low half of a 32-bit lane. */
-static inline __m512i bf16_lanes(__m512 v)
-{
-    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
-}
-
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
-                                 uint32_t *dst, int64_t ld)
-{
-    for (int64_t l = 0; 2 * l < k; ++l) {
-        const float *r0 = src + 2 * l * rs, *r1 = 2 * l + 1 < k ? r0 + rs : NULL;
-        uint32_t *d = dst + l * ld;
-        int64_t x = 0;
-        for (; x + 16 <= n; x += 16) {
-            const __m512i lo = bf16_lanes(_mm512_loadu_ps(r0 + x));
-            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_loadu_ps(r1 + x)), 16)
-                                  : _mm512_setzero_si512();
-            _mm512_storeu_si512(d + x, _mm512_or_si512(lo, hi));
-        }
-        if (x < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - x)) - 1);
-            const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, r0 + x));
-            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_maskz_loadu_ps(m, r1 + x)), 16)
-                                  : _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(d + x, m, _mm512_or_si512(lo, hi));
-        }
-        for (x = n; x < ld; ++x) d[x] = 0;
-    }
-}
-
-void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
-                              uint32_t *dst, int64_t dld)
-{
-    int64_t r = 0;
-    for (; r + 16 <= rows; r += 16) {
-        int64_t c = 0;
-        for (; c + 16 <= cols; c += 16) {
-            __m512i in[16], out[16];
-            for (int i = 0; i < 16; ++i) in[i] = _mm512_loadu_si512(src + (r + i) * sld + c);
-            transpose16(in, out);
-            for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (c + i) * dld + r, out[i]);
-        }
-        for (; c < cols; ++c)
-            for (int i = 0; i < 16; ++i) dst[c * dld + r + i] = src[(r + i) * sld + c];
-    }
-    for (; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) dst[c * dld + r] = src[r * sld + c];
-}
-
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 {
     (void)src, (void)n, (void)dst;
