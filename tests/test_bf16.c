@@ -58,9 +58,9 @@ typedef struct {
 
 static int engines_here(engine_entry *out)
 {
-    const sdpa_kernels *kern = sdpa_kernels_for(sdpa_isa_best());
     int n = 0;
 #if defined(__x86_64__)
+    const sdpa_kernels *kern = sdpa_kernels_for(sdpa_isa_best());
     if (sdpa_engine_runs(SDPA_ENGINE_AMX, kern))
         out[n++] = (engine_entry){"amx", SDPA_ENGINE_AMX, &sdpa_engine_amx};
     else
