@@ -41,23 +41,20 @@ static void AMX_FN(config_for)(sdpa_tilecfg *cfg, int r0, int r1, int kk, int nb
     }
 }
 
-/* Loads (or stores) the block's C tiles from c. */
-static AMX_TARGET void AMX_FN(c_load)(float *c, int64_t ldc, int r1, int nb)
+/* The block's C tiles loaded from c, or stored to it. */
+static AMX_TARGET void AMX_FN(c_move)(float *c, int64_t ldc, int r1, int nb, bool store)
 {
     const int64_t s = ldc * (int64_t)sizeof(float);
-    TILE_LOAD(0, c, s);
-    if (nb > 1) TILE_LOAD(1, c + 16, s);
-    if (r1) TILE_LOAD(2, c + 16 * ldc, s);
-    if (r1 && nb > 1) TILE_LOAD(3, c + 16 * ldc + 16, s);
-}
-
-static AMX_TARGET void AMX_FN(c_store)(float *c, int64_t ldc, int r1, int nb)
-{
-    const int64_t s = ldc * (int64_t)sizeof(float);
-    TILE_STORE(0, c, s);
-    if (nb > 1) TILE_STORE(1, c + 16, s);
-    if (r1) TILE_STORE(2, c + 16 * ldc, s);
-    if (r1 && nb > 1) TILE_STORE(3, c + 16 * ldc + 16, s);
+#define AMX_C_MOVE(t, p) \
+    do { \
+        if (store) TILE_STORE(t, p, s); \
+        else TILE_LOAD(t, p, s); \
+    } while (0)
+    AMX_C_MOVE(0, c);
+    if (nb > 1) AMX_C_MOVE(1, c + 16);
+    if (r1) AMX_C_MOVE(2, c + 16 * ldc);
+    if (r1 && nb > 1) AMX_C_MOVE(3, c + 16 * ldc + 16);
+#undef AMX_C_MOVE
 }
 
 /* One k step from pair l: A's row blocks and B's column blocks, then the
@@ -105,16 +102,16 @@ static AMX_TARGET void AMX_FN(block)(int64_t rows, int nb, int64_t kp, const uin
         if (r1) TILE_ZERO(2);
         if (r1 && nb > 1) TILE_ZERO(3);
     } else {
-        AMX_FN(c_load)(c, ldc, r1, nb);
+        AMX_FN(c_move)(c, ldc, r1, nb, false);
     }
     for (int64_t l = 0; l < kfull; l += AMX_KB) AMX_FN(k_step)(a, a_rs, b, ldb, l, r1, nb);
     if (tail && kfull) { /* a new shape: C through memory */
-        AMX_FN(c_store)(c, ldc, r1, nb);
+        AMX_FN(c_move)(c, ldc, r1, nb, true);
         AMX_FN(configure)(r0, r1, (int)tail, nb, current);
-        AMX_FN(c_load)(c, ldc, r1, nb);
+        AMX_FN(c_move)(c, ldc, r1, nb, false);
     }
     if (tail) AMX_FN(k_step)(a, a_rs, b, ldb, kfull, r1, nb);
-    AMX_FN(c_store)(c, ldc, r1, nb);
+    AMX_FN(c_move)(c, ldc, r1, nb, true);
 }
 
 /* sdpa_pair_gemm_fn (bf16_engine.h), n % 16 == 0. */
