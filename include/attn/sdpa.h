@@ -74,6 +74,16 @@ typedef struct {
  *          then includes it: lse = log(exp(sink_h) + Σ_j exp(x_ij)).
  * grad_sinks (Hq) float32, backward only: receives d loss / d sinks
  *          (OVERWRITTEN). NULL if not wanted.
+ * grad_mask  float32, backward only, the shape of mask[0] (a float32 mask):
+ *          receives d loss / d mask[0] (OVERWRITTEN), a learned bias's
+ *          gradient: dX_ij = P_ij (dP_ij - D_i) (before the scale and
+ *          softcap factor), summed over the dimensions mask[0] broadcasts
+ *          along (missing, or size 1 against (B,Hq,Nq,Nk)) in a fixed
+ *          order, so the result does not depend on the thread count. The
+ *          call allocates B·Hq·Nq·Nk floats for the sum unless mask[0] has
+ *          the full shape. A second float mask's gradient is the same
+ *          summed over its own broadcast dimensions: pass it as mask[0].
+ *          NULL if not wanted.
  * dropout_p  in [0, 1): each probability is zeroed with this chance and the
  *          kept ones scaled by 1/(1 - p) (torch SDPA dropout_p). The keep
  *          decision for (b, h, i, j) is a pure function of (dropout_seed,
@@ -144,8 +154,9 @@ typedef struct {
     attn_tensor *softmax_stats;
     attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
     uint32_t reserved32;      /* zero */
+    attn_tensor *grad_mask;   /* backward only; NULL if not wanted */
     /* Zero. Room for future options without changing the struct's size. */
-    uint64_t reserved[3];
+    uint64_t reserved[2];
 } attn_sdpa_opts;
 
 /* The standard ALiBi slopes for `heads` heads (Press et al., as in BLOOM and
