@@ -680,6 +680,22 @@ static void group_views(tu_suite *suite, const engine_entry *eng, int neng, uint
                     same &= o[(h * N + i) * D + e] == ot[(i * H + h) * D + e];
         tu_check(&g, ok && same, "%s: strided views differ from contiguous ones (%s)", eng[x].name,
                  ok ? "values" : err.message);
+        /* the weights output: the same out, rows that sum to 1 (probabilities
+         * from the bfloat16 scores and the final statistics) */
+        float *wts = xcalloc(B * H * N * N, 4), *ow = xcalloc(n, 4);
+        attn_tensor W = attn_tensor_make(wts, ATTN_F32, 4, (int64_t[]){B, H, N, N});
+        attn_tensor OW = attn_tensor_make(ow, ATTN_F32, 4, shape);
+        ok = attn_sdpa(&Q, &K, &V, &OW, NULL, &W, &o1, &err) == ATTN_OK;
+        double worst_sum = 0;
+        for (int64_t row = 0; row < B * H * N && ok; ++row) {
+            double sum = 0;
+            for (int64_t j = 0; j < N; ++j) sum += wts[row * N + j];
+            worst_sum = fabs(sum - 1) > worst_sum ? fabs(sum - 1) : worst_sum;
+        }
+        tu_check(&g, ok && same_bits(o, ow, n) && worst_sum < 1e-5,
+                 "%s: with weights: out %s, rows sum to 1 within %.2g (%s)", eng[x].name,
+                 ok && same_bits(o, ow, n) ? "the same" : "differs", worst_sum, ok ? "" : err.message);
+        free(wts), free(ow);
         /* bfloat16 tensors: out is the float32 call's rounded */
         attn_tensor Q16 = attn_tensor_make(q16, ATTN_BF16, 4, shape), K16 = attn_tensor_make(k16, ATTN_BF16, 4, shape);
         attn_tensor V16 = attn_tensor_make(v16, ATTN_BF16, 4, shape), O16 = attn_tensor_make(o16, ATTN_BF16, 4, shape);
