@@ -28,7 +28,8 @@ static const cli_option bench_options[] = {
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
-    {"--bf16-dot", NULL, "with --dtype bf16: ATTN_PRECISION_BF16_DOT (AVX512_BF16 dot products)"},
+    {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
+    {"--bf16-dot", NULL, "the former name of --precision bf16"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", "[ALIGN]", "causal mask, top-left (bare) or bottom-right; FLOPs counted as half"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
@@ -95,7 +96,7 @@ typedef struct {
     attn_window window;
     bool alibi, sinks;
     bool fresh_workspace; /* calls allocate their own workspace */
-    bool bf16_dot;        /* opts.precision = ATTN_PRECISION_BF16_DOT */
+    bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
     float softcap, dropout;
 } bench_config;
 
@@ -251,7 +252,7 @@ static int bench_one(const bench_config *c)
         s.sopts.window = c->window;
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
-        s.sopts.precision = c->bf16_dot ? ATTN_PRECISION_BF16_DOT : ATTN_PRECISION_EXACT;
+        s.sopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -326,7 +327,9 @@ static int bench_one(const bench_config *c)
         snprintf(variant, sizeof variant, " window=%lld,%lld visible=%.4f", (long long)c->window.left,
                  (long long)c->window.right, visible_fraction(c));
     if (c->alibi) strncat(variant, " alibi", sizeof variant - strlen(variant) - 1);
-    if (c->bf16_dot) strncat(variant, " bf16-dot", sizeof variant - strlen(variant) - 1);
+    if (c->bf16)
+        snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " bf16 engine=%s",
+                 attn_engine());
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
@@ -338,10 +341,12 @@ static int bench_one(const bench_config *c)
         printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
                "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
-               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\"}\n",
+               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\","
+               "\"precision\":\"%s\",\"engine\":\"%s\"}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
-               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype));
+               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype),
+               c->bf16 ? "bf16" : "exact", c->bf16 ? attn_engine() : "f32");
     } else {
         printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s %s  %-9s %-7s threads=%d  "
                "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB%s\n",
@@ -793,9 +798,12 @@ static int run_bench(int argc, char **argv)
     c.alibi = cli_flag(&a, "--alibi");
     c.sinks = cli_flag(&a, "--sinks");
     c.fresh_workspace = cli_flag(&a, "--fresh-workspace");
-    c.bf16_dot = cli_flag(&a, "--bf16-dot");
-    if (c.bf16_dot && (c.dtype != ATTN_BF16 || c.mode != MODE_FORWARD))
-        return cli_usage_error(cmd, "--bf16-dot: only with --dtype bf16 --mode forward");
+    const char *prec = cli_get(&a, "--precision");
+    if (prec && strcmp(prec, "exact") != 0 && strcmp(prec, "bf16") != 0)
+        return cli_usage_error(cmd, "--precision: expected exact or bf16, got '%s'", prec);
+    c.bf16 = cli_flag(&a, "--bf16-dot") || (prec && !strcmp(prec, "bf16"));
+    if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
+        return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;

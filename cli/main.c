@@ -49,8 +49,8 @@ static int run(int argc, char **argv)
         return CLI_OK;
     }
     if (!strcmp(name, "--version")) {
-        printf("attn %s (kernels: %s, threads: %d)\n", ATTN_VERSION_STRING, attn_isa(),
-               attn_default_threads());
+        printf("attn %s (kernels: %s, bf16 engine: %s, threads: %d)\n", ATTN_VERSION_STRING,
+               attn_isa(), attn_engine(), attn_default_threads());
         /* the library ignores an ATTN_ARCH it cannot honour; say so here */
         const char *arch = getenv("ATTN_ARCH");
         if (arch && *arch && strcmp(arch, attn_isa()) != 0)
