@@ -802,7 +802,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         d.keys = FWD_DIRECT_KEYS;
         d.bcp = sdpa_round_up(d.keys, SDPA_MAX_NPAD);
     }
-    d.dot = p->bf16_dot && !d.direct && !p->w && kern == &sdpa_kernels_avx512 &&
+    d.dot = p->bf16_dot && !d.direct && !p->w && sdpa_kernels_is_avx512(kern) &&
             sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
             p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
     d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
