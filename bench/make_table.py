@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns one bench/run.sh results file (JSON lines) into markdown: the
-machine, the sgemm roofline, the issue-11 summary table, the same-ISA
+machine, the sgemm roofline, the summary table over N, the same-ISA
 roofline's tables (when the file has them), the target checks and every
 measurement. Standard library only.
 
@@ -324,12 +324,12 @@ def main():
                 out.append("| %s | %s |" % (name, " | ".join(cells)))
             out.append("")
 
-    # Issue 11's targets, on each ISA the machine has: against the machine's
+    # The performance targets, on each ISA the machine has: against the machine's
     # sgemm, then (the share targets only) against the same-ISA sgemm.
     checks = []
 
     def isa_checks(var, label, share, ratios):
-        """Issue 11's checks of kernel var, labelled label, with share(c) the
+        """The target checks of kernel var, labelled label, with share(c) the
         share of sgemm rated; ratios: also the wall-time checks (causal,
         threads), which need no roofline."""
         def at_least(name, c, limit):
@@ -383,7 +383,7 @@ def main():
     generic_checks("generic", share_of)
     if "generic" in same_cores:
         generic_checks(same_label("generic"), same_share_of)
-    out.append("| issue-11 target | kernels | measured | met |")
+    out.append("| target | kernels | measured | met |")
     out.append("|---|---|---|---|")
     for name, var, val, ok in checks:
         out.append("| %s | %s | %s | %s |" % (name, var, val, "met" if ok else "**not met**"))

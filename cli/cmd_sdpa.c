@@ -63,6 +63,7 @@ static const cli_option backward_options[] = {
     {"--lse", "LSE.npy", "also write the forward log-sum-exp"},
     {"--attn-weights", "A.npy", "also write the forward attention weights"},
     {"--grad-sinks", "dS.npy", "write dL/dsinks (H) (needs --sinks)"},
+    {"--grad-attn-mask", "dM.npy", "write dL/dmask, the mask's shape (needs a float --attn-mask)"},
     {0},
 };
 
@@ -72,7 +73,7 @@ static const char *const option_names[][2] = {
     {"mask[0]", "--attn-mask"}, {"grad_out", "--grad-out"}, {"scale", "--scale"},
     {"num_threads", "--threads"}, {"window", "--window"},   {"alibi_slopes", "--alibi-slopes"},
     {"softcap", "--softcap"},   {"sinks", "--sinks"},       {"dropout_p", "--dropout"},
-    {"grad_sinks", "--grad-sinks"}, {NULL, NULL},
+    {"grad_sinks", "--grad-sinks"}, {"grad_mask", "--grad-attn-mask"}, {NULL, NULL},
 };
 
 /* Inputs of one call, loaded and viewed as 4-D. */
@@ -311,21 +312,23 @@ static int run_backward(int argc, char **argv)
     if (rc || help) return rc;
     const char *do_path = cli_require(&a, "--grad-out");
     if (!do_path) return CLI_USAGE;
-    static const char *const outputs[7] = {"--grad-query", "--grad-key",     "--grad-value",
+    static const char *const outputs[8] = {"--grad-query", "--grad-key",     "--grad-value",
                                            "--out",        "--lse",          "--attn-weights",
-                                           "--grad-sinks"};
+                                           "--grad-sinks", "--grad-attn-mask"};
     if (!cli_get(&a, outputs[0]) && !cli_get(&a, outputs[1]) && !cli_get(&a, outputs[2]) &&
-        !cli_get(&a, outputs[6]))
-        return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key, --grad-value or --grad-sinks");
+        !cli_get(&a, outputs[6]) && !cli_get(&a, outputs[7]))
+        return cli_usage_error(cmd, "nothing to write: give --grad-query, --grad-key, --grad-value, --grad-sinks or --grad-attn-mask");
     if (cli_get(&a, outputs[6]) && !cli_get(&a, "--sinks"))
         return cli_usage_error(cmd, "--grad-sinks: needs --sinks");
+    if (cli_get(&a, outputs[7]) && !cli_get(&a, "--attn-mask"))
+        return cli_usage_error(cmd, "--grad-attn-mask: needs --attn-mask");
 
     sdpa_inputs in = {0};
-    float *owned[8] = {0};
-    int index[7];
+    float *owned[9] = {0};
+    int index[8];
     cli_outputs outs;
     if ((rc = cli_outputs_begin(&outs, cmd))) return rc;
-    if ((rc = add_outputs(&outs, &a, outputs, 7, index))) goto done;
+    if ((rc = add_outputs(&outs, &a, outputs, 8, index))) goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
     if ((rc = cli_load_npy(do_path, &in.dout))) goto done;
@@ -371,21 +374,34 @@ static int run_backward(int argc, char **argv)
         goto done;
     }
     if (cli_get(&a, "--grad-sinks")) in.opts.grad_sinks = &ds1;
+    /* d mask: the shape of the mask file (the library sums over what broadcasts) */
+    attn_tensor dm = {0};
+    if (cli_get(&a, "--grad-attn-mask")) {
+        const attn_tensor *m = &in.mask.t;
+        int64_t n = attn_tensor_numel(m);
+        owned[8] = cli_alloc_floats(cmd->name, 1, n > 0 ? n : 1);
+        if (!owned[8]) {
+            rc = CLI_FAIL;
+            goto done;
+        }
+        dm = attn_tensor_make(owned[8], ATTN_F32, m->ndim, m->shape);
+        in.opts.grad_mask = &dm;
+    }
     if (attn_sdpa_backward(&in.q4, &in.k4, &in.v4, &o4, &l3, &in.dout4, &dq4, &dk4, &dv4,
                            &in.opts, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
         goto done;
     }
-    attn_tensor ts[7] = {result(dq, dt, in.rank, B, H, Nq, D),
+    attn_tensor ts[8] = {result(dq, dt, in.rank, B, H, Nq, D),
                          result(dk, dt, in.rank, B, Hkv, Nk, D),
                          result(dv, dt, in.rank, B, Hkv, Nk, Dv),
                          result(o, dt, in.rank, B, H, Nq, Dv),
                          mirror(lse, ATTN_F32, in.rank, B, H, Nq, -1),
-                         mirror(w, ATTN_F32, in.rank, B, H, Nq, Nk), ds1};
-    rc = save_outputs(&outs, index, ts, 7);
+                         mirror(w, ATTN_F32, in.rank, B, H, Nq, Nk), ds1, dm};
+    rc = save_outputs(&outs, index, ts, 8);
 done:
     cli_outputs_end(&outs);
-    for (int i = 0; i < 8; ++i) free(owned[i]);
+    for (int i = 0; i < 9; ++i) free(owned[i]);
     free_inputs(&in);
     return rc;
 }

@@ -73,6 +73,14 @@ int main(int argc, char **argv)
     tu_check(&g, ok && sh(&g, "./hello_pc && ./hello_pc_static && ./consumer/hello_shared && "
                               "./consumer/hello_static"),
              "the consumers run");
+    /* each installed layer header compiles on its own, as C11 and as C++ */
+    ok = ok && sh(&g, "cd prefix/include && ls attn/core.h attn/sdpa.h attn/kvcache.h attn/mha.h "
+                      "attn/io.h attn/train.h && for h in attn.h attn/*.h; do "
+                      "printf '#include <%%s>\\nint main(void){return 0;}\\n' \"$h\" > one.c && "
+                      "cc -std=c11 -pedantic -Wall -Wextra -Werror -I. -c one.c -o one.o && "
+                      "{ ! command -v c++ >/dev/null || c++ -x c++ -Wall -Werror -I. -c one.c "
+                      "-o one.o; } || exit 1; done");
+    tu_check(&g, ok, "every installed header is self-contained");
     /* relocated: the .pc, the CMake package and the CLI's fixtures follow */
     ok = ok && sh(&g, "mv prefix moved && mkdir -p elsewhere && cd elsewhere && "
                       "env -u ATTN_EXAMPLES_DIR ../moved/bin/attn example numpy");

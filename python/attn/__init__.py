@@ -1,6 +1,7 @@
 """attn: scaled dot-product and multi-head attention, forward and backward,
 over libattn's fused CPU kernels. NumPy API here; `import attn.torch` for the
-PyTorch autograd Function and nn.Module."""
+PyTorch autograd Function and nn.Module; attn.flash_attn and attn.flashinfer
+for those packages' calls (NumPy or torch)."""
 from ._errors import AttnError, UnsupportedError
 from ._lib import path as library_path
 from ._threads import get_num_threads, set_num_threads

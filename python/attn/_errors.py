@@ -1,5 +1,6 @@
 """Library failures as Python exceptions carrying attn's one-line message."""
 import ctypes as C
+import threading
 
 from . import _structs as S
 from ._lib import lib
@@ -20,8 +21,16 @@ class UnsupportedError(AttnError):
     """Valid input this libattn build does not support (ATTN_ERR_UNSUPPORTED)."""
 
 
+_local = threading.local()
+
+
 def new_error():
-    return S.attn_error()
+    """An attn_error for one call: one per thread, reused (a call overwrites
+    it only when it fails, and check() reads it at once)."""
+    err = getattr(_local, "err", None)
+    if err is None:
+        err = _local.err = S.attn_error()
+    return err
 
 
 def check(status, err):

@@ -7,33 +7,67 @@ into B, which costs nothing unless merging needs a copy (rare: dimensions whose
 strides do not line up).
 """
 import ctypes as C
+import math
+import numbers
 import secrets
 
 import numpy as np
 
+from . import _fast
 from . import _structs as S
 from . import _tensor
-from . import _threads
 
 _ALIGNMENTS = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
 _PATHS = {"auto": S.PATH_AUTO, "reference": S.PATH_REFERENCE, "fused": S.PATH_FUSED}
-# torch accepts scale=0 (every score 0); attn reads 0 as "default". The
-# smallest subnormal gives the same float32 results: every score rounds to
-# (at most) a subnormal, whose exp is exactly 1.
-_ZERO_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))
+_ZERO_SCALE = _fast.ZERO_SCALE
 
 
 def _merge_leading(a, ndim):
     """a with its leading dimensions merged so it has `ndim` dimensions, as a
     view whenever the strides allow it."""
     k = a.ndim - ndim + 1
-    shape = (int(np.prod(a.shape[:k])),) + a.shape[k:]
+    shape = (math.prod(a.shape[:k]),) + a.shape[k:]
     try:
         v = a.view()
         v.shape = shape  # raises instead of copying
         return v
     except AttributeError:
         return np.reshape(a, shape)
+
+
+def integer(x, name):
+    """x as a Python int, refusing floats and bools (ctypes would truncate
+    1.9 to 1) and anything that is not a whole number."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {x!r}")
+    return int(x)
+
+
+def window_side(x, name):
+    """One side of a sliding window: an integer (-1 or None: unbounded; the
+    library refuses the other negatives) within int64, which ctypes would
+    wrap (2**64 acting as 0)."""
+    if x is None:
+        return -1
+    x = integer(x, name)
+    if not -2**63 <= x < 2**63:
+        raise ValueError(f"{name}: must be >= 0, or -1 for unbounded; got {x}, beyond int64")
+    return x
+
+
+def uint64(x, name):
+    x = integer(x, name)
+    if not 0 <= x < 2**64:
+        raise ValueError(f"{name}: must be in [0, 2**64), got {x}")
+    return x
+
+
+def _sum_to(g, shape):
+    """g summed over the dimensions an array of `shape` was broadcast along
+    (torch autograd's rule for broadcast inputs)."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, (n, want) in enumerate(zip(g.shape, shape)) if n != want)
+    return np.ascontiguousarray(g.sum(axis=axes, keepdims=True)) if axes else g
 
 
 def _to4d(a, batch):
@@ -63,15 +97,18 @@ class SdpaCall:
         for a, n in ((q, "query"), (k, "key"), (v, "value")):
             if a.ndim < 2:
                 raise ValueError(f"{n}: expected at least 2 dimensions (..., L, E), got {a.ndim}")
-        if not q.ndim == k.ndim == v.ndim:
-            raise ValueError(f"query, key, value: must have the same number of dimensions, "
-                             f"got {q.ndim}, {k.ndim}, {v.ndim}")
         self.shapes = (q.shape, k.shape, v.shape)
-        try:
-            self.batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
-        except ValueError:
-            raise ValueError(f"query, key, value: batch dimensions {q.shape[:-3]}, "
-                             f"{k.shape[:-3]}, {v.shape[:-3]} do not broadcast") from None
+        # fewer dimensions broadcast as in torch's matmul: size-1 dims in front
+        nd = max(q.ndim, k.ndim, v.ndim)
+        if not q.ndim == k.ndim == v.ndim:
+            q, k, v = (a.reshape((1,) * (nd - a.ndim) + a.shape) for a in (q, k, v))
+        self.batch = q.shape[:-3]
+        if not self.batch == k.shape[:-3] == v.shape[:-3]:  # (the common case skips this)
+            try:
+                self.batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+            except ValueError:
+                raise ValueError(f"query, key, value: batch dimensions {q.shape[:-3]}, "
+                                 f"{k.shape[:-3]}, {v.shape[:-3]} do not broadcast") from None
         self.q, self.k, self.v = (_to4d(a, self.batch) for a in (q, k, v))
         hq, hk = self.q.shape[1], self.k.shape[1]
         if hk != hq and not enable_gqa:
@@ -92,6 +129,9 @@ class SdpaCall:
                  alibi_slopes, softcap, sinks, dropout_seed, dropout_offset, num_threads, path):
         o = S.attn_sdpa_opts()
         self.keep = []
+        self.drop_all = dropout_p == 1.0  # torch accepts p = 1: every weight dropped
+        if self.drop_all:
+            dropout_p = 0.0
         if scale is not None:
             scale = float(scale)
             o.scale = _ZERO_SCALE if scale == 0.0 else scale
@@ -104,37 +144,52 @@ class SdpaCall:
         masks = attn_mask if isinstance(attn_mask, tuple) else (attn_mask,)
         if len(masks) > S.SDPA_MAX_MASKS:
             raise ValueError(f"attn_mask: at most {S.SDPA_MAX_MASKS} masks, got {len(masks)}")
-        for i, m in enumerate(x for x in masks if x is not None):
-            o.mask[i] = self._pointer(self._mask4d(m), "attn_mask")
-        o.num_threads = _threads.resolve(num_threads)
+        # the caller's masks (None kept, for gradients by position) and
+        # the opts slot each given one takes
+        self.masks = [None if m is None else _tensor.mask(m, "attn_mask") for m in masks]
+        self.slots = {}
+        pointers = []
+        for i, m in enumerate(self.masks):
+            if m is not None:
+                self.slots[i] = len(pointers)
+                pointers.append(self._pointer(self._mask4d(m), "attn_mask"))
+        self.mask_pointers = pointers
+        for i, ptr in enumerate(pointers):
+            o.mask[i] = ptr
+        q, v = self.q.shape, self.v.shape
+        o.num_threads = _fast.threads_for(num_threads,
+                                          q[0] * q[1] * self.L * self.S * (q[3] + v[3]))
         if path not in _PATHS:
             raise ValueError(f"path: must be one of {', '.join(_PATHS)}, got {path!r}")
         o.path = _PATHS[path]
         if window is not None:
             left, right = window
             o.window.enabled = True
-            o.window.left = -1 if left is None else int(left)
-            o.window.right = -1 if right is None else int(right)
+            o.window.left = window_side(left, "window left")
+            o.window.right = window_side(right, "window right")
         if alibi_slopes is not None:
             slopes = _tensor.float32(alibi_slopes, "alibi_slopes")
             if slopes.ndim > 2:
                 slopes = _merge_leading(np.broadcast_to(slopes, self.lead), 2)
             o.alibi_slopes = self._pointer(slopes, "alibi_slopes")
-        o.softcap = float(softcap)
+        if softcap:
+            o.softcap = float(softcap)
         self.sinks = None
         if sinks is not None:
             self.sinks = _tensor.float32(sinks, "sinks")
             o.sinks = self._pointer(self.sinks, "sinks")
-        o.dropout_p = float(dropout_p)
-        if dropout_seed is None:
-            dropout_seed = secrets.randbits(63) if dropout_p else 0
-        self.dropout_seed = int(dropout_seed)
-        o.dropout_seed = self.dropout_seed
-        o.dropout_offset = int(dropout_offset)
+        self.dropout_seed = 0
+        if dropout_p or dropout_seed is not None or type(dropout_offset) is not int or dropout_offset:
+            o.dropout_p = float(dropout_p)
+            if dropout_seed is None:
+                dropout_seed = secrets.randbits(63) if dropout_p else 0
+            self.dropout_seed = uint64(dropout_seed, "dropout_seed")
+            o.dropout_seed = self.dropout_seed
+            o.dropout_offset = uint64(dropout_offset, "dropout_offset")
         return o
 
-    def _mask4d(self, attn_mask):
-        m = _tensor.mask(attn_mask, "attn_mask")
+
+    def _mask4d(self, m):
         full = self.batch + (self.q.shape[1], self.L, self.S)
         try:
             m = np.broadcast_to(m, full)
@@ -142,6 +197,38 @@ class SdpaCall:
             raise ValueError(f"attn_mask: shape {m.shape} does not broadcast to "
                              f"{self.lead + (self.L, self.S)}") from None
         return _merge_leading(m, 4) if m.ndim > 4 else m
+
+    def mask_gradients(self):
+        """Point grad_mask at a new array and return a function giving the
+        gradient of each float mask in its own shape (None for bool masks),
+        after the backward ran. One float mask whose dimensions line up with
+        the library's (B, H, L, S) goes as it is (the library sums over its
+        size-1 dimensions); otherwise the library writes the full
+        (B, H, L, S) gradient and NumPy sums it."""
+        floats = [i for i, m in enumerate(self.masks) if m is not None and m.dtype != np.bool_]
+        if not floats:
+            raise TypeError("attn_mask: a gradient needs a floating-point mask, got "
+                            + (", ".join(str(m.dtype) for m in self.masks if m is not None)
+                               or "none"))
+        first = floats[0]
+        slot = self.slots[first]
+        if slot:  # masks commute: the differentiated one goes first
+            self.opts.mask[0] = self.mask_pointers[slot]
+            self.opts.mask[slot] = self.mask_pointers[0]
+        m = self.masks[first]
+        raw = len(floats) == 1 and m.ndim <= 4 and len(self.batch) <= 1 and m.ndim >= 1
+        if raw:
+            self.opts.mask[0] = self._pointer(m, "attn_mask")
+            grad = np.empty(m.shape, np.float32)
+        else:
+            grad = np.empty(self.q.shape[:2] + (self.L, self.S), np.float32)
+        self.set_output("grad_mask", grad, "grad_mask")
+
+        def unbroadcast():
+            full = None if raw else grad.reshape(self.lead + (self.L, self.S))
+            return [None if a is None or a.dtype == np.bool_ else
+                    grad if raw else _sum_to(full, a.shape) for a in self.masks]
+        return unbroadcast
 
     def _pointer(self, a, name):
         t = _tensor.view(a, name)
@@ -158,6 +245,19 @@ class SdpaCall:
         """(B, Hq, L[, last]) in the caller's leading shape."""
         return self.lead + (self.L,) + ((last,) if last is not None else ())
 
-    def as4d(self, a):
-        """A (lead..., L[, X]) output array as the library's (B, Hq, L[, X]) view."""
-        return a.reshape(self.q.shape[:2] + a.shape[len(self.lead):])
+    def as4d(self, a, in_place=False):
+        """A (lead..., L[, X]) output array as the library's (B, Hq, L[, X]) view
+        (in_place: a view of a, never a copy; an error when impossible)."""
+        shape = self.q.shape[:2] + a.shape[len(self.lead):]
+        if not in_place:
+            return a.reshape(shape)
+        v = a.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            raise ValueError("out: its strides cannot be viewed as the library's (B, H, L, D) "
+                             "without a copy") from None
+        if not _tensor.passes_as_is(v):
+            raise ValueError("out: needs float32/float16 elements with whole-element, "
+                             "positive strides")
+        return v

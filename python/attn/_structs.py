@@ -63,7 +63,21 @@ class attn_sdpa_opts(C.Structure):
         ("softmax_stats", C.POINTER(attn_tensor)),
         ("precision", _enum),
         ("reserved32", C.c_uint32),
-        ("reserved", C.c_uint64 * 3),
+        ("grad_mask", C.POINTER(attn_tensor)),
+        ("reserved", C.c_uint64 * 2),
+    ]
+
+
+# attn_offsets_type
+OFFSETS_I64, OFFSETS_I32 = 0, 1
+
+
+class attn_varlen_seqs(C.Structure):
+    _fields_ = [
+        ("nseq", C.c_int64),
+        ("type", _enum),
+        ("cu_seqlens_q", C.c_void_p),
+        ("cu_seqlens_k", C.c_void_p),
     ]
 
 
@@ -99,4 +113,5 @@ class attn_mha_opts(C.Structure):
 
 
 # Every mirrored struct, for the layout test.
-ALL = (attn_error, attn_tensor, attn_window, attn_sdpa_opts, attn_mha_config, attn_mha_opts)
+ALL = (attn_error, attn_tensor, attn_window, attn_sdpa_opts, attn_varlen_seqs, attn_mha_config,
+       attn_mha_opts)

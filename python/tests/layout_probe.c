@@ -44,7 +44,14 @@ int main(void)
     FIELD(attn_sdpa_opts, softmax_stats);
     FIELD(attn_sdpa_opts, precision);
     FIELD(attn_sdpa_opts, reserved32);
+    FIELD(attn_sdpa_opts, grad_mask);
     FIELD(attn_sdpa_opts, reserved);
+
+    SIZE(attn_varlen_seqs);
+    FIELD(attn_varlen_seqs, nseq);
+    FIELD(attn_varlen_seqs, type);
+    FIELD(attn_varlen_seqs, cu_seqlens_q);
+    FIELD(attn_varlen_seqs, cu_seqlens_k);
 
     SIZE(attn_mha_config);
     FIELD(attn_mha_config, embed_dim);

@@ -110,16 +110,19 @@ def test_lse_and_weights_outputs(torch, at):
 
 
 def test_only_the_needed_gradients_are_computed(torch, at, monkeypatch):
-    import attn.sdpa as numpy_sdpa
+    from attn import _lib
     asked = {}
-    real = numpy_sdpa.scaled_dot_product_attention_backward
+    real = _lib.lib.attn_sdpa_backward
 
-    def spy(*args, **kw):
-        asked["needs"] = kw["needs_grad"]
-        return real(*args, **kw)
+    def spy(*args):
+        asked["grads"] = tuple(a is not None for a in args[6:9])  # dq, dk, dv
+        return real(*args)
 
-    monkeypatch.setattr(at, "_sdpa_backward", spy)
+    monkeypatch.setattr(_lib.lib, "attn_sdpa_backward", spy)
     q = torch.randn(1, 1, 3, 4, requires_grad=True)
     kv = torch.randn(1, 1, 3, 4)
-    at.scaled_dot_product_attention(q, kv, kv).sum().backward()
-    assert asked["needs"] == (True, False, False) and q.grad is not None
+    for mask in (None, torch.ones(3, 3, dtype=torch.bool)):  # the short road and the other
+        asked.clear()
+        q.grad = None
+        at.scaled_dot_product_attention(q, kv, kv, mask).sum().backward()
+        assert asked["grads"] == (True, False, False) and q.grad is not None

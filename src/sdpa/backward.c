@@ -437,6 +437,23 @@ static void dq_leftovers(const sdpa_problem *p, const bwd_dims *d, int64_t chunk
             dq_row(p, d, chunk, part, b, h, it > rlo ? it : rlo, w);
 }
 
+/* Forward X = ... + mask, so d mask = dX = P∘(dP - D) (dS before the factor
+ * f): rows [i0, i0 + rb) of head (b, h) over keys j0 + [c0, c1), from the
+ * tile's P (s) and dP (dp), into the full buffer of bias_grad.c (which sums
+ * it over the mask's broadcast dimensions). */
+static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0,
+                              int64_t rb, int64_t j0, int64_t c0, int64_t c1, const float *s,
+                              const float *dp, int64_t ld, const float *di)
+{
+    for (int64_t r = 0; r < rb; ++r) {
+        float *dst = p->dbias + AT4(p->dbs, b, h, i0 + r, j0);
+        for (int64_t c = c0; c < c1; ++c) {
+            const float pc = s[r * ld + c];
+            dst[c * p->dbs[3]] = pc == 0.0f ? 0.0f : pc * (dp[r * ld + c] - di[r]);
+        }
+    }
+}
+
 /* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the
  * chunk's partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
@@ -447,7 +464,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     memset(w->dq_zeroed, 0, (size_t)(p->group * row_tiles(p)));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
-    const bool want_ds = p->dk || p->dq, direct = sdpa_scores_direct(p, kern);
+    const bool want_ds = p->dk || p->dq || p->dbias, direct = sdpa_scores_direct(p, kern);
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
@@ -547,6 +564,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
+                    if (p->dbias)
+                        store_logit_grads(p, b, h, i0 + r0, rb, j0, b0, b1, w->s + r0 * d->bcp,
+                                          db, d->bcp, rv.di + x0 + r0);
                     /* Only ragged tiles hold hidden keys between visible ones. */
                     kern->dsoftmax(rb, b0, bn, p->scale, w->s + r0 * d->bcp, d->bcp, db, d->bcp,
                                    rv.di + x0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,

@@ -70,6 +70,10 @@ typedef struct {
     const float *dout;
     float *dq, *dk, *dv;
     int64_t dos[4], dqs[4], dks[4], dvs[4];
+    /* Backward: the logits' gradient dX (B,Hq,Nq,Nk) for grad_mask, or NULL
+     * (bias_grad.c). Every path writes each element once (0 where hidden). */
+    float *dbias;
+    int64_t dbs[4];
 } sdpa_problem;
 
 /* ------------------------------------------------------------ visibility
@@ -205,6 +209,22 @@ attn_status sdpa_stage_in(sdpa_staging *s, const attn_tensor *t, const char *nam
 attn_status sdpa_stage_out(sdpa_staging *s, attn_tensor *t, const char *name, float **data,
                            int64_t *strides, attn_error *err);
 void sdpa_staging_finish(sdpa_staging *s, attn_status status);
+
+/* grad_mask (bias_grad.c): sdpa_bias_grad_check checks it against mask[0];
+ * sdpa_bias_grad_begin points p->dbias at a zeroed (B,Hq,Nq,Nk) buffer (the caller's tensor
+ * when mask[0] has the full shape); after the backward wrote dX there,
+ * sdpa_bias_grad_finish sums it over mask[0]'s broadcast dimensions into
+ * the caller's tensor (when status is ATTN_OK) and frees the buffer. */
+typedef struct {
+    const attn_tensor *grad; /* the caller's grad_mask, or NULL */
+    float *owned;            /* the full buffer, when mask[0] broadcasts */
+} sdpa_bias_grad;
+
+attn_status sdpa_bias_grad_check(const attn_tensor *grad, const attn_tensor *mask,
+                                 attn_error *err);
+attn_status sdpa_bias_grad_begin(sdpa_problem *p, sdpa_bias_grad *g, const attn_tensor *grad,
+                                 const attn_tensor *mask, attn_error *err);
+void sdpa_bias_grad_finish(const sdpa_problem *p, sdpa_bias_grad *g, attn_status status);
 
 /* The plain paths: the oracle. Need no workspace beyond what they allocate. */
 attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err);

@@ -261,6 +261,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                         f *= 1.0f - tc * tc;
                     }
                     float ds = f * prob[j] * (dprob[j] - di);
+                    /* Forward: X = ... + mask, so d mask_ij = dX_ij (summed
+                     * over its broadcast dimensions by bias_grad.c). */
+                    if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = prob[j] * (dprob[j] - di);
                     const float *kj = (const float *)p->k + AT4(p->ks, b, hk, j, 0);
                     if (dqi)
                         for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] += ds * kj[d * p->ks[3]];

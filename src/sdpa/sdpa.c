@@ -238,8 +238,8 @@ static attn_status stage_kv(sdpa_staging *st, const attn_tensor *k, const attn_t
 }
 
 static const char *const forward_output_names[4] = {"out", "lse", "weights", "softmax_stats"};
-static const char *const backward_output_names[4] = {"grad_query", "grad_key", "grad_value",
-                                                     "grad_sinks"};
+static const char *const backward_output_names[5] = {"grad_query", "grad_key", "grad_value",
+                                                     "grad_sinks", "grad_mask"};
 
 /* No output may share memory with an input (q, k, v, the masks and
  * per-head vectors; the backward's out, lse, stats and grad_out). */
@@ -290,6 +290,8 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     }
     RETURN_IF(opts && opts->grad_sinks, err, ATTN_ERR_ARG,
               "grad_sinks: an output of the backward only");
+    RETURN_IF(opts && opts->grad_mask, err, ATTN_ERR_ARG,
+              "grad_mask: an output of the backward only");
     const attn_tensor *outs[4] = {out, lse, weights, opts ? opts->softmax_stats : NULL};
     RETURN_IF_ERROR(check_outputs_disjoint(outs, forward_output_names, 4, q, k, v, NULL, NULL,
                                            NULL, opts, err));
@@ -364,10 +366,14 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
         copy_strides(p.dvs, dv);
         p.dv = dv->data;
     }
-    const attn_tensor *outs[4] = {dq, dk, dv, opts ? opts->grad_sinks : NULL};
-    RETURN_IF_ERROR(check_outputs_disjoint(outs, backward_output_names, 4, q, k, v, out, lse,
+    const attn_tensor *grad_mask = opts ? opts->grad_mask : NULL;
+    RETURN_IF_ERROR(sdpa_bias_grad_check(grad_mask, opts ? opts->mask[0] : NULL, err));
+    const attn_tensor *outs[5] = {dq, dk, dv, opts ? opts->grad_sinks : NULL, grad_mask};
+    RETURN_IF_ERROR(check_outputs_disjoint(outs, backward_output_names, 5, q, k, v, out, lse,
                                            dout, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
+    sdpa_bias_grad bg;
+    RETURN_IF_ERROR(sdpa_bias_grad_begin(&p, &bg, grad_mask, opts ? opts->mask[0] : NULL, err));
     /* 16-bit storage: every tensor through float32 copies. */
     sdpa_staging st = {0};
     attn_status s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
@@ -380,6 +386,7 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     if (s == ATTN_OK)
         s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
     sdpa_staging_finish(&st, s);
+    sdpa_bias_grad_finish(&p, &bg, s);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }

@@ -1,0 +1,128 @@
+/*
+ * attn/kvcache.h — the KV cache (contiguous or paged) and attention
+ * of new queries over it (decode).
+ *
+ * Part of libattn's public API; include <attn.h> for all of it. Conventions
+ * (status codes, attn_error, strided views, backward overwrites inputs'
+ * gradients) are described in attn/core.h.
+ */
+#ifndef ATTN_KVCACHE_H
+#define ATTN_KVCACHE_H
+
+#include "attn/sdpa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- KV cache */
+
+/*
+ * A key/value cache for decoding: per batch entry b, up to `capacity` tokens
+ * of keys (Hkv, ·, D) and values (Hkv, ·, Dv) and a current length
+ * (FlashAttention's cache_seqlens), all zero at creation.
+ *
+ * Layouts:
+ *   contiguous (block_size 0): K storage (B, Hkv, capacity, D), V
+ *     (B, Hkv, capacity, Dv); entry b's keys are a strided view of it.
+ *   paged (block_size > 0): a pool of num_blocks blocks of block_size tokens
+ *     that the cache owns, stored per kv head as (Hkv, num_blocks·block_size,
+ *     D) (and Dv for V), and a block table per entry mapping its logical
+ *     blocks to pool blocks (vLLM / FlashAttention's paged KV). Appends take
+ *     the lowest-numbered free blocks, so allocation is deterministic;
+ *     attn_kvcache_set_block_table lets the caller choose instead. Blocks
+ *     are never shared between entries.
+ */
+typedef struct {
+    int64_t batch;      /* B >= 1 */
+    int64_t kv_heads;   /* Hkv >= 1 */
+    int64_t capacity;   /* tokens per entry, >= 1 */
+    int64_t head_dim;   /* D >= 1 */
+    int64_t value_dim;  /* Dv; 0 = head_dim */
+    int64_t block_size; /* 0: contiguous; > 0: paged, tokens per block */
+    int64_t num_blocks; /* paged pool size; 0 = B·ceil(capacity / block_size) */
+    attn_dtype dtype;   /* storage: ATTN_F32 (0, the default), ATTN_BF16 or ATTN_F16 */
+} attn_kvcache_config;
+
+typedef struct attn_kvcache attn_kvcache;
+
+attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **out,
+                                attn_error *err);
+void attn_kvcache_free(attn_kvcache *cache);
+/* The configuration with value_dim and num_blocks resolved. */
+const attn_kvcache_config *attn_kvcache_get_config(const attn_kvcache *cache);
+/* Current length of entry b; -1 when b is out of range. */
+int64_t attn_kvcache_length(const attn_kvcache *cache, int64_t b);
+
+/*
+ * Appends new tokens: k (B, Hkv, n, D), v (B, Hkv, n, Dv) strided views of
+ * any float dtype (converted to the cache's: narrowing rounds to nearest even);
+ * entry b takes the first counts[b] of the n tokens (counts (B), each in
+ * [0, n]; NULL = n for every entry) at positions [length_b, length_b +
+ * counts[b]). All or nothing: an entry that would exceed capacity, or a
+ * paged pool without enough free blocks, gives an error and changes nothing.
+ */
+attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const attn_tensor *v,
+                                const int64_t *counts, attn_error *err);
+
+/*
+ * Sets every entry's length (lengths (B), each in [0, capacity]): shorter
+ * forgets the tail (paged: blocks past the new length return to the pool),
+ * longer exposes what the storage holds there (zeros never written; paged:
+ * new blocks come zeroed). All or nothing.
+ */
+attn_status attn_kvcache_set_lengths(attn_kvcache *cache, const int64_t *lengths,
+                                     attn_error *err);
+
+/*
+ * Paged only. Reads entry b's block table: *count = its blocks
+ * (ceil(length_b / block_size) or what set_block_table gave), and the first
+ * min(*count, max) pool indices into table (may be NULL when max is 0).
+ */
+attn_status attn_kvcache_block_table(const attn_kvcache *cache, int64_t b, int32_t *table,
+                                     int64_t max, int64_t *count, attn_error *err);
+/*
+ * Paged only. Maps entry b's logical blocks to the caller's pool blocks
+ * table[0..n) (data moves nowhere: the blocks' contents become the entry's
+ * keys). n must cover the entry's length and be at most
+ * ceil(capacity / block_size); every index in [0, num_blocks), none
+ * repeated or owned by another entry. The entry's previous blocks not in
+ * the table return to the pool. All or nothing.
+ */
+attn_status attn_kvcache_set_block_table(attn_kvcache *cache, int64_t b, const int32_t *table,
+                                         int64_t n, attn_error *err);
+
+/*
+ * Contiguous only: views of entry b's current keys (1, Hkv, length_b, D) and
+ * values (1, Hkv, length_b, Dv) into the storage (either may be NULL).
+ */
+attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor *k,
+                              attn_tensor *v, attn_error *err);
+
+/*
+ * Attention of new queries against each entry's current keys, read in place:
+ *   q   (B, Hq, Nq, D)      Hq % Hkv == 0 (GQA as attn_sdpa)
+ *   out (B, Hq, Nq, Dv)
+ *   lse (B, Hq, Nq)         optional; opts->softmax_stats (B, Hq, Nq, 2) too
+ * Entry b is attn_sdpa with Nk = length_b. opts: scale, causal NONE or
+ * BOTTOM_RIGHT (query i sees keys j <= i + length_b - Nq: the new tokens'
+ * alignment; TOP_LEFT is refused), window, alibi_slopes (Hq) or (B, Hq),
+ * softcap, sinks, num_threads, path. Masks, dropout, grad_sinks and a
+ * workspace are refused.
+ * Contiguous caches give exactly attn_sdpa's bits on the entry's view. A
+ * paged entry whose blocks are consecutive in the pool is one view too
+ * (the same bits); otherwise each run of consecutive blocks is attended
+ * separately and the partial results are merged with their softmax
+ * statistics (m, ll) in double precision, first block to last: the same
+ * for every thread count, and within a few float32 roundings of the
+ * contiguous result (tests/test_kvcache.c asserts |paged - contiguous| <=
+ * 8·FLT_EPSILON·max|V|; 1.5 measured).
+ */
+attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
+                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
+                                attn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTN_KVCACHE_H */

@@ -1,0 +1,283 @@
+"""attn.flash_attn (flash-attn's calls) and attn.flashinfer (merge_state[s]):
+against a float64 torch implementation of flash-attn's documented semantics
+(reference.sdpa with bottom-right causal, window, softcap, ALiBi) and against
+attn's own SDPA results, on NumPy arrays and torch tensors."""
+import math
+
+import numpy as np
+import pytest
+
+import attn
+from attn.flash_attn import (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache,
+                             get_alibi_slopes)
+from attn.flashinfer import merge_state, merge_states
+from reference import sdpa
+
+TOL = dict(atol=3e-5, rtol=1e-4)
+
+
+def ref_bnhd(torch, q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alibi=None,
+             scale=None):
+    """flash-attn's math on (B, N, H, D) float64 tensors: (out, lse, probs)."""
+    t = lambda x: x.transpose(-3, -2)  # noqa: E731
+    win = None if tuple(window_size) == (-1, -1) else window_size
+    out, lse, w = sdpa(torch, t(q), t(k), t(v), is_causal=causal, alignment="bottom_right",
+                       scale=scale, enable_gqa=True, window=win, alibi_slopes=alibi,
+                       softcap=softcap)
+    return t(out), lse, w
+
+
+def f64(torch, *arrays):
+    return [torch.tensor(np.asarray(a, np.float64), requires_grad=True) for a in arrays]
+
+
+CASES = [  # (B, Nq, Nk, H, Hk, D, causal, window, softcap, alibi)
+    (2, 7, 7, 4, 4, 16, True, (-1, -1), 0.0, False),
+    (1, 5, 12, 4, 2, 8, True, (3, 0), 0.0, True),
+    (2, 9, 6, 6, 2, 32, False, (2, 2), 5.0, False),
+    (3, 1, 20, 2, 1, 16, True, (-1, -1), 0.0, True),   # decode: one query
+    (1, 12, 5, 2, 2, 8, True, (-1, -1), 0.0, False),   # more queries than keys: empty rows
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_flash_attn_func_numpy(torch, rng, case):
+    B, Nq, Nk, H, Hk, D, causal, win, cap, alibi = case
+    q = rng.standard_normal((B, Nq, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, Nk, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, Nk, Hk, D)).astype(np.float32)
+    slopes = get_alibi_slopes(H) if alibi else None
+    out, lse, probs = flash_attn_func(q, k, v, causal=causal, window_size=win, softcap=cap,
+                                      alibi_slopes=slopes, return_attn_probs=True)
+    assert out.shape == (B, Nq, H, D) and out.flags.c_contiguous
+    assert lse.shape == (B, H, Nq) and probs.shape == (B, H, Nq, Nk)
+    want = ref_bnhd(torch, *f64(torch, q, k, v), causal, win, cap, slopes)
+    np.testing.assert_allclose(out, want[0].detach().numpy(), **TOL)
+    np.testing.assert_allclose(lse, want[1].detach().numpy(), **TOL)
+    np.testing.assert_allclose(probs, want[2].detach().numpy(), **TOL)
+    # the C results: attn's SDPA on the transposed views, bit for bit
+    same = attn.scaled_dot_product_attention(
+        q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2), is_causal=causal,
+        causal_alignment="bottom_right", enable_gqa=True,
+        window=None if win == (-1, -1) else win, softcap=cap, alibi_slopes=slopes)
+    np.testing.assert_array_equal(out, same.swapaxes(1, 2))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_flash_attn_func_torch_autograd(torch, rng, case):
+    B, Nq, Nk, H, Hk, D, causal, win, cap, alibi = case
+    arrays = [rng.standard_normal(s).astype(np.float32)
+              for s in ((B, Nq, H, D), (B, Nk, Hk, D), (B, Nk, Hk, D))]
+    g = rng.standard_normal((B, Nq, H, D))
+    q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays)
+    slopes = torch.from_numpy(get_alibi_slopes(H)) if alibi else None
+    out = flash_attn_func(q, k, v, causal=causal, window_size=win, softcap=cap,
+                          alibi_slopes=slopes)
+    assert out.shape == (B, Nq, H, D) and out.is_contiguous() and out.dtype == torch.float32
+    (out * torch.tensor(g, dtype=torch.float32)).sum().backward()
+    rq, rk, rv = f64(torch, *arrays)
+    want = ref_bnhd(torch, rq, rk, rv, causal, win, cap, slopes)[0]
+    (want * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), **TOL)
+    for ours, ref in ((q, rq), (k, rk), (v, rv)):
+        np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_flash_attn_func_defaults_and_errors(torch, rng):
+    q = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
+    a = flash_attn_func(q, q, q)
+    b = flash_attn_func(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False, False)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="q: expected \\(batch, seqlen, nheads, headdim\\)"):
+        flash_attn_func(q[0], q[0], q[0])
+    with pytest.raises(TypeError, match="window_size\\[0\\]: expected an integer"):
+        flash_attn_func(q, q, q, window_size=(1.5, 0))
+    with pytest.raises(ValueError, match="window_size\\[1\\]"):
+        flash_attn_func(q, q, q, window_size=(0, 2**64))
+    # bfloat16 torch tensors keep their dtype
+    t = torch.tensor(q).to(torch.bfloat16)
+    assert flash_attn_func(t, t, t, causal=True).dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------------- varlen
+def varlen_case(rng, lengths_q, lengths_k, H=4, Hk=2, D=16):
+    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
+    q = rng.standard_normal((cu_q[-1], H, D)).astype(np.float32)
+    k = rng.standard_normal((cu_k[-1], Hk, D)).astype(np.float32)
+    v = rng.standard_normal((cu_k[-1], Hk, D)).astype(np.float32)
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("causal,win", [(False, (-1, -1)), (True, (-1, -1)), (True, (4, 0))])
+def test_flash_attn_varlen_func(torch, rng, causal, win):
+    lq, lk = [3, 1, 8, 0, 5], [6, 4, 8, 2, 5]
+    q, k, v, cu_q, cu_k = varlen_case(rng, lq, lk)
+    g = rng.standard_normal(q.shape)
+    out, lse, probs = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
+                                             causal=causal, window_size=win,
+                                             return_attn_probs=True)
+    assert out.shape == q.shape and lse.shape == (4, q.shape[0])
+    assert probs.shape == (5, 4, max(lq), max(lk))
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    o2, lse2 = flash_attn_varlen_func(tq, tk, tv, torch.tensor(cu_q), torch.tensor(cu_k),
+                                      max(lq), max(lk), causal=causal, window_size=win,
+                                      return_attn_probs=True)[:2]
+    np.testing.assert_array_equal(o2.detach().numpy(), out)
+    (o2 * torch.tensor(g, dtype=torch.float32)).sum().backward()
+    rq, rk, rv = f64(torch, q, k, v)
+    for s in range(len(lq)):
+        sq, sk = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+        if lq[s] == 0:
+            continue
+        want, wlse, wp = ref_bnhd(torch, rq[sq][None], rk[sk][None], rv[sk][None], causal, win)
+        np.testing.assert_allclose(out[sq], want[0].detach().numpy(), **TOL)
+        np.testing.assert_allclose(lse[:, sq], wlse[0].detach().numpy(), **TOL)
+        np.testing.assert_allclose(probs[s, :, :lq[s], :lk[s]], wp[0].detach().numpy(), **TOL)
+        (want[0] * torch.tensor(g[sq])).sum().backward()
+    for ours, ref in ((tq, rq), (tk, rk), (tv, rv)):
+        np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_flash_attn_varlen_func_errors(rng):
+    q, k, v, cu_q, cu_k = varlen_case(rng, [3, 4], [3, 4])
+    with pytest.raises(ValueError, match="max_seqlen_k: 3, but a sequence has 4 tokens"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 3)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 4, block_table=np.zeros((2, 1), np.int32))
+
+
+# ----------------------------------------------------------------- KV cache
+def attend_ref(torch, q, keys, values, causal, **kw):
+    """float64 flash-attn attention of q (Nq, H, D) over keys (n, Hk, D)."""
+    out, lse, _ = ref_bnhd(torch, *f64(torch, q[None], keys[None], values[None]), causal, **kw)
+    return out[0].detach().numpy(), lse[0].detach().numpy()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_kvcache_contiguous_append_and_attend(torch, rng, causal):
+    B, cap, Hk, H, D, new = 3, 16, 2, 4, 8, 2
+    k_cache = rng.standard_normal((B, cap, Hk, D)).astype(np.float32)
+    v_cache = rng.standard_normal((B, cap, Hk, D)).astype(np.float32)
+    before_k, before_v = k_cache.copy(), v_cache.copy()
+    seqlens = np.array([5, 0, 9], np.int32)
+    q = rng.standard_normal((B, new, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                       causal=causal, return_softmax_lse=True)
+    for b in range(B):
+        s = seqlens[b]
+        np.testing.assert_array_equal(k_cache[b, s:s + new], k[b])
+        np.testing.assert_array_equal(v_cache[b, s + new:], before_v[b, s + new:])
+        np.testing.assert_array_equal(k_cache[b, :s], before_k[b, :s])
+        want, wlse = attend_ref(torch, q[b], k_cache[b, :s + new], v_cache[b, :s + new], causal)
+        np.testing.assert_allclose(out[b], want, **TOL)
+        np.testing.assert_allclose(lse[b], wlse, **TOL)
+        # the C result on the same keys
+        same = flash_attn_func(q[b:b + 1], k_cache[b:b + 1, :s + new], v_cache[b:b + 1, :s + new],
+                               causal=causal)
+        np.testing.assert_allclose(out[b:b + 1], same, atol=1e-6)
+
+
+def test_kvcache_equal_lengths_batch_idx_leftpad_and_torch(torch, rng):
+    B, cap, Hk, H, D = 2, 10, 1, 2, 8
+    k_cache = torch.tensor(rng.standard_normal((4, cap, Hk, D)), dtype=torch.float32)
+    v_cache = torch.tensor(rng.standard_normal((4, cap, Hk, D)), dtype=torch.float32)
+    q = torch.tensor(rng.standard_normal((B, 1, H, D)), dtype=torch.float32)
+    k = torch.tensor(rng.standard_normal((B, 1, Hk, D)), dtype=torch.float32)
+    v = torch.tensor(rng.standard_normal((B, 1, Hk, D)), dtype=torch.float32)
+    idx = torch.tensor([3, 1], dtype=torch.int32)
+    left = torch.tensor([2, 0], dtype=torch.int32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=6,
+                                  cache_batch_idx=idx, cache_leftpad=left, causal=True)
+    assert isinstance(out, torch.Tensor) and out.shape == (B, 1, H, D)
+    for b, (row, lp) in enumerate(((3, 2), (1, 0))):
+        assert torch.equal(k_cache[row, 6], k[b, 0])  # appended in place
+        want, _ = attend_ref(torch, q[b].numpy(), k_cache[row, lp:7].numpy(),
+                             v_cache[row, lp:7].numpy(), True)
+        np.testing.assert_allclose(out[b].numpy(), want, **TOL)
+    # no new keys, cache_seqlens None: the whole cache
+    full = flash_attn_with_kvcache(q.numpy(), k_cache.numpy()[:2], v_cache.numpy()[:2])
+    want, _ = attend_ref(torch, q[0].numpy(), k_cache[0].numpy(), v_cache[0].numpy(), False)
+    np.testing.assert_allclose(full[0], want, **TOL)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_kvcache_paged(torch, rng, shuffled):
+    B, page, blocks_per, Hk, H, D, new = 2, 4, 3, 2, 2, 8, 3
+    nblocks = B * blocks_per
+    k_pool = rng.standard_normal((nblocks, page, Hk, D)).astype(np.float32)
+    v_pool = rng.standard_normal((nblocks, page, Hk, D)).astype(np.float32)
+    order = rng.permutation(nblocks) if shuffled else np.arange(nblocks)
+    table = order.reshape(B, blocks_per).astype(np.int32)
+    seqlens = np.array([5, 2], np.int32)
+    q = rng.standard_normal((B, new, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    out = flash_attn_with_kvcache(q, k_pool, v_pool, k, v, cache_seqlens=seqlens,
+                                  block_table=table, causal=True)
+    for b in range(B):
+        n = seqlens[b] + new
+        keys = k_pool[table[b]].reshape(-1, Hk, D)[:n]
+        vals = v_pool[table[b]].reshape(-1, Hk, D)[:n]
+        np.testing.assert_array_equal(keys[seqlens[b]:], k[b])
+        want, _ = attend_ref(torch, q[b], keys, vals, True)
+        np.testing.assert_allclose(out[b], want, **TOL)
+
+
+def test_kvcache_refuses_what_it_does_not_support(rng):
+    kc = np.zeros((1, 8, 1, 4), np.float32)
+    q = np.zeros((1, 1, 1, 4), np.float32)
+    cos = np.ones((8, 2), np.float32)
+    with pytest.raises(NotImplementedError, match="rotary_cos, rotary_sin"):
+        flash_attn_with_kvcache(q, kc, kc, q, q, rotary_cos=cos, rotary_sin=cos,
+                                cache_seqlens=0)
+    with pytest.raises(NotImplementedError, match="cache_leftpad"):
+        flash_attn_with_kvcache(q, kc, kc, cache_seqlens=1, cache_leftpad=np.zeros(1, np.int32),
+                                block_table=np.zeros((1, 1), np.int32))
+    with pytest.raises(ValueError, match="cache_seqlens: entry 0 holds 7 tokens, 2 more"):
+        flash_attn_with_kvcache(q, kc, kc, np.zeros((1, 2, 1, 4), np.float32),
+                                np.zeros((1, 2, 1, 4), np.float32), cache_seqlens=7)
+    with pytest.raises(ValueError, match="k, v: give both"):
+        flash_attn_with_kvcache(q, kc, kc, q, None, cache_seqlens=0)
+
+
+# --------------------------------------------------------- merges and ALiBi
+def test_merge_state_matches_attention_over_the_union(rng):
+    q = rng.standard_normal((1, 6, 2, 8)).astype(np.float32)  # (B, N, H, D)
+    k = rng.standard_normal((1, 10, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 10, 2, 8)).astype(np.float32)
+    halves = [flash_attn_func(q, k[:, s], v[:, s], return_attn_probs=True)[:2]
+              for s in (slice(0, 4), slice(4, 10))]
+    whole = flash_attn_func(q, k, v, return_attn_probs=True)[:2]
+    # flash-attn's natural-log lse (B, H, N) as FlashInfer's (N, H) states
+    st = [(o[0], lse[0].T) for o, lse in halves]
+    V, S = merge_state(st[0][0], st[0][1], st[1][0], st[1][1], log2=False)
+    np.testing.assert_allclose(V, whole[0][0], atol=1e-6)
+    np.testing.assert_allclose(S, whole[1][0].T, atol=1e-6)
+    # FlashInfer's base-2 LSE
+    V2, S2 = merge_state(st[0][0], st[0][1] / math.log(2), st[1][0], st[1][1] / math.log(2))
+    np.testing.assert_allclose(V2, V, atol=1e-6)
+    np.testing.assert_allclose(S2, S / math.log(2), atol=1e-5)
+
+
+def test_merge_states_against_float64(torch, rng):
+    v = rng.standard_normal((5, 4, 3, 8)).astype(np.float32)
+    s = (3 * rng.standard_normal((5, 4, 3))).astype(np.float32)
+    s[0, 2] = -np.inf  # a state that saw no key
+    V, S = merge_states(torch.tensor(v), torch.tensor(s))
+    assert isinstance(V, torch.Tensor) and V.shape == (5, 3, 8) and S.shape == (5, 3)
+    w = np.exp2(s.astype(np.float64))
+    np.testing.assert_allclose(V.numpy(), (w[..., None] * v).sum(1) / w.sum(1)[..., None],
+                               atol=1e-5)
+    np.testing.assert_allclose(S.numpy(), np.log2(w.sum(1)), atol=1e-5)
+    with pytest.raises(ValueError, match="v, s: expected"):
+        merge_states(v[0], s[0])
+
+
+def test_alibi_slopes_helper(torch):
+    want = [2 ** (-8 * (h + 1) / 8) for h in range(8)]
+    np.testing.assert_allclose(get_alibi_slopes(8), want, rtol=1e-6)
+    import attn.torch
+    assert torch.equal(attn.torch.alibi_slopes(8), torch.from_numpy(get_alibi_slopes(8)))
