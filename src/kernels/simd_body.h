@@ -21,10 +21,11 @@
  *                              (a fixed tree per row)
  *   v_hsum4(a, b, c, d)        the four horizontal sums in one v4f, each by
  *                              the same fixed tree
- *   v4f, V4_STORE(p, v)        a 4-float vector (default __m128)
+ *   v4f, V4_STORE(p, v)        a 4-float vector (v_hsum4's result), and
  *   v8f, SIMD(load8), SIMD(transpose8_rows)   an 8-float row of an 8 × 8
- *                              block transpose (default __m256, below), when
- *                              the ISA file defines SIMD_HAVE_BLOCK8
+ *                              block transpose: the x86 ones below (__m128,
+ *                              __m256), unless the ISA file defines
+ *                              SIMD_HAVE_BLOCK8 and its own
  *   EXP_K, WIDE_ROWS, SCORES_KEYS   register blocking (defaults below, sized
  *                              for 16 ymm / 32 zmm), when the ISA file sets them
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
