@@ -24,9 +24,11 @@ aarch64)
   again='^(test_sdpa|test_kvcache|test_special_values|hello_attn)$'
   archs=(neon generic) ;;
 s390x)
-  # big-endian: the file formats both ways, the conformance against
-  # PyTorch's fixtures (read from little-endian files), the portable kernels
-  default='^(test_io|test_byteorder|test_conversions|test_torch_conformance|test_fused|hello_attn)$'
+  # big-endian: the file formats both ways, and the conformance against
+  # PyTorch's fixtures (read from little-endian files) through the portable
+  # kernels (test_fused is left out: its GEMM groups take over 15 minutes
+  # under qemu-s390x)
+  default='^(test_io|test_byteorder|test_conversions|test_torch_conformance|hello_attn)$'
   again=
   archs=(generic) ;;
 *) echo "cross-test.sh: unknown architecture '$arch' (aarch64 or s390x)" >&2; exit 2 ;;
