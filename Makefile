@@ -61,12 +61,13 @@ tsan:
 	@cmake --build build-tsan -j $(JOBS) --target test_concurrency >build-tsan/build.log 2>&1 || { cat build-tsan/build.log; exit 1; }
 	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -R test_concurrency
 
-# libFuzzer on the readers (in memory and through a pipe), the JSON parser
-# and the CLI's argument parser, FUZZ_TIME seconds each, from the committed
-# seeds and dictionaries in fuzz/ (new finds go to build-fuzz/corpus/).
+# libFuzzer on the readers (in memory and through a pipe), the JSON parser,
+# the CLI's argument parser and the KV cache and varlen calls against the
+# plain ones, FUZZ_TIME seconds each, from the committed seeds and
+# dictionaries in fuzz/ (new finds go to build-fuzz/corpus/).
 FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
 FUZZ_TIME ?= 30
-FUZZ_TARGETS = npy safetensors json cli_args
+FUZZ_TARGETS = npy safetensors json cli_args kvcache_varlen
 fuzz:
 	@test -n "$(FUZZ_CC)" || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DATTN_FUZZ=ON -DATTN_BUILD_TESTS=OFF \

@@ -16,17 +16,28 @@ other, one ratio (B + B) ÷ (A + A) per quadruple, reported as the median
 over quadruples. Files without them fall back to the ratio of the two
 configurations' medians, measured minutes apart.
 
-The machine's sgemm lines have "coretype": null (or, in files from before
-the same-ISA roofline, no "coretype"). attn kernels the machine record maps
-to an OpenBLAS core type ("same_isa_cores", e.g. avx2 -> Haswell) are also
-rated against the sgemm lines of that core type beside them: the same-ISA
-roofline, reported in tables and checks of its own.
+The machine's sgemm lines have the "coretype" the machine record names in
+"openblas_coretype" (the kernels run.sh forced OpenBLAS to), or null where
+OpenBLAS's own pick was kept (and in files from before the forcing; files
+from before the same-ISA roofline have no "coretype" at all). attn kernels
+the machine record maps to an OpenBLAS core type ("same_isa_cores", e.g.
+avx2 -> Haswell) are also rated against the sgemm lines of that core type
+beside them: the same-ISA roofline, reported in tables and checks of its
+own.
+
+oneDNN's matmul lines ("what": "dnnl", "dtype": "f32" or "bf16") give the
+matrix engines' roofline: attn rows with bf16 products ("precision":
+"bf16") are rated against the bf16 ones beside them (else the run's median
+at their thread count), and the float32 ones cross-check sgemm: a warning
+when OpenBLAS runs below 0.8 of oneDNN's float32 rate, which means its
+kernels are not the machine's best and every share of sgemm is inflated.
 """
 import json
 import statistics
 import sys
 
 MEASURED = ("attn", "ggml", "torch")
+MISMATCH = 0.8  # OpenBLAS sgemm below this share of oneDNN's float32 matmul: a warning
 
 
 def load(path):
@@ -39,10 +50,19 @@ def impl(r):
     return r.get("what", "attn")
 
 
+def is_bf16(r):
+    """An attn row with bf16 products (the engine's rows; --bf16-dot was the option's former name)."""
+    return impl(r) == "attn" and (r.get("precision") in ("bf16", "bfloat16") or
+                                  "bf16-dot" in r.get("variant", "").split())
+
+
 def variant(r):
-    """What ran: attn's kernel ISA, ggml's K/V type, or PyTorch."""
+    """What ran: attn's kernel ISA (its engine for bf16 products; its dtype
+    if not float32), ggml's K/V type, or PyTorch."""
+    if is_bf16(r):
+        return "bf16 " + r.get("engine", r["isa"])
     if impl(r) == "attn":
-        return r["isa"]
+        return r["isa"] + ("" if r.get("dtype", "float32") in ("f32", "float32") else " " + r["dtype"])
     if impl(r) == "ggml":
         return "ggml " + r["kv_type"]
     return "PyTorch " + r["torch"]
@@ -53,25 +73,47 @@ def key(r):
             bool(r["causal"]), r["threads"])
 
 
-def beside(rows, i, threads, coretype):
-    """Mean GFLOP/s of the sgemm lines nearest before and after rows[i] (none
-    past the previous or next measurement) at this thread count and core type."""
+def sgemm_on(coretype):
+    """Matches the sgemm lines run under this OPENBLAS_CORETYPE (None: unset)."""
+    return lambda s: impl(s) == "sgemm" and "pair" not in s and s.get("coretype") == coretype
+
+
+def dnnl_in(dtype):
+    """Matches oneDNN's matmul lines of this data type."""
+    return lambda s: impl(s) == "dnnl" and s["dtype"] == dtype
+
+
+def beside(rows, i, threads, match):
+    """Mean GFLOP/s of the lines that match, nearest before and after rows[i]
+    (none past the previous or next measurement), at this thread count."""
     near = []
     for step in (-1, 1):
         j = i + step
         while 0 <= j < len(rows) and impl(rows[j]) not in MEASURED and "pair" not in rows[j]:
             s = rows[j]
-            if impl(s) == "sgemm" and s["threads"] == threads and s.get("coretype") == coretype:
+            if match(s) and s["threads"] == threads:
                 near.append(s["gflops"])
                 break
             j += step
     return sum(near) / len(near) if near else None
 
 
-def rate_rows(rows, same_cores):
-    """Gives every measurement its neighbouring sgemm rate (the machine's own
-    kernels), its neighbouring same-ISA sgemm rate if its kernel has a core
-    type in same_cores, and the load before it."""
+def medians(rows, match):
+    """{threads: [GFLOP/s, ...]} of the lines that match."""
+    out = {}
+    for r in rows:
+        if match(r):
+            out.setdefault(r["threads"], []).append(r["gflops"])
+    return out
+
+
+def rate_rows(rows, main_core, same_cores):
+    """Gives every measurement its neighbouring sgemm rate (on main_core, the
+    roofline's OPENBLAS_CORETYPE), its neighbouring same-ISA sgemm rate if
+    its kernel has a core type in same_cores, bf16 rows their neighbouring
+    oneDNN bf16 rate (else the run's median at their thread count), and the
+    load before it."""
+    dnnl_bf16 = medians(rows, dnnl_in("bf16"))
     last_load = None
     for i, r in enumerate(rows):
         w = impl(r)
@@ -80,10 +122,15 @@ def rate_rows(rows, same_cores):
         if w not in MEASURED or "pair" in r:
             continue
         r["_load"] = last_load
-        r["_sgemm"] = beside(rows, i, r["threads"], None)
-        core = same_cores.get(r["isa"]) if w == "attn" else None
+        r["_sgemm"] = beside(rows, i, r["threads"], sgemm_on(main_core))
+        core = same_cores.get(r["isa"]) if w == "attn" and not is_bf16(r) else None
         if core:
-            r["_same"] = beside(rows, i, r["threads"], core)
+            r["_same"] = beside(rows, i, r["threads"], sgemm_on(core))
+        if is_bf16(r):
+            near = beside(rows, i, r["threads"], dnnl_in("bf16"))
+            if near is None and dnnl_bf16.get(r["threads"]):
+                near = statistics.median(dnnl_bf16[r["threads"]])
+            r["_dnnl"] = near
 
 
 def paired_ratios(rows):
@@ -121,6 +168,9 @@ class Config:
         self.same_share = statistics.median(self.same_shares) if self.same_shares else None
         same = [x["_same"] for x in runs if x.get("_same")]
         self.same_sgemm = statistics.median(same) if same else None
+        # bf16 products: the share of oneDNN's bf16 matmul.
+        dnnl = [x["gflops"] / x["_dnnl"] for x in runs if x.get("_dnnl")]
+        self.dnnl_share = statistics.median(dnnl) if dnnl else None
 
 
 def fmt_share(c):
@@ -141,11 +191,44 @@ def fmt(x):
     return "%.2f" % x if x is not None else "-"
 
 
+def plural(n, word):
+    return "%s %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def rates_text(v):
+    """A roofline's measurements: median, count, range."""
+    return "median %.1f GFLOP/s over %s (min %.1f, max %.1f)" % (
+        statistics.median(v), plural(len(v), "measurement"), min(v), max(v))
+
+
+def openblas_line(machine, same_cores):
+    """Which OpenBLAS kernels the sgemm roofline ran, and why."""
+    env = machine.get("env") or "neither OPENBLAS_CORETYPE nor OPENBLAS_L2_SIZE set"
+    core, forced = machine.get("openblas_core") or "?", machine.get("openblas_coretype")
+    own, best = machine.get("openblas_own_core"), machine.get("openblas_best_cores")
+    if forced:
+        how = ("forced with OPENBLAS_CORETYPE=%s for the sgemm and PyTorch commands: the best "
+               "kernels this CPU's ISA allows, where OpenBLAS's own pick is %s" % (forced, own or "?"))
+    elif own is None:  # files from before the forcing
+        how = "OpenBLAS's own pick, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands"
+    elif best and core not in best.split():
+        how = ("OpenBLAS's own pick, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands; "
+               "**not** the best this CPU's ISA allows (%s), which this OpenBLAS does not run" % best)
+    else:
+        how = ("OpenBLAS's own pick%s, with OPENBLAS_CORETYPE unset for the sgemm and PyTorch commands"
+               % (", one of the best kernel sets for this CPU's ISA (%s)" % best.replace(" ", ", ")
+                  if best else ""))
+    return "OpenBLAS kernels of the sgemm roofline: **%s**, %s; OPENBLAS_L2_SIZE unset (environment: %s)." % (
+        core, how, env) + (" Same-ISA sgemm: OPENBLAS_CORETYPE=%s, OPENBLAS_L2_SIZE unset." % ", ".join(
+            "%s for %s" % (c, isa) for isa, c in same_cores.items()) if same_cores else "")
+
+
 def main():
     rows = load(sys.argv[1])
     machine = next((r for r in rows if impl(r) == "machine"), {})
     same_cores = machine.get("same_isa_cores") or {}  # attn ISA -> OpenBLAS core type
-    rate_rows(rows, same_cores)
+    main_core = machine.get("openblas_coretype")  # the roofline's OPENBLAS_CORETYPE, None: unset
+    rate_rows(rows, main_core, same_cores)
     end = next((r for r in rows if impl(r) == "end"), {})
     T = machine.get("threads", 2)
     isas = machine.get("isas", "").split()
@@ -188,14 +271,8 @@ def main():
     out.append("Machine: %s, %s cores, ISA: %s; %s." % (
         machine.get("cpu", "?"), machine.get("cores", "?"), machine.get("isa_flags", "?"),
         machine.get("attn", "?")))
-    env = machine.get("env") or "neither OPENBLAS_CORETYPE nor OPENBLAS_L2_SIZE set"
     out.append("")
-    out.append("OpenBLAS kernel (OPENBLAS_VERBOSE=2): **%s**, with OPENBLAS_CORETYPE and "
-               "OPENBLAS_L2_SIZE unset for the sgemm and PyTorch commands (environment: %s)." % (
-                   machine.get("openblas_core") or "?", env) + (
-               " Same-ISA sgemm: OPENBLAS_CORETYPE=%s, OPENBLAS_L2_SIZE unset." % ", ".join(
-                   "%s for %s" % (core, isa) for isa, core in same_cores.items())
-               if same_cores else ""))
+    out.append(openblas_line(machine, same_cores))
     ggml = next((r for r in rows if impl(r) == "ggml"), None)
     out.append("")
     if ggml:
@@ -205,28 +282,55 @@ def main():
     else:
         out.append("ggml: no ggml rows.")
     out.append("")
-    sg, sg_same = {}, {}
+    sg, sg_own, sg_same = {}, {}, {}
     for r in rows:
         if impl(r) == "sgemm" and "pair" not in r:
-            if r.get("coretype") is None:
+            if r.get("coretype") == main_core:
                 sg.setdefault(r["threads"], []).append(r["gflops"])
+            elif r.get("coretype") is None:
+                sg_own.setdefault(r["threads"], []).append(r["gflops"])
             else:
                 sg_same.setdefault((r["coretype"], r["threads"]), []).append(r["gflops"])
+    roof_core = machine.get("openblas_core")
     for t, v in sorted(sg.items()):
-        out.append("- OpenBLAS sgemm 2048³, %s thread%s: median %.1f GFLOP/s over %d measurements "
-                   "(min %.1f, max %.1f)" % (t, "" if t == 1 else "s", statistics.median(v), len(v),
-                                             min(v), max(v)))
+        out.append("- OpenBLAS sgemm 2048³%s, %s: %s" % (
+            " (%s)" % roof_core if roof_core else "", plural(t, "thread"), rates_text(v)))
+    for t, v in sorted(sg_own.items()):
+        out.append("- OpenBLAS sgemm 2048³ on its own pick (%s, OPENBLAS_CORETYPE unset; not the "
+                   "roofline), %s: %s%s" % (
+                       machine.get("openblas_own_core", "?"), plural(t, "thread"), rates_text(v),
+                       ", %.2f of the roofline's" % (statistics.median(v) / statistics.median(sg[t]))
+                       if sg.get(t) else ""))
     core_order = list(same_cores.values())
     for (core, t), v in sorted(sg_same.items(), key=lambda kv: (
             core_order.index(kv[0][0]) if kv[0][0] in core_order else len(core_order), kv[0])):
         isas_of = [isa for isa, c in same_cores.items() if c == core]
-        out.append("- OpenBLAS sgemm 2048³ on %s kernels (%s), %s thread%s: median %.1f GFLOP/s over "
-                   "%d measurements (min %.1f, max %.1f)%s" % (
-                       core, "same-ISA roofline of " + ", ".join(isas_of) if isas_of else
-                       "OPENBLAS_CORETYPE=" + core, t, "" if t == 1 else "s", statistics.median(v),
-                       len(v), min(v), max(v),
-                       ", %.2f of the machine's" % (statistics.median(v) / statistics.median(sg[t]))
-                       if sg.get(t) else ""))
+        out.append("- OpenBLAS sgemm 2048³ on %s kernels (%s), %s: %s%s" % (
+            core, "same-ISA roofline of " + ", ".join(isas_of) if isas_of else
+            "OPENBLAS_CORETYPE=" + core, plural(t, "thread"), rates_text(v),
+            ", %.2f of the machine's" % (statistics.median(v) / statistics.median(sg[t]))
+            if sg.get(t) else ""))
+    dnnl = {dtype: medians(rows, dnnl_in(dtype)) for dtype in ("f32", "bf16")}
+    for dtype, by_threads in dnnl.items():
+        impls = sorted({r["impl"] for r in rows if dnnl_in(dtype)(r)})
+        for t, v in sorted(by_threads.items()):
+            vs = ""
+            if sg.get(t):
+                ratio = statistics.median(sg[t]) / statistics.median(v)
+                vs = ("; OpenBLAS sgemm ÷ it: %.2f" % ratio if dtype == "f32"
+                      else "; %.2f× OpenBLAS sgemm" % (1 / ratio))
+            out.append("- oneDNN %s matmul 2048³ %s (%s), %s: %s%s" % (
+                next(r["dnnl"] for r in rows if dnnl_in(dtype)(r)), dtype, ", ".join(impls),
+                plural(t, "thread"), rates_text(v), vs))
+    for t, v in sorted(dnnl["f32"].items()):
+        if sg.get(t) and statistics.median(sg[t]) < MISMATCH * statistics.median(v):
+            out.append("")
+            out.append("**Warning: roofline mismatch.** On %s OpenBLAS sgemm (%s) ran at %.1f GFLOP/s, "
+                       "below %.1f × oneDNN's float32 matmul (%.1f GFLOP/s): OpenBLAS's kernels are "
+                       "not this machine's best, and against oneDNN's rate every share of sgemm "
+                       "below would be %.2f× lower." % (plural(t, "thread"), roof_core or "?", statistics.median(sg[t]), MISMATCH,
+                                  statistics.median(v),
+                                  statistics.median(v) / statistics.median(sg[t])))
     out.append("")
     out.append("Shares of sgemm are a row's GFLOP/s over the mean of the sgemm runs right before "
                "and after it at the same thread count. FLOPs: forward 4·B·H·N²·D (causal half), "
@@ -239,8 +343,12 @@ def main():
     ns = sorted({k[4] for k in cfg})
     variants = isas + ["generic", "ggml f32", "ggml f16"] + \
         sorted({k[0] for k in cfg if k[0].startswith("PyTorch")})
-    out.append("| share of sgemm | " + " | ".join("N=%d" % n for n in ns) + " |")
-    out.append("|---|" + "---|" * len(ns))
+
+    def head_over_n(title):
+        """The first two lines of a table with a column per N."""
+        return ["| %s | %s |" % (title, " | ".join("N=%d" % n for n in ns)), "|---|" + "---|" * len(ns)]
+
+    out += head_over_n("share of sgemm")
     for mode in ("forward", "backward"):
         for var in variants:
             cells = [get(var, mode, n) for n in ns]
@@ -297,9 +405,7 @@ def main():
                    "each of %s rows." % (" and ".join(same_vars), "is" if len(same_vars) == 1 else
                                          "are", cores, "its" if len(same_vars) == 1 else "their"))
         out.append("")
-        out.append("| share of the same-ISA sgemm (OpenBLAS kernels: %s) | %s |" % (
-            cores, " | ".join("N=%d" % n for n in ns)))
-        out.append("|---|" + "---|" * len(ns))
+        out += head_over_n("share of the same-ISA sgemm (OpenBLAS kernels: %s)" % cores)
         for mode in ("forward", "backward"):
             for var in same_vars:
                 cells = [same_share_of(get(var, mode, n)) for n in ns]
@@ -323,6 +429,57 @@ def main():
             for name, cells in rendered:
                 out.append("| %s | %s |" % (name, " | ".join(cells)))
             out.append("")
+
+    # bf16 products: against oneDNN's bf16 matmul, and over attn's float32.
+    bf16_vars = sorted({k[0] for k in cfg if k[0].startswith("bf16 ")})
+
+    def over_f32(var, mode, n, **kw):
+        """A bf16 configuration's speed over attn's float32 (best kernels) on the same shape."""
+        b, f = get(var, mode, n, **kw), get(best, mode, n, **kw)
+        return b.gflops / f.gflops if b and f else None
+
+    def fmt_x(x):
+        return "%.2f×" % x if x is not None else "-"
+
+    if bf16_vars:
+        dnnl_impls = sorted({r["impl"] for r in rows if dnnl_in("bf16")(r)})
+        out.append("bf16 products (`attn bench --precision bf16`, on the engine named): rated against "
+                   "oneDNN's bf16 matmul 2048³ (%s) measured right before and after each row, and "
+                   "against attn's float32 `%s` kernels on the same shape in this run (speed ratio)."
+                   % (", ".join(dnnl_impls) or "not measured", best))
+        out.append("")
+        out += head_over_n("bf16 products")
+        for mode in ("forward", "backward"):
+            for var in bf16_vars:
+                cells = [get(var, mode, n) for n in ns]
+                if any(cells):
+                    out.append("| %s %s, share of oneDNN bf16 | %s |" % (var, mode, " | ".join(
+                        fmt(c.dnnl_share if c else None) for c in cells)))
+                    out.append("| %s %s ÷ float32 %s | %s |" % (var, mode, best, " | ".join(
+                        fmt_x(over_f32(var, mode, n)) for n in ns)))
+        out.append("")
+        bf16_lines = [
+            ("forward N=2048 D=128", dict(mode="forward", n=2048, d=128)),
+            ("MHA E=512 L=2048 (projections included)", dict(mode="mha", n=2048)),
+            ("forward N=2048, 1 thread", dict(mode="forward", n=2048, threads=1)),
+        ]
+        out.append("| bf16 products | " + " | ".join(
+            "%s: share of oneDNN bf16 | %s: ÷ float32" % (v, v) for v in bf16_vars) + " |")
+        out.append("|---|" + "---|---|" * len(bf16_vars))
+        for name, kw in bf16_lines:
+            kw = dict(kw)
+            mode, n = kw.pop("mode"), kw.pop("n")
+            cells = []
+            for v in bf16_vars:
+                c = get(v, mode, n, **kw)
+                cells += [fmt(c.dnnl_share if c else None), fmt_x(over_f32(v, mode, n, **kw))]
+            if any(c != "-" for c in cells):
+                out.append("| %s | %s |" % (name, " | ".join(cells)))
+        causal = [wall_ratio(v, "causal", "forward")[1] for v in bf16_vars]
+        if any(c != "-" for c in causal):
+            out.append("| causal ÷ unmasked wall time, forward N=2048 | %s |" % " | ".join(
+                x for c in causal for x in (c, "")))
+        out.append("")
 
     # The performance targets, on each ISA the machine has: against the machine's
     # sgemm, then (the share targets only) against the same-ISA sgemm.
@@ -373,6 +530,44 @@ def main():
                 checks.append(("generic C kernel ≥ 0.25 of sgemm (%s N=2048)" % mode, label,
                                "%.2f" % s, s >= 0.25))
 
+    def bf16_checks(var):
+        """The bf16 targets: with AMX, forward N = 2048…8192 (D = 64 and 128)
+        at ≥ 0.6 of oneDNN's bf16 matmul and ≥ 2.5× float32, backward ≥ 2×,
+        causal ≤ 0.55 of unmasked, MHA ≥ 2×; with AVX512_BF16 only, forward
+        ≥ 1.6× float32 and backward ≥ 1.4×. None without an engine (the
+        products then run in float32) or on the tests' model of AMX."""
+        engine = var.split()[1]
+        if engine in ("f32", "amx-model"):
+            return
+        amx = engine == "amx" or (engine != "avx512bf16" and
+                                  "amx_bf16" in machine.get("isa_flags", "").split())
+        fwd_n = [n for n in ns if 2048 <= n <= 8192]
+
+        def listed(name, values, ok):
+            values = [(label, x) for label, x in values if x is not None]
+            if values:
+                checks.append((name, var, ", ".join("%s: %.2f" % lx for lx in values),
+                               all(ok(x) for _, x in values)))
+
+        if amx:
+            shares = [("%d" % n, share) for n in fwd_n for share in [
+                get(var, "forward", n).dnnl_share if get(var, "forward", n) else None]]
+            c128 = get(var, "forward", 2048, 128)
+            shares.append(("2048 D=128", c128.dnnl_share if c128 else None))
+            listed("bf16 forward ≥ 0.6 of oneDNN's bf16 matmul (N = 2048…8192)", shares,
+                   lambda x: x >= 0.6)
+        listed("bf16 forward ≥ %s× float32 (N = 2048…8192)" % ("2.5" if amx else "1.6"),
+               [("%d" % n, over_f32(var, "forward", n)) for n in fwd_n],
+               lambda x: x >= (2.5 if amx else 1.6))
+        listed("bf16 backward ≥ %s× float32 (N ≥ 2048)" % ("2" if amx else "1.4"),
+               [("%d" % n, over_f32(var, "backward", n)) for n in ns if n >= 2048],
+               lambda x: x >= (2.0 if amx else 1.4))
+        if amx:
+            listed("bf16 causal wall time ≤ 0.55 × unmasked (forward N=2048)",
+                   [("2048", wall_ratio(var, "causal", "forward")[0])], lambda x: x <= 0.55)
+            listed("bf16 MHA ≥ 2× float32 (E=512 L=2048)", [("2048", over_f32(var, "mha", 2048))],
+                   lambda x: x >= 2.0)
+
     def same_label(var):
         return "%s (÷ %s sgemm)" % (var, same_cores[var])
 
@@ -383,6 +578,8 @@ def main():
     generic_checks("generic", share_of)
     if "generic" in same_cores:
         generic_checks(same_label("generic"), same_share_of)
+    for var in bf16_vars:
+        bf16_checks(var)
     out.append("| target | kernels | measured | met |")
     out.append("|---|---|---|---|")
     for name, var, val, ok in checks:

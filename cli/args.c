@@ -44,9 +44,19 @@ static const cli_option *find_option(const cli_command *cmd, const char *name)
     return NULL;
 }
 
+/* The arguments of the command running (one a process): input errors name
+ * the option that gave the file. */
+static const cli_args *running;
+
+const cli_args *cli_running(void)
+{
+    return running;
+}
+
 int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, bool *help_shown)
 {
     memset(args, 0, sizeof *args);
+    running = args;
     args->cmd = cmd;
     *help_shown = false;
     for (int i = 1; i < argc; ++i) {
@@ -73,7 +83,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, boo
         const cli_option *o = find_option(cmd, name);
         if (!o) return cli_usage_error(cmd, "unknown option '%s' (see attn %s --help)", name, cmd->name);
         const char *value = "";
-        if (o->metavar) {
+        if (o->metavar && o->metavar[0] == '[') { /* an optional value: --causal [ALIGN] */
+            if (eq) value = eq + 1;
+            else if (i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];
+        } else if (o->metavar) {
             if (eq) value = eq + 1;
             else if (i + 1 < argc) value = argv[++i];
             else return cli_usage_error(cmd, "option %s needs a value %s", name, o->metavar);
@@ -224,4 +237,119 @@ bool cli_as_4d(const cli_command *cmd, const char *opt, const attn_array *a, int
         out->stride[i] = i >= pad ? t->stride[i - pad] : 0;
     }
     return true;
+}
+
+bool cli_get_causal(const cli_args *a, attn_causal natural, attn_causal *out)
+{
+    const char *v = cli_get(a, "--causal");
+    *out = ATTN_CAUSAL_NONE;
+    if (!v) return true;
+    if (!*v) *out = natural;
+    else if (!strcmp(v, "top-left")) *out = ATTN_CAUSAL_TOP_LEFT;
+    else if (!strcmp(v, "bottom-right")) *out = ATTN_CAUSAL_BOTTOM_RIGHT;
+    else {
+        cli_usage_error(a->cmd, "--causal: expected top-left or bottom-right (or no value), got '%s'",
+                        v);
+        return false;
+    }
+    return true;
+}
+
+bool cli_get_threads(const cli_args *a, int *out)
+{
+    long n = *out;
+    if (!cli_get_int(a, "--threads", 1, ATTN_MAX_THREADS, &n)) return false;
+    *out = (int)n;
+    return true;
+}
+
+bool cli_get_scale(const cli_args *a, float *out)
+{
+    const char *v = cli_get(a, "--scale");
+    if (!cli_get_float(a, "--scale", out)) return false;
+    if (v && !(*out > 0.0f)) {
+        cli_usage_error(a->cmd, "--scale: must be a positive number, got %s (omit it for the "
+                                "default 1/sqrt(D))", v);
+        return false;
+    }
+    return true;
+}
+
+/* One decimal integer of a list, from p up to the next ',' or the end. */
+static bool list_item(const char *p, long long lo, long long hi, long long *v, const char **next)
+{
+    char *end;
+    errno = 0;
+    *v = strtoll(p, &end, 10);
+    if (end == p || errno || *v < lo || *v > hi || (*end && *end != ',')) return false;
+    *next = end;
+    return p[0] != ' ' && p[0] != '+' && p[0] != '\t';
+}
+
+bool cli_get_window(const cli_args *a, attn_window *out)
+{
+    const char *v = cli_get(a, "--window");
+    if (!v) return true;
+    long long left, right;
+    const char *p;
+    if (!list_item(v, -1, INT64_MAX, &left, &p) || *p != ',' ||
+        !list_item(p + 1, -1, INT64_MAX, &right, &p) || *p) {
+        cli_usage_error(a->cmd, "--window: expected L,R (two integers >= 0, -1 = unbounded), got "
+                                "'%s'", v);
+        return false;
+    }
+    *out = (attn_window){.enabled = true, .left = left, .right = right};
+    return true;
+}
+
+bool cli_get_list(const cli_args *a, const char *name, long long lo, long long hi,
+                  long long *vals, int max, int *count)
+{
+    const char *v = cli_get(a, name);
+    if (!v) return true; /* keep the defaults */
+    int n = 0;
+    for (const char *p = v;; ++p) {
+        long long x;
+        if (n == max) {
+            cli_usage_error(a->cmd, "%s: more than %d values in '%s'", name, max, v);
+            return false;
+        }
+        if (!list_item(p, lo, hi, &x, &p)) {
+            cli_usage_error(a->cmd, "%s: expected integers from %lld to %lld separated by commas "
+                                    "(no empty fields), got '%s'", name, lo, hi, v);
+            return false;
+        }
+        vals[n++] = x;
+        if (!*p) break;
+    }
+    *count = n;
+    return true;
+}
+
+bool cli_check_environment(void)
+{
+    const char *v = getenv("ATTN_NUM_THREADS");
+    if (!v || !*v) return true;
+    char *end;
+    errno = 0;
+    const long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > ATTN_MAX_THREADS) {
+        fprintf(stderr, "attn: ATTN_NUM_THREADS=%s: expected an integer from 1 to %d (or unset "
+                        "for every core)\n", v, ATTN_MAX_THREADS);
+        return false;
+    }
+    return true;
+}
+
+int cli_close_stdout(const char *context, int rc)
+{
+    /* stdout is buffered: a full disk or a closed pipe shows at the flush */
+    const bool failed_before = ferror(stdout) != 0;
+    errno = 0;
+    const bool flushed = fflush(stdout) == 0;
+    const int errnum = errno;
+    if (flushed && !failed_before && fclose(stdout) == 0) return rc;
+    fprintf(stderr, "attn%s%s: standard output: %s\n", *context ? " " : "", context,
+            !flushed && errnum ? strerror(errnum) : "write error");
+    return rc ? rc : CLI_USAGE;
 }

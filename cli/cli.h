@@ -27,7 +27,7 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 /* One option of a sub-command. metavar NULL = a flag without a value. */
 typedef struct {
     const char *name; /* "--query" */
-    const char *metavar;
+    const char *metavar; /* "[ALIGN]": the value is optional */
     const char *help;
 } cli_option;
 
@@ -68,6 +68,26 @@ bool cli_get_float(const cli_args *a, const char *name, float *out);
 /* A non-negative integer of 64 bits (decimal or 0x hex), e.g. a seed. */
 bool cli_get_u64(const cli_args *a, const char *name, uint64_t *out);
 
+/* Options several commands share, each parsed here only (absent: *out
+ * keeps its default). --causal takes an optional value: bare, the command's
+ * natural alignment; top-left or bottom-right. */
+bool cli_get_causal(const cli_args *a, attn_causal natural, attn_causal *out);
+bool cli_get_threads(const cli_args *a, int *out);        /* 1..ATTN_MAX_THREADS */
+bool cli_get_scale(const cli_args *a, float *out);        /* > 0 */
+bool cli_get_window(const cli_args *a, attn_window *out); /* L,R each >= -1 */
+/* name N[,N...]: integers in [lo, hi], no empty field; *count of them. */
+bool cli_get_list(const cli_args *a, const char *name, long long lo, long long hi,
+                  long long *vals, int max, int *count);
+/* The arguments cli_parse filled last: the command running. */
+const cli_args *cli_running(void);
+
+/* The environment the library reads, checked: one line and false for an
+ * ATTN_NUM_THREADS the library would ignore. */
+bool cli_check_environment(void);
+/* Flushes and closes standard output at exit: a write that failed (a full
+ * disk, /dev/full) prints one line and turns a success into CLI_USAGE. */
+int cli_close_stdout(const char *context, int rc);
+
 /* Prints "attn CONTEXT: message" for a library error. Returns exit code:
  * CLI_USAGE for file/argument errors, CLI_FAIL otherwise. */
 int cli_report(const char *context, const attn_error *err);
@@ -84,9 +104,16 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
  * change (arguments, files, destinations). The one rule of every command. */
 int cli_exit_code(attn_status status);
 
-/* Reads a .npy file ("-": standard input); on failure prints one line and
+/* Reads a .npy file ("-": standard input); on failure prints one line
+ * naming the command and the option ("attn sdpa: --query q.npy: ...") and
  * returns the exit status, else CLI_OK. Notes integers rounded to float32. */
 int cli_load_npy(const char *path, attn_array *out);
+/* The same for a mask: an integer file (<i1, |u1, <i8...) is refused, as
+ * torch refuses integer masks: masks are bool or float. */
+int cli_load_mask(const char *path, attn_array *out);
+/* A file of either kind, opened once (pipes, FIFOs, "-" work), told apart
+ * by its first bytes: *is_npy says which of npy and st was filled. */
+int cli_load_file(const char *path, bool *is_npy, attn_array *npy, attn_safetensors *st);
 /* The same for .safetensors; `option` names it when the file is of another
  * kind (a .npy, a torch .pt zip, a pickle). */
 int cli_load_safetensors(const char *option, const char *path, attn_safetensors *out);
@@ -98,6 +125,13 @@ int cli_load_safetensors(const char *option, const char *path, attn_safetensors 
  * is open, SIGINT, SIGTERM and SIGHUP remove its temporary files. Every
  * call returns an exit status after printing "attn CMD: --opt PATH: why".
  */
+/* signals.c: from the start of main, SIGINT, SIGTERM and SIGHUP wait for
+ * any commit in progress, remove the temporaries of the sets tracked, and
+ * end the process by that signal; SIGXFSZ is ignored (the write fails). */
+void cli_signals_init(void);
+void cli_signals_track(attn_outputs *set, bool on);
+void cli_signals_hold(bool hold); /* around a commit */
+
 typedef struct {
     const cli_command *cmd;
     attn_outputs *set;

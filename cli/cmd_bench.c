@@ -27,7 +27,7 @@ static const cli_option bench_options[] = {
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--bf16-dot", NULL, "with --dtype bf16: ATTN_PRECISION_BF16_DOT (AVX512_BF16 dot products)"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
-    {"--causal", NULL, "causal mask (top-left; FLOPs counted as half)"},
+    {"--causal", "[ALIGN]", "causal mask, top-left (bare) or bottom-right; FLOPs counted as half"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
     {"--runs", "R", "timed runs per configuration, median reported (default 5, >= 1)"},
     {"--warmup", "W", "untimed runs first (default 1)"},
@@ -72,7 +72,7 @@ static const char *const mode_name[] = {"forward", "backward", "mha", "decode", 
 typedef struct {
     bench_mode mode;
     long batch, heads, kv_heads, seq, kv_seq, head_dim, value_dim;
-    bool causal;
+    attn_causal causal; /* the mode's natural alignment when bare */
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
     attn_dtype dtype; /* storage of q, k, v, o, dout, dq, dk, dv and the cache */
@@ -86,14 +86,15 @@ typedef struct {
 } bench_config;
 
 /* Fraction of (query, key) pairs that causality and the window leave
- * visible (sdpa semantics: bottom-right aligned window, top-left causal). */
+ * visible (sdpa semantics: bottom-right aligned window, causal as given). */
 static double visible_fraction(const bench_config *c)
 {
     double seen = 0.0;
     for (long i = 0; i < c->seq; ++i) {
         const long diag = i + c->kv_seq - c->seq;
         long lo = 0, hi = c->kv_seq;
-        if (c->causal && i + 1 < hi) hi = i + 1;
+        if (c->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < hi) hi = i + 1;
+        if (c->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < hi) hi = diag + 1;
         if (c->window.enabled && c->window.left >= 0 && diag - c->window.left > lo)
             lo = diag - c->window.left;
         if (c->window.enabled && c->window.right >= 0 && diag + c->window.right + 1 < hi)
@@ -204,7 +205,7 @@ static int bench_one(const bench_config *c)
         if (attn_mha_create(&cfg, &s.mha, &err) != ATTN_OK) return cli_report("bench", &err);
         attn_mha_init(s.mha, 1);
         s.mopts = attn_mha_opts_default();
-        s.mopts.causal = c->causal;
+        s.mopts.causal = c->causal != ATTN_CAUSAL_NONE;
         s.mopts.num_threads = (int)c->threads;
         s.mopts.path = c->path;
         bufs[0] = alloc_filled(B * Nq * H * D, 1);
@@ -230,7 +231,7 @@ static int bench_one(const bench_config *c)
             goto done;
         s.lse = attn_tensor_3d(bufs[4], B, H, Nq);
         s.sopts = attn_sdpa_opts_default();
-        s.sopts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+        s.sopts.causal = c->causal;
         s.sopts.num_threads = (int)c->threads;
         s.sopts.path = c->path;
         s.sopts.window = c->window;
@@ -482,7 +483,7 @@ done:
 
 /* attn_sdpa_varlen over packed sequences vs attn_sdpa on one sequence with
  * the same number of (query, key) pairs, timed alternately. */
-static int bench_varlen(const bench_config *c, const long *lens, int nl)
+static int bench_varlen(const bench_config *c, const long long *lens, int nl)
 {
     const int64_t H = c->heads, Hkv = c->kv_heads, D = c->head_dim, Dv = c->value_dim;
     if (H % Hkv) return cli_usage_error(&cmd_bench, "--kv-heads: %ld does not divide --heads %ld",
@@ -514,7 +515,7 @@ static int bench_varlen(const bench_config *c, const long *lens, int nl)
     attn_tensor O1 = attn_tensor_transpose(attn_tensor_4d(o, 1, N, H, Dv), 1, 2);
     attn_varlen_seqs seqs = {nl, ATTN_OFFSETS_I64, off, off};
     attn_sdpa_opts opts = attn_sdpa_opts_default();
-    opts.causal = c->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+    opts.causal = c->causal; /* Nq = Nk: either alignment */
     opts.num_threads = (int)c->threads;
     opts.path = c->path;
     attn_error err = {0};
@@ -565,26 +566,6 @@ done:
     return rc;
 }
 
-/* "512,1024" -> values; false on a bad list. */
-static bool parse_list(const cli_command *cmd, const char *opt, const char *text, long *vals,
-                       int *count, int max)
-{
-    *count = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1L << 30) || (*end && *end != ',') || *count == max) {
-            cli_usage_error(cmd, "%s: expected positive integers separated by commas, got '%s'",
-                            opt, text);
-            return false;
-        }
-        vals[(*count)++] = v;
-        p = *end ? end + 1 : end;
-    }
-    return *count > 0;
-}
-
 static int run_bench(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_bench;
@@ -594,6 +575,7 @@ static int run_bench(int argc, char **argv)
     if (rc != CLI_OK || help) return rc;
     if (a.npositional > 0) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
 
+    int threads = 0;
     bench_config c = {.mode = MODE_FORWARD, .batch = 1, .heads = 8, .kv_heads = 0, .kv_seq = 0,
                       .value_dim = 0, .threads = 0, .runs = 5, .warmup = 1,
                       .path = ATTN_PATH_AUTO};
@@ -619,11 +601,20 @@ static int run_bench(int argc, char **argv)
         !cli_get_int(&a, "--kv-heads", 1, big, &c.kv_heads) ||
         !cli_get_int(&a, "--kv-seq", 1, big, &c.kv_seq) ||
         !cli_get_int(&a, "--value-dim", 1, big, &c.value_dim) ||
-        !cli_get_int(&a, "--threads", 1, ATTN_MAX_THREADS, &c.threads) ||
+        !cli_get_threads(&a, &threads) ||
         !cli_get_int(&a, "--runs", 1, 100000, &c.runs) ||
         !cli_get_int(&a, "--warmup", 0, 100000, &c.warmup) ||
         !cli_get_int(&a, "--block-size", 1, big, &c.block_size) || !cli_get_dtype(&a, &c.dtype))
         return CLI_USAGE;
+    c.threads = threads;
+    const attn_causal natural =
+        c.mode == MODE_DECODE || c.mode == MODE_VARLEN ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_TOP_LEFT;
+    if (!cli_get_causal(&a, natural, &c.causal)) return CLI_USAGE;
+    if (c.mode == MODE_DECODE && c.causal == ATTN_CAUSAL_TOP_LEFT)
+        return cli_usage_error(cmd, "--causal top-left: --mode decode times bottom-right causal "
+                                    "attention (the cache's alignment)");
+    if (c.mode == MODE_MHA && c.causal == ATTN_CAUSAL_BOTTOM_RIGHT)
+        c.causal = ATTN_CAUSAL_TOP_LEFT; /* self-attention, L = S: the same mask */
     if (c.dtype != ATTN_F32 && (c.mode == MODE_MHA || c.mode == MODE_VARLEN))
         return cli_usage_error(cmd, "--dtype: --mode %s measures float32 only", mode_name[c.mode]);
     if (c.block_size && c.mode != MODE_DECODE)
@@ -643,29 +634,22 @@ static int run_bench(int argc, char **argv)
     }
     if (c.kv_heads == 0) c.kv_heads = c.heads;
     if (c.mode == MODE_VARLEN) {
-        long lens[256];
+        long long lens[256] = {64, 128, 256, 512, 1024, 2048};
         int nl = 6;
-        const long deflens[6] = {64, 128, 256, 512, 1024, 2048};
-        memcpy(lens, deflens, sizeof deflens);
-        const char *lt = cli_get(&a, "--seq-lens");
-        if (lt && !parse_list(cmd, "--seq-lens", lt, lens, &nl, 256)) return CLI_USAGE;
+        if (!cli_get_list(&a, "--seq-lens", 1, 1 << 30, lens, 256, &nl)) return CLI_USAGE;
         if (cli_get(&a, "--seq") || cli_get(&a, "--kv-seq"))
             return cli_usage_error(cmd, "--mode varlen: lengths come from --seq-lens, not --seq/--kv-seq");
-        long dim = 64;
-        if (cli_get(&a, "--head-dim") || cli_get(&a, "--dim")) {
-            int nd = 0;
-            const char *dt = cli_get(&a, "--dim") ? cli_get(&a, "--dim") : cli_get(&a, "--head-dim");
-            if (!parse_list(cmd, "--head-dim", dt, &dim, &nd, 1)) return CLI_USAGE;
-        }
-        c.head_dim = dim;
-        if (!c.value_dim) c.value_dim = dim;
-        c.causal = cli_flag(&a, "--causal");
+        long long dim = 64;
+        int nd = 1;
+        if (!cli_get_list(&a, cli_get(&a, "--dim") ? "--dim" : "--head-dim", 1, 1 << 30, &dim, 1, &nd))
+            return CLI_USAGE;
+        c.head_dim = (long)dim;
+        if (!c.value_dim) c.value_dim = c.head_dim;
         c.json = cli_flag(&a, "--json");
         return bench_varlen(&c, lens, nl);
     }
     if (c.heads % c.kv_heads != 0)
         return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", c.kv_heads, c.heads);
-    c.causal = cli_flag(&a, "--causal");
     c.json = cli_flag(&a, "--json");
     c.alibi = cli_flag(&a, "--alibi");
     c.sinks = cli_flag(&a, "--sinks");
@@ -674,35 +658,20 @@ static int run_bench(int argc, char **argv)
     if (c.bf16_dot && (c.dtype != ATTN_BF16 || c.mode != MODE_FORWARD))
         return cli_usage_error(cmd, "--bf16-dot: only with --dtype bf16 --mode forward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
-    const char *win = cli_get(&a, "--window");
-    if (win) {
-        long long l, r;
-        char tail;
-        if (sscanf(win, "%lld,%lld%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
-            return cli_usage_error(cmd, "--window: expected L,R with each >= -1, got '%s'", win);
-        c.window = (attn_window){.enabled = true, .left = l, .right = r};
-    }
-    if (!cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
+    if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
         return cli_usage_error(cmd, "--softcap must be > 0 and --dropout in [0, 1)");
     if (c.mode == MODE_MHA && (c.window.enabled || c.alibi || c.sinks || c.softcap > 0.0f || c.dropout > 0.0f))
         return cli_usage_error(cmd, "--mode mha: the variant options are for forward and backward");
-    long seqs[32], dims[32];
+    long long seqs[32] = {c.mode == MODE_DECODE ? 1 : 1024},
+              dims[32] = {c.mode == MODE_DECODE ? 128 : 64};
     int nseq = 1, ndim = 1;
-    seqs[0] = 1024;
-    dims[0] = 64;
-    if (c.mode == MODE_DECODE) {
-        seqs[0] = 1;
-        dims[0] = 128;
-    }
-    const char *seq_text = cli_get(&a, "--seq"), *dim_text = cli_get(&a, "--head-dim");
-    if (cli_get(&a, "--dim")) {
-        if (dim_text) return cli_usage_error(cmd, "--dim and --head-dim: give one of them");
-        dim_text = cli_get(&a, "--dim");
-    }
-    if (seq_text && !parse_list(cmd, "--seq", seq_text, seqs, &nseq, 32)) return CLI_USAGE;
-    if (dim_text && !parse_list(cmd, "--head-dim", dim_text, dims, &ndim, 32)) return CLI_USAGE;
+    if (cli_get(&a, "--dim") && cli_get(&a, "--head-dim"))
+        return cli_usage_error(cmd, "--dim and --head-dim: give one of them");
+    if (!cli_get_list(&a, "--seq", 1, 1 << 30, seqs, 32, &nseq) ||
+        !cli_get_list(&a, cli_get(&a, "--dim") ? "--dim" : "--head-dim", 1, 1 << 30, dims, 32, &ndim))
+        return CLI_USAGE;
     if (c.mode == MODE_MHA && (c.kv_heads != c.heads || c.value_dim || c.kv_seq))
         return cli_usage_error(cmd, "--mode mha: self-attention only (no --kv-heads, --kv-seq, --value-dim)");
 
@@ -710,8 +679,8 @@ static int run_bench(int argc, char **argv)
     for (int i = 0; i < nseq && rc == CLI_OK; ++i)
         for (int j = 0; j < ndim && rc == CLI_OK; ++j) {
             bench_config one = c;
-            one.seq = seqs[i];
-            one.head_dim = dims[j];
+            one.seq = (long)seqs[i];
+            one.head_dim = (long)dims[j];
             if (!one.kv_seq) one.kv_seq = one.seq;
             if (!one.value_dim) one.value_dim = one.head_dim;
             if (!sizes_fit(&one))

@@ -17,7 +17,7 @@ static const cli_option heads_options[] = {
     {"--examples", "K", "how many examples to show (default 3)"},
     {"--stream", "S", "example stream seed (default: the held-out stream of attn train)"},
     {"--stats", "M", "examples over which head roles are measured (default 1000)"},
-    {"--threads", "N", "worker threads"},
+    {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
     {0},
 };
 
@@ -271,17 +271,18 @@ static int run_heads(int argc, char **argv)
     int rc = cli_parse(&cmd_heads, argc, argv, &a, &help);
     if (rc != CLI_OK || help) return rc;
     if (a.npositional != 1) return cli_usage_error(&cmd_heads, "expected one CHECKPOINT");
-    long first = 0, shown = 3, stats = 1000, threads = 0;
+    long first = 0, shown = 3, stats = 1000;
+    int threads = 0;
     if (!cli_get_int(&a, "--example", 0, 1L << 40, &first) ||
         !cli_get_int(&a, "--examples", 1, MAX_SHOWN, &shown) ||
         !cli_get_int(&a, "--stats", 1, 10000000, &stats) ||
-        !cli_get_int(&a, "--threads", 1, 1024, &threads))
+        !cli_get_threads(&a, &threads))
         return CLI_USAGE;
     uint64_t stream = attn_train_config_default(ATTN_TASK_RECALL).heldout_seed;
     if (!cli_get_u64(&a, "--stream", &stream)) return CLI_USAGE;
     const char *ckpt = a.positional[0];
     attn_error err = {0};
-    heads_ctx c = {.threads = (int)threads};
+    heads_ctx c = {.threads = threads};
     if (attn_model_load(ckpt, &c.m, &err) != ATTN_OK) return cli_report("heads", &err);
     const attn_model_config *cfg = attn_model_get_config(c.m);
     c.task = &cfg->task;

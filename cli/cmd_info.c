@@ -23,17 +23,6 @@ static void print_array(const char *name, const attn_array *a)
     printf("\n");
 }
 
-/* .npy by its magic string, anything else as .safetensors. */
-static bool looks_like_npy(const char *path)
-{
-    if (!strcmp(path, "-")) return false;
-    FILE *f = fopen(path, "rb");
-    char magic[6] = {0};
-    bool npy = f && fread(magic, 1, 6, f) == 6 && !memcmp(magic, "\x93NUMPY", 6);
-    if (f) fclose(f);
-    return npy;
-}
-
 static int run_info(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_info;
@@ -43,16 +32,16 @@ static int run_info(int argc, char **argv)
     if (rc || help) return rc;
     if (a.npositional != 1) return cli_usage_error(cmd, "give one FILE (see attn info --help)");
     const char *path = a.positional[0];
-    if (looks_like_npy(path)) {
-        attn_array arr = {0};
-        if ((rc = cli_load_npy(path, &arr))) return rc;
+    attn_array arr = {0};
+    attn_safetensors st = {0};
+    bool npy = false;
+    if ((rc = cli_load_file(path, &npy, &arr, &st))) return rc;
+    if (npy) {
         printf("%s: .npy, 1 array\n", path);
         print_array("(array)", &arr);
         attn_array_free(&arr);
         return CLI_OK;
     }
-    attn_safetensors st = {0};
-    if ((rc = cli_load_safetensors("FILE", path, &st))) return rc;
     printf("%s: .safetensors, %zu tensor%s\n", path, st.count, st.count == 1 ? "" : "s");
     for (size_t i = 0; i < st.count; ++i) print_array(st.arrays[i].name, &st.arrays[i]);
     attn_safetensors_free(&st);
@@ -64,7 +53,9 @@ const cli_command cmd_info = {
     .summary = "list the tensors of a .npy or .safetensors file: names, dtypes, shapes",
     .usage = "FILE",
     .details = "FILE is read in full with the same checks as every other command; the\n"
-               "dtype column shows the file's type and the float32/bool attn reads it as.",
+               "dtype column shows the file's type and the float32/bool attn reads it as.\n"
+               "Its kind comes from its first bytes; FILE may be '-' (standard input), a\n"
+               "pipe or a FIFO, read once.",
     .options = info_options,
     .positional = "FILE",
     .run = run_info,

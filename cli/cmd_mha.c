@@ -12,9 +12,11 @@ static const char mha_details[] =
     "in_proj_bias, out_proj.weight, out_proj.bias; bias_k/bias_v present means\n"
     "add_bias_kv; kdim and vdim are read from the weight shapes.\n"
     "Masks follow nn.MultiheadAttention: bool true = NOT allowed, float added.\n"
-    "--key-padding-mask (B,S); --attn-mask (L,S) or (B*H,L,S); --causal is\n"
-    "attn_mask = triu(ones(L,S), 1). A query that sees no key gets a zero\n"
-    "attention output (torch gives NaN).";
+    "--key-padding-mask (B,S); --attn-mask (L,S) or (B*H,L,S); integer masks\n"
+    "are refused, as torch refuses them. --causal is attn_mask =\n"
+    "triu(ones(L,S), 1) (top-left; --causal bottom-right is the same and\n"
+    "accepted when L = S). A query that sees no key gets a zero attention\n"
+    "output (torch gives NaN).";
 
 #define MHA_INPUT_OPTIONS                                                                      \
     {"--params", "P.safetensors", "the module's state_dict (required)"},                       \
@@ -24,7 +26,7 @@ static const char mha_details[] =
     {"--value", "V.npy", "value (B,S,vdim); omit for self-attention"},                         \
     {"--key-padding-mask", "KPM.npy", "(B,S): bool true = ignore the key, or float added"},    \
     {"--attn-mask", "M.npy", "(L,S) or (B*H,L,S): bool true = blocked, or float added"},       \
-    {"--causal", NULL, "block keys after the query position"},                                 \
+    {"--causal", "[ALIGN]", "block keys after the query position (top-left; bottom-right: L = S)"}, \
     {"--add-zero-attn", NULL, "append a zero key and value (torch add_zero_attn)"},            \
     {"--threads", "N", "worker threads"},                                                      \
     {"--reference", NULL, "use the plain reference path"}
@@ -153,16 +155,17 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
     if (!(pp = cli_require(a, "--params")) || !cli_require(a, "--num-heads") ||
         !(xp = cli_require(a, "--query")))
         return CLI_USAGE;
-    long heads = 0, threads = 0;
+    long heads = 0;
+    attn_causal causal;
+    in->opts = attn_mha_opts_default();
     if (!cli_get_int(a, "--num-heads", 1, 1 << 20, &heads) ||
-        !cli_get_int(a, "--threads", 1, 1024, &threads))
+        !cli_get_threads(a, &in->opts.num_threads) ||
+        !cli_get_causal(a, ATTN_CAUSAL_TOP_LEFT, &causal))
         return CLI_USAGE;
     const char *kp = cli_get(a, "--key"), *vp = cli_get(a, "--value");
     if (!kp != !vp) return cli_usage_error(cmd, "give both --key and --value, or neither");
     in->self = !kp;
-    in->opts = attn_mha_opts_default();
-    in->opts.causal = cli_flag(a, "--causal");
-    in->opts.num_threads = (int)threads;
+    in->opts.causal = causal != ATTN_CAUSAL_NONE;
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
     int rc = load_module(cmd, pp, heads, cli_flag(a, "--add-zero-attn"), &in->m);
     if (rc) return rc;
@@ -175,13 +178,19 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
         if ((i == 0 || kp) && ranked[i].arr->t.ndim != 2 && ranked[i].arr->t.ndim != 3)
             return cli_usage_error(cmd, "%s: expected (B,L,E) or (L,E), got %d dimensions",
                                    ranked[i].opt, ranked[i].arr->t.ndim);
+    const attn_tensor *kt = kp ? &in->k.t : &in->x.t;
+    const int64_t L = in->x.t.shape[in->x.t.ndim - 2], S = kt->shape[kt->ndim - 2];
+    if (causal == ATTN_CAUSAL_BOTTOM_RIGHT && L != S)
+        return cli_usage_error(cmd, "--causal bottom-right: needs as many queries as keys (L = "
+                                    "%lld, S = %lld); nn.MultiheadAttention's causal is top-left",
+                               (long long)L, (long long)S);
     const char *kpm = cli_get(a, "--key-padding-mask"), *mp = cli_get(a, "--attn-mask");
     if (kpm) {
-        if ((rc = cli_load_npy(kpm, &in->kpm))) return rc;
+        if ((rc = cli_load_mask(kpm, &in->kpm))) return rc;
         in->opts.key_padding_mask = &in->kpm.t;
     }
     if (mp) {
-        if ((rc = cli_load_npy(mp, &in->mask))) return rc;
+        if ((rc = cli_load_mask(mp, &in->mask))) return rc;
         in->opts.attn_mask = &in->mask.t;
     }
     return CLI_OK;

@@ -4,8 +4,7 @@
  * that can fail on one rank ends with all ranks agreeing on the outcome, so
  * a bad file or shape stops every rank with a message instead of a hang.
  * Built only with MPI (see CMakeLists.txt). */
-#include "attn_mpi.h"
-#include "cli.h"
+#include "cmd_ring.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -16,12 +15,10 @@ static const cli_option ring_options[] = {
     {"--query", "Q.npy", "queries (B,H,N,D), (H,N,D) or (N,D)"},
     {"--key", "K.npy", "keys (B,Hkv,Nk,D)"},
     {"--value", "V.npy", "values (B,Hkv,Nk,Dv)"},
-    {"--key-padding-mask", "M.npy", "(B,Nk) or (Nk): bool true = may attend, or float added"},
-    {"--causal", NULL, "causal (top-left; needs Nq == Nk); shards in the zigzag layout"},
-    {"--scale", "S", "score scale (default 1/sqrt(D))"},
+    {"--key-padding-mask", "M.npy", "(B,Nk) or (Nk): bool true = ignore the key (torch's), or float added"},
+    {"--scale", "S", "score scale, > 0 (default 1/sqrt(D))"},
     {"--threads", "N", "threads per rank (default: ATTN_NUM_THREADS or all cores)"},
-    {"--block-keys", "N", "keys per transferred piece (default 2048)"},
-    {"--block-queries", "N", "query rows per attn_sdpa call (default 4096)"},
+    RING_SHARED_OPTIONS,
     {"--out", "O.npy", "output (B,H,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,H,Nq)"},
     {0},
@@ -34,13 +31,17 @@ static const char ring_details[] =
     "layout with --causal: rank r holds chunks r and 2P-1-r of 2P); key/value\n"
     "blocks then travel around the ring and partial results merge through\n"
     "their LSE. Results equal attn sdpa's up to rounding.\n"
+    "--key-padding-mask follows nn.MultiheadAttention (as attn mha): bool true =\n"
+    "ignore that key; integer masks are refused. Every rank must be given the\n"
+    "same options: one that differs (--scale, --causal, --block-keys...) or a\n"
+    "bad argument or --help on one rank stops them all with a message.\n"
     "attn ring bench --help: timing, communication wait and memory per rank.";
 
 static int run_ring(int argc, char **argv);
 
 const cli_command cmd_ring = {
     "ring", "ring attention over MPI (mpirun -np P attn ring ...; also: ring bench)",
-    "--query Q.npy --key K.npy --value V.npy [--causal] --out O.npy [--lse L.npy]",
+    "--query Q.npy --key K.npy --value V.npy [--causal [ALIGN]] --out O.npy [--lse L.npy]",
     ring_details, ring_options, NULL, run_ring,
 };
 
@@ -82,14 +83,6 @@ static void recv_floats(void *buf, int64_t bytes, int from, MPI_Comm comm)
         MPI_Recv(p, n, MPI_BYTE, from, 7, comm, MPI_STATUS_IGNORE);
         p += n, bytes -= n;
     } while (bytes > 0);
-}
-
-/* Every rank agrees on the worst exit status. */
-static int agree_rc(int rc, MPI_Comm comm)
-{
-    int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, comm);
-    return worst;
 }
 
 static int load_on_root(const cli_args *a, attn_array *q, attn_array *k, attn_array *v,
@@ -134,13 +127,18 @@ static int load_on_root(const cli_args *a, attn_array *q, attn_array *k, attn_ar
                                (long long)meta->Nq, (long long)meta->Nk);
     const char *mp = cli_get(a, "--key-padding-mask");
     if (mp) {
-        if (cli_load_npy(mp, m)) return CLI_USAGE;
+        if (cli_load_mask(mp, m)) return CLI_USAGE;
         const attn_tensor *t = &m->t;
         const bool batched = t->ndim == 2;
         if ((t->ndim != 1 && t->ndim != 2) || t->shape[t->ndim - 1] != meta->Nk ||
             (batched && t->shape[0] != meta->B))
             return cli_usage_error(cmd, "--key-padding-mask: expected (B, Nk) = (%lld, %lld) or (Nk)",
                                    (long long)meta->B, (long long)meta->Nk);
+        /* torch's key_padding_mask (true = ignore) into the library's
+         * (true = may attend) */
+        if (t->dtype == ATTN_BOOL)
+            for (int64_t i = 0, n = attn_tensor_numel(t); i < n; ++i)
+                ((uint8_t *)t->data)[i] ^= 1;
         meta->has_mask = 1;
         meta->mask_dtype = t->dtype;
         meta->mask_batched = batched;
@@ -158,35 +156,31 @@ static attn_tensor mirror(float *data, int rank, int64_t b, int64_t h, int64_t n
     return attn_tensor_make(data, ATTN_F32, nd, shape);
 }
 
+/* Everything but the shared options must be given; --scale > 0. */
+static int ring_arguments(const cli_args *a, void *ctx)
+{
+    attn_ring_opts *opts = ctx;
+    if (!cli_require(a, "--query") || !cli_require(a, "--key") || !cli_require(a, "--value") ||
+        !cli_require(a, "--out") || !cli_get_scale(a, &opts->scale))
+        return CLI_USAGE;
+    return cli_ring_options(a, opts);
+}
+
 static int ring_main(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_ring;
     cli_args a;
-    bool help;
-    int rc = cli_parse(cmd, argc, argv, &a, &help);
-    if (rc || help) return rc;
-    if (!cli_require(&a, "--query") || !cli_require(&a, "--key") || !cli_require(&a, "--value") ||
-        !cli_require(&a, "--out"))
-        return CLI_USAGE;
-    const bool causal = cli_flag(&a, "--causal");
     attn_ring_opts opts = attn_ring_opts_default();
-    opts.causal = causal;
-    long threads = 0, bk = 0, bq = 0;
-    if (!cli_get_float(&a, "--scale", &opts.scale) || !cli_get_int(&a, "--threads", 1, 1024, &threads) ||
-        !cli_get_int(&a, "--block-keys", 1, 1L << 30, &bk) ||
-        !cli_get_int(&a, "--block-queries", 1, 1L << 30, &bq))
-        return CLI_USAGE;
-    if (cli_get(&a, "--scale") && !(opts.scale > 0.0f))
-        return cli_usage_error(cmd, "--scale: must be positive (omit it for 1/sqrt(D))");
-    opts.num_threads = (int)threads, opts.block_keys = bk, opts.block_queries = bq;
-
-    int inited = 0, provided;
-    MPI_Initialized(&inited);
-    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    int P, me;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &me);
+    cli_ring_run run;
+    bool stop;
+    /* rank 0 alone reads the files and writes the outputs */
+    static const char *const agreed[] = {"--causal", "--scale", "--block-keys", "--block-queries",
+                                         NULL};
+    int rc = cli_ring_begin(cmd, argc, argv, &a, ring_arguments, &opts, agreed, &run, &stop);
+    if (stop) return rc;
+    const bool causal = opts.causal;
+    MPI_Comm comm = run.comm;
+    const int P = run.ranks, me = run.me;
 
     attn_array q = {0}, k = {0}, v = {0}, m = {0};
     ring_meta meta;
@@ -214,7 +208,7 @@ static int ring_main(int argc, char **argv)
     ll = cli_alloc_floats("ring", 3, B, Hq, nq, 1);
     lm = meta.has_mask ? calloc((size_t)(B * nk + 1), msz) : NULL;
     rc = lq && lk && lv && lo && ll && (!meta.has_mask || lm) ? CLI_OK : CLI_FAIL;
-    if ((rc = agree_rc(rc, comm)) != CLI_OK) {
+    if ((rc = cli_ring_agree(rc, comm)) != CLI_OK) {
         fprintf(stderr, "attn ring (rank %d): stopped: out of memory on a rank\n", me);
         goto done;
     }
@@ -290,7 +284,7 @@ static int ring_main(int argc, char **argv)
         fl = cli_alloc_floats("ring", 3, B, Hq, meta.Nq, 1);
         rc = fo && fl ? CLI_OK : CLI_FAIL;
     }
-    if ((rc = agree_rc(rc, comm)) != CLI_OK) goto done;
+    if ((rc = cli_ring_agree(rc, comm)) != CLI_OK) goto done;
     if (me == 0) {
         attn_tensor Fo = attn_tensor_4d(fo, B, Hq, meta.Nq, Dv), Fl = attn_tensor_3d(fl, B, Hq, meta.Nq);
         for (int r = 0; r < P; ++r) {
@@ -327,7 +321,7 @@ static int ring_main(int argc, char **argv)
 done:
     free(lq), free(lk), free(lv), free(lo), free(ll), free(lm), free(fo), free(fl);
     if (me == 0) attn_array_free(&q), attn_array_free(&k), attn_array_free(&v), attn_array_free(&m);
-    if (!inited) MPI_Finalize();
+    cli_ring_end(&run);
     return rc;
 }
 

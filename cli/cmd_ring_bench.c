@@ -6,8 +6,7 @@
  * sequence on one rank: the baseline the ring is compared with; on P ranks
  * it runs P independent copies at once, which measures what P cores give
  * to P times the work: the ceiling of the ring's speedup. */
-#include "attn_mpi.h"
-#include "cli.h"
+#include "cmd_ring.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,12 +22,10 @@ static const cli_option bench_options[] = {
     {"--heads", "H", "query heads (default 8)"},
     {"--kv-heads", "H", "key/value heads (default: --heads)"},
     {"--head-dim", "D", "feature size per head, also of values (default 64)"},
-    {"--causal", NULL, "causal over the whole sequence (zigzag layout; FLOPs counted as half)"},
+    RING_SHARED_OPTIONS,
     {"--mode", "MODE", "forward, backward or both (default both)"},
     {"--runs", "R", "timed runs, median reported (default 3)"},
     {"--threads", "N", "threads per rank (default 1)"},
-    {"--block-keys", "N", "keys per transferred piece (default 2048)"},
-    {"--block-queries", "N", "query rows per call (default 4096)"},
     {"--single", NULL, "plain attn_sdpa over the whole sequence on every rank (the baseline)"},
     {"--json", NULL, "one JSON object per mode and line (rank 0)"},
     {0},
@@ -53,7 +50,7 @@ static const char bench_details[] =
 
 const cli_command cmd_ring_bench = {
     "ring bench", "time ring attention (compute, communication, memory per rank)",
-    "--seq N [--causal] [--mode forward|backward|both] [--single] [--json]",
+    "--seq N [--causal [ALIGN]] [--mode forward|backward|both] [--single] [--json]",
     bench_details, bench_options, NULL, run_bench,
 };
 
@@ -135,39 +132,55 @@ static double load_average(void)
     return l;
 }
 
+/* The sizes and modes of one benchmark. */
+typedef struct {
+    long N, B, H, Hkv, D, runs;
+    bool fwd, bwd, single, json;
+    attn_ring_opts ro;
+} bench_args;
+
+static int bench_arguments(const cli_args *a, void *ctx)
+{
+    bench_args *b = ctx;
+    const cli_command *cmd = a->cmd;
+    if (!cli_get_int(a, "--seq", 1, 1L << 31, &b->N) || !cli_get_int(a, "--batch", 1, 1 << 16, &b->B) ||
+        !cli_get_int(a, "--heads", 1, 1 << 16, &b->H) || !cli_get_int(a, "--kv-heads", 1, 1 << 16, &b->Hkv) ||
+        !cli_get_int(a, "--head-dim", 1, 1 << 16, &b->D) || !cli_get_int(a, "--runs", 1, 1000, &b->runs))
+        return CLI_USAGE;
+    int rc = cli_ring_options(a, &b->ro);
+    if (rc) return rc;
+    if (b->Hkv < 0) b->Hkv = b->H;
+    if (b->H % b->Hkv)
+        return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", b->Hkv, b->H);
+    const char *mode = cli_get(a, "--mode");
+    if (mode && !strcmp(mode, "forward")) b->bwd = false;
+    else if (mode && !strcmp(mode, "backward")) b->fwd = false;
+    else if (mode && strcmp(mode, "both"))
+        return cli_usage_error(cmd, "--mode: expected forward, backward or both, got '%s'", mode);
+    b->single = cli_flag(a, "--single"), b->json = cli_flag(a, "--json");
+    return CLI_OK;
+}
+
 static int run_bench(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_ring_bench;
     cli_args a;
-    bool help;
-    int rc = cli_parse(cmd, argc, argv, &a, &help);
-    if (rc || help) return rc;
-    long N = 4096, B = 1, H = 8, Hkv = -1, D = 64, runs = 3, threads = 1, bk = 0, bq = 0;
-    if (!cli_get_int(&a, "--seq", 1, 1L << 31, &N) || !cli_get_int(&a, "--batch", 1, 1 << 16, &B) ||
-        !cli_get_int(&a, "--heads", 1, 1 << 16, &H) || !cli_get_int(&a, "--kv-heads", 1, 1 << 16, &Hkv) ||
-        !cli_get_int(&a, "--head-dim", 1, 1 << 16, &D) || !cli_get_int(&a, "--runs", 1, 1000, &runs) ||
-        !cli_get_int(&a, "--threads", 1, 1024, &threads) ||
-        !cli_get_int(&a, "--block-keys", 1, 1L << 30, &bk) ||
-        !cli_get_int(&a, "--block-queries", 1, 1L << 30, &bq))
-        return CLI_USAGE;
-    if (Hkv < 0) Hkv = H;
-    if (H % Hkv) return cli_usage_error(cmd, "--kv-heads: %ld does not divide --heads %ld", Hkv, H);
-    const char *mode = cli_get(&a, "--mode");
-    bool fwd = true, bwd = true;
-    if (mode && !strcmp(mode, "forward")) bwd = false;
-    else if (mode && !strcmp(mode, "backward")) fwd = false;
-    else if (mode && strcmp(mode, "both"))
-        return cli_usage_error(cmd, "--mode: expected forward, backward or both, got '%s'", mode);
-    const bool causal = cli_flag(&a, "--causal"), single = cli_flag(&a, "--single"),
-               json = cli_flag(&a, "--json");
-
-    int inited = 0, provided;
-    MPI_Initialized(&inited);
-    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm comm = MPI_COMM_WORLD;
-    int P, me;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &me);
+    bench_args b = {.N = 4096, .B = 1, .H = 8, .Hkv = -1, .D = 64, .runs = 3, .fwd = true,
+                    .bwd = true, .ro = attn_ring_opts_default()};
+    b.ro.num_threads = 1;
+    /* every rank runs the same collective calls: all but --threads and --json agree */
+    static const char *const agreed[] = {"--seq", "--batch", "--heads", "--kv-heads", "--head-dim",
+                                         "--causal", "--mode", "--runs", "--block-keys",
+                                         "--block-queries", "--single", NULL};
+    cli_ring_run run;
+    bool stop;
+    int rc = cli_ring_begin(cmd, argc, argv, &a, bench_arguments, &b, agreed, &run, &stop);
+    if (stop) return rc;
+    const long N = b.N, B = b.B, H = b.H, Hkv = b.Hkv, D = b.D, runs = b.runs,
+               threads = b.ro.num_threads;
+    const bool fwd = b.fwd, bwd = b.bwd, single = b.single, json = b.json, causal = b.ro.causal;
+    MPI_Comm comm = run.comm;
+    const int P = run.ranks, me = run.me;
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL, *l = NULL, *dq = NULL, *dk = NULL, *dv = NULL,
           *dout = NULL;
     attn_ring_span sp;
@@ -200,15 +213,14 @@ static int run_bench(int argc, char **argv)
                 dQ = attn_tensor_4d(dq, B, H, n, D), dK = attn_tensor_4d(dk, B, Hkv, n, D),
                 dV = attn_tensor_4d(dv, B, Hkv, n, D);
     attn_ring_timing tm;
-    attn_ring_opts ro = attn_ring_opts_default();
-    ro.causal = causal, ro.num_threads = (int)threads, ro.block_keys = bk, ro.block_queries = bq;
+    attn_ring_opts ro = b.ro;
     ro.timing = &tm;
     attn_sdpa_opts so = attn_sdpa_opts_default();
     so.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
     so.num_threads = (int)threads;
     so.path = ATTN_PATH_FUSED;
     /* transfer rate for one piece (the model's input), before any compute */
-    const int64_t piece = bk ? bk : 2048;
+    const int64_t piece = ro.block_keys ? ro.block_keys : 2048;
     const int64_t piece_floats = B * Hkv * piece * 2 * D;
     const double t_xfer = single ? 0 : transfer_time(comm, piece_floats);
     const double flops_fwd = 4.0 * (double)B * H * (double)N * (double)N * D * (causal ? 0.5 : 1.0);
@@ -314,6 +326,6 @@ static int run_bench(int argc, char **argv)
     }
 done:
     free(q), free(k), free(v), free(o), free(l), free(dq), free(dk), free(dv), free(dout);
-    if (!inited) MPI_Finalize();
+    cli_ring_end(&run);
     return rc;
 }

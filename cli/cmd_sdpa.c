@@ -11,7 +11,7 @@ static const char sdpa_details[] =
     "leading dimensions, and the outputs drop them too. Hq % Hkv == 0 (GQA).\n"
     "--attn-mask: bool (true = may attend) or float (added to the scores), any\n"
     "shape that broadcasts to (B,Hq,Nq,Nk).\n"
-    "--causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
+    "--causal, --causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
     "--causal bottom-right: query i sees keys j <= i + Nk - Nq (FlashAttention).\n"
     "A query that sees no key gets output 0 and LSE -inf, never NaN.\n"
     "--window L,R: query i sees keys i+Nk-Nq-L .. i+Nk-Nq+R (-1 = unbounded side).\n"
@@ -32,7 +32,7 @@ static const char sdpa_details[] =
     {"--key", "K.npy", "keys (B,Hkv,Nk,D)"},                                                   \
     {"--value", "V.npy", "values (B,Hkv,Nk,Dv)"},                                              \
     {"--attn-mask", "M.npy", "bool (true = attend) or float additive mask"},                   \
-    {"--causal", "ALIGN", "top-left or bottom-right"},                                         \
+    {"--causal", "[ALIGN]", "top-left (the default) or bottom-right"},                         \
     {"--scale", "S", "score scale, > 0 (default 1/sqrt(D))"},                                       \
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},             \
     {"--window", "L,R", "sliding window, FlashAttention's window_size (-1 = unbounded)"},      \
@@ -100,35 +100,11 @@ static void free_inputs(sdpa_inputs *in)
     for (int i = 0; i < 4; ++i) free(in->rounded[i]);
 }
 
-/* --window L,R: two integers >= -1. */
-static bool parse_window(const cli_command *cmd, const char *text, attn_window *w)
-{
-    char *end;
-    long long left = strtoll(text, &end, 10), right;
-    if (end == text || *end != ',') goto bad;
-    const char *r = end + 1;
-    right = strtoll(r, &end, 10);
-    if (end == r || *end) goto bad;
-    if (left < -1 || right < -1) {
-        cli_usage_error(cmd, "--window: sides must be >= 0, or -1 for unbounded; got '%s'", text);
-        return false;
-    }
-    w->enabled = true;
-    w->left = left;
-    w->right = right;
-    return true;
-bad:
-    cli_usage_error(cmd, "--window: expected L,R (two integers, -1 = unbounded), got '%s'", text);
-    return false;
-}
-
 /* The variant options; the ALiBi and sink files are checked by the library
  * against the query's shape (after --query is loaded). */
 static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
 {
-    const char *win = cli_get(a, "--window");
-    if (win && !parse_window(cmd, win, &in->opts.window)) return CLI_USAGE;
-    if (!cli_get_float(a, "--softcap", &in->opts.softcap) ||
+    if (!cli_get_window(a, &in->opts.window) || !cli_get_float(a, "--softcap", &in->opts.softcap) ||
         !cli_get_float(a, "--dropout", &in->opts.dropout_p) ||
         !cli_get_u64(a, "--seed", &in->opts.dropout_seed))
         return CLI_USAGE;
@@ -206,21 +182,9 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         !(vp = cli_require(a, "--value")))
         return CLI_USAGE;
     in->opts = attn_sdpa_opts_default();
-    const char *causal = cli_get(a, "--causal");
-    if (causal) {
-        if (!strcmp(causal, "top-left")) in->opts.causal = ATTN_CAUSAL_TOP_LEFT;
-        else if (!strcmp(causal, "bottom-right")) in->opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-        else return cli_usage_error(cmd, "--causal: expected top-left or bottom-right, got '%s'", causal);
-    }
-    long threads = 0;
-    if (!cli_get_float(a, "--scale", &in->opts.scale) ||
-        !cli_get_int(a, "--threads", 1, 1024, &threads))
+    if (!cli_get_causal(a, ATTN_CAUSAL_TOP_LEFT, &in->opts.causal) ||
+        !cli_get_scale(a, &in->opts.scale) || !cli_get_threads(a, &in->opts.num_threads))
         return CLI_USAGE;
-    if (cli_get(a, "--scale") && !(in->opts.scale > 0.0f))
-        return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it for "
-                                    "the default 1/sqrt(D))",
-                               cli_get(a, "--scale"));
-    in->opts.num_threads = (int)threads;
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
 
     int rc;
@@ -241,7 +205,7 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         return CLI_FAIL;
     const char *mp = cli_get(a, "--attn-mask");
     if (mp) {
-        if ((rc = cli_load_npy(mp, &in->mask))) return rc;
+        if ((rc = cli_load_mask(mp, &in->mask))) return rc;
         in->opts.mask[0] = &in->mask.t;
     }
     return load_variants(cmd, a, in);

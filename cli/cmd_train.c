@@ -157,7 +157,7 @@ static int parse_config(const cli_args *a, attn_train_config *cfg, bool *ablatio
      * second thread gains 1.6x on an idle 2-core machine but loses up to
      * 16x when another process holds the other core (docs/TRAINING.md). */
     cfg->num_threads = 1;
-    INT_OPT("--threads", 1, 1024, cfg->num_threads);
+    if (!cli_get_threads(a, &cfg->num_threads)) return CLI_USAGE;
 #undef INT_OPT
     if (cli_get(a, "--seed")) {
         if (!cli_get_u64(a, "--seed", &cfg->seed)) return CLI_USAGE;

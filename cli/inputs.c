@@ -1,37 +1,61 @@
 /* Reading the input files a command names: "-" for standard input, one
- * line per problem, a note when a conversion rounded, and a hint when a
- * file is of another kind than the option expects. */
+ * line per problem naming the command and the option, a note when a
+ * conversion rounded, and a hint when a file is of another kind than the
+ * option expects. */
 #include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STDIN_PATH "/dev/stdin"
 
 /* Standard input can be read once per run. */
 static bool stdin_taken;
 
+/* "attn CMD: " and the option that named path ("--query "), else
+ * `fallback` (may be NULL). */
+static void print_prefix(const char *path, const char *fallback)
+{
+    const cli_args *a = cli_running();
+    fprintf(stderr, "attn%s%s: ", a ? " " : "", a ? a->cmd->name : "");
+    for (int i = 0; a && i < a->count; ++i)
+        if (a->values[i] == path || !strcmp(a->values[i], path)) {
+            fprintf(stderr, "%s ", a->names[i]);
+            return;
+        }
+    if (fallback) fprintf(stderr, "%s ", fallback);
+}
+
 static const char *input_path(const char *path, bool *ok)
 {
     *ok = true;
     if (strcmp(path, "-") != 0) return path;
     if (stdin_taken) {
-        fprintf(stderr, "attn: -: standard input can be given for one input only\n");
+        print_prefix(path, NULL);
+        fprintf(stderr, "-: standard input can be given for one input only\n");
         *ok = false;
     }
     stdin_taken = true;
     return STDIN_PATH;
 }
 
-/* The library's message with "/dev/stdin" shown as the user wrote it. */
-static void print_error(const char *path, const attn_error *err)
+/* The library's message about `read` (the path it was given) shown with
+ * the path as the user wrote it. */
+static void print_error(const char *path, const char *read, const attn_error *err)
 {
     const char *msg = err->message[0] ? err->message : attn_status_string(err->status);
-    size_t n = strlen(STDIN_PATH);
-    if (!strcmp(path, "-") && !strncmp(msg, STDIN_PATH, n))
-        fprintf(stderr, "attn: - (standard input)%s\n", msg + n);
+    const size_t n = strlen(read);
+    print_prefix(path, NULL);
+    if (!strncmp(msg, read, n))
+        fprintf(stderr, "%s%s%s\n", path, strcmp(path, "-") ? "" : " (standard input)", msg + n);
     else
-        fprintf(stderr, "attn: %s\n", msg);
+        fprintf(stderr, "%s\n", msg);
 }
 
 static void note_rounding(const char *path, const attn_array *a)
@@ -42,28 +66,48 @@ static void note_rounding(const char *path, const attn_array *a)
                 (long long)a->inexact, a->file_dtype, a->inexact == 1 ? "" : "s");
 }
 
-int cli_load_npy(const char *path, attn_array *out)
+static int read_npy(const char *path, const char *read, attn_array *out)
 {
-    bool ok;
-    const char *real = input_path(path, &ok);
-    if (!ok) return CLI_USAGE;
     attn_error err = {0};
-    if (attn_npy_read(real, out, &err) != ATTN_OK) {
-        print_error(path, &err);
+    if (attn_npy_read(read, out, &err) != ATTN_OK) {
+        print_error(path, read, &err);
         return cli_exit_code(err.status);
     }
     note_rounding(path, out);
     return CLI_OK;
 }
 
-/* What a file that is not safetensors looks like, from its first bytes. */
-static const char *sniff(const char *path)
+int cli_load_npy(const char *path, attn_array *out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char b[8] = {0};
-    size_t n = fread(b, 1, sizeof b, f);
-    fclose(f);
+    bool ok;
+    const char *real = input_path(path, &ok);
+    return ok ? read_npy(path, real, out) : CLI_USAGE;
+}
+
+/* .npy "<i8", "|u1"; safetensors "I64", "U8": integers. */
+static bool integer_dtype(const char *file_dtype)
+{
+    const char c = file_dtype[0] == '<' || file_dtype[0] == '>' || file_dtype[0] == '|' ||
+                           file_dtype[0] == '='
+                       ? file_dtype[1]
+                       : file_dtype[0];
+    return c == 'i' || c == 'u' || c == 'I' || c == 'U';
+}
+
+int cli_load_mask(const char *path, attn_array *out)
+{
+    int rc = cli_load_npy(path, out);
+    if (rc || !integer_dtype(out->file_dtype)) return rc;
+    print_prefix(path, NULL);
+    fprintf(stderr, "%s: an integer mask (%s): masks must be bool or float, as in torch (for "
+                    "0/1 values save a bool array)\n", path, out->file_dtype);
+    attn_array_free(out);
+    return CLI_USAGE;
+}
+
+/* What a file that is not safetensors looks like, from its first bytes. */
+static const char *kind_of(const unsigned char *b, size_t n)
+{
     if (n >= 6 && !memcmp(b, "\x93NUMPY", 6)) return "a .npy file";
     if (n >= 4 && !memcmp(b, "PK\x03\x04", 4)) return "a zip archive (torch.save's .pt format?)";
     if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return "a Python pickle";
@@ -71,20 +115,139 @@ static const char *sniff(const char *path)
     return NULL;
 }
 
-int cli_load_safetensors(const char *option, const char *path, attn_safetensors *out)
+static const char *sniff(const char *path)
 {
-    bool ok;
-    const char *real = input_path(path, &ok);
-    if (!ok) return CLI_USAGE;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char b[8] = {0};
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    return kind_of(b, n);
+}
+
+static int read_safetensors(const char *option, const char *path, const char *read,
+                            bool regular, attn_safetensors *out)
+{
     attn_error err = {0};
-    if (attn_safetensors_read(real, out, &err) != ATTN_OK) {
-        const char *kind = err.status == ATTN_ERR_FORMAT && real == path ? sniff(path) : NULL;
-        if (kind)
-            fprintf(stderr, "attn: %s %s: is %s, not .safetensors\n", option, path, kind);
-        else
-            print_error(path, &err);
+    if (attn_safetensors_read(read, out, &err) != ATTN_OK) {
+        const char *kind = err.status == ATTN_ERR_FORMAT && regular ? sniff(read) : NULL;
+        if (kind) {
+            print_prefix(path, option);
+            fprintf(stderr, "%s: is %s, not .safetensors\n", path, kind);
+        } else {
+            print_error(path, read, &err);
+        }
         return cli_exit_code(err.status);
     }
     for (size_t i = 0; i < out->count; ++i) note_rounding(path, &out->arrays[i]);
     return CLI_OK;
+}
+
+int cli_load_safetensors(const char *option, const char *path, attn_safetensors *out)
+{
+    bool ok;
+    const char *real = input_path(path, &ok);
+    return ok ? read_safetensors(option, path, real, real == path, out) : CLI_USAGE;
+}
+
+/*
+ * A file of either kind, opened once: a pipe or FIFO cannot be opened twice
+ * or read back. Its first bytes tell the kind; a regular file is then read
+ * by its path, anything else through a pipe that a thread feeds with those
+ * bytes and the rest of the stream, so the readers meet the same bytes (and
+ * the same bounded memory) as from the original.
+ */
+typedef struct {
+    int from, to;
+    const unsigned char *head;
+    size_t nhead;
+} feed;
+
+static bool write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false; /* the reader stopped early: EPIPE */
+        p += w, n -= (size_t)w;
+    }
+    return true;
+}
+
+static void *feed_pipe(void *arg)
+{
+    feed *f = arg;
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, NULL);
+    unsigned char buf[65536];
+    bool ok = write_all(f->to, f->head, f->nhead);
+    while (ok) {
+        const ssize_t n = read(f->from, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        ok = n > 0 && write_all(f->to, buf, (size_t)n);
+    }
+    close(f->to);
+    return NULL;
+}
+
+static size_t read_head(int fd, unsigned char *b, size_t cap)
+{
+    size_t got = 0;
+    while (got < cap) {
+        const ssize_t n = read(fd, b + got, cap - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+int cli_load_file(const char *path, bool *is_npy, attn_array *npy, attn_safetensors *st)
+{
+    bool ok;
+    const char *real = input_path(path, &ok);
+    if (!ok) return CLI_USAGE;
+    const int fd = open(real, O_RDONLY);
+    if (fd < 0) { /* the library words it */
+        attn_error err = {0};
+        attn_npy_read(real, npy, &err);
+        print_error(path, real, &err);
+        return cli_exit_code(err.status);
+    }
+    struct stat info;
+    const bool regular = fstat(fd, &info) == 0 && !S_ISFIFO(info.st_mode) &&
+                         !S_ISCHR(info.st_mode) && !S_ISSOCK(info.st_mode);
+    unsigned char head[8];
+    feed f = {.from = fd, .to = -1, .head = head, .nhead = read_head(fd, head, sizeof head)};
+    *is_npy = f.nhead >= 6 && !memcmp(head, "\x93NUMPY", 6);
+    int rc;
+    if (regular) {
+        close(fd);
+        rc = *is_npy ? read_npy(path, real, npy) : read_safetensors(NULL, path, real, true, st);
+        return rc;
+    }
+    int ends[2];
+    pthread_t feeder;
+    if (pipe(ends) != 0) {
+        close(fd);
+        print_prefix(path, NULL);
+        fprintf(stderr, "%s: cannot make a pipe: %s\n", path, strerror(errno));
+        return CLI_FAIL;
+    }
+    f.to = ends[1];
+    if (pthread_create(&feeder, NULL, feed_pipe, &f) != 0) {
+        close(fd), close(ends[0]), close(ends[1]);
+        print_prefix(path, NULL);
+        fprintf(stderr, "%s: cannot start a thread to read it\n", path);
+        return CLI_FAIL;
+    }
+    char through[64];
+    snprintf(through, sizeof through, "/proc/self/fd/%d", ends[0]);
+    rc = *is_npy ? read_npy(path, through, npy) : read_safetensors(NULL, path, through, false, st);
+    close(ends[0]); /* a feeder still writing gets EPIPE */
+    pthread_join(feeder, NULL);
+    close(fd);
+    return rc;
 }

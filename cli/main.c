@@ -27,14 +27,15 @@ static void print_help(FILE *f)
                "  attn --version         version, kernel ISA and threads\n");
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         print_help(stderr);
         return CLI_USAGE;
     }
     const char *name = argv[1];
-    if (!strcmp(name, "help") && argc >= 3) { /* attn help CMD = attn CMD --help */
+    if (!strcmp(name, "help") && argc >= 3 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
+        /* attn help CMD = attn CMD --help */
         for (size_t i = 0; i < NCOMMANDS; ++i)
             if (!strcmp(argv[2], commands[i]->name)) {
                 cli_print_help(commands[i]);
@@ -61,4 +62,11 @@ int main(int argc, char **argv)
         if (!strcmp(name, commands[i]->name)) return commands[i]->run(argc - 1, argv + 1);
     fprintf(stderr, "attn: unknown command '%s' (see attn --help)\n", name);
     return CLI_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    cli_signals_init();
+    if (!cli_check_environment()) return CLI_USAGE;
+    return cli_close_stdout(argc >= 2 && argv[1][0] != '-' ? argv[1] : "", run(argc, argv));
 }

@@ -1,48 +1,10 @@
 /* Output files of a command, all or nothing, through the library's output
  * sets; temporary files are removed when SIGINT, SIGTERM or SIGHUP ends the
- * run. */
+ * run (signals.c). */
 #include "cli.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-
-/* The sets whose temporaries a signal must remove (a command has one). */
-#define MAX_LIVE 4
-static attn_outputs *volatile live[MAX_LIVE];
-
-static void on_signal(int sig)
-{
-    for (int i = 0; i < MAX_LIVE; ++i)
-        if (live[i]) attn_outputs_remove_temporaries(live[i]);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void track(attn_outputs *set, bool on)
-{
-    static bool installed;
-    if (!installed) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-        for (int i = 0; i < 3; ++i) sigaddset(&sa.sa_mask, sigs[i]);
-        for (int i = 0; i < 3; ++i) {
-            struct sigaction old;
-            /* keep an inherited "ignore" (nohup) */
-            if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
-            sigaction(sigs[i], &sa, NULL);
-        }
-        installed = true;
-    }
-    for (int i = 0; i < MAX_LIVE; ++i)
-        if (on ? !live[i] : live[i] == set) {
-            live[i] = on ? set : NULL;
-            return;
-        }
-}
 
 /* "attn CMD: --lse adir: is a directory" from "adir: is a directory" (the
  * library's messages about an output start with its path, or the end of a
@@ -63,7 +25,7 @@ int cli_outputs_begin(cli_outputs *o, const cli_command *cmd)
     o->cmd = cmd;
     attn_error err = {0};
     if (attn_outputs_create(&o->set, &err) != ATTN_OK) return report(o, -1, &err);
-    track(o->set, true);
+    cli_signals_track(o->set, true);
     return CLI_OK;
 }
 
@@ -131,16 +93,11 @@ int cli_outputs_bytes(cli_outputs *o, int index, const void *data, size_t size)
 int cli_outputs_commit(cli_outputs *o)
 {
     /* A signal in the middle would leave some outputs moved and some not:
-     * hold it until the commit has finished (or been undone). */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    sigprocmask(SIG_BLOCK, &block, &old);
+     * it waits until the commit has finished (or been undone). */
     attn_error err = {0};
+    cli_signals_hold(true);
     attn_status st = attn_outputs_commit(o->set, &err);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    cli_signals_hold(false);
     if (st == ATTN_OK) return CLI_OK;
     /* which output failed: the message starts with its path as shown */
     for (int i = 0; i < o->n; ++i) {
@@ -154,7 +111,7 @@ int cli_outputs_commit(cli_outputs *o)
 void cli_outputs_end(cli_outputs *o)
 {
     if (!o->set) return;
-    track(o->set, false);
+    cli_signals_track(o->set, false);
     attn_outputs_free(o->set);
     o->set = NULL;
 }

@@ -329,7 +329,9 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
         !cli_get_int(a, "--d-model", 1, 1 << 16, &d_model))
         return CLI_USAGE;
     s->heads = heads;
-    s->causal = cli_flag(a, "--causal");
+    attn_causal causal; /* self-attention, L = S: both alignments are one mask */
+    if (!cli_get_causal(a, ATTN_CAUSAL_TOP_LEFT, &causal)) return CLI_USAGE;
+    s->causal = causal != ATTN_CAUSAL_NONE;
     const char *seed_text = cli_get(a, "--seed");
     uint64_t seed = 0;
     if (!cli_get_u64(a, "--seed", &seed)) return CLI_USAGE;
@@ -408,14 +410,8 @@ int steps_load(const cli_command *cmd, const cli_args *a, steps *s)
 
     s->scale = 1.0f / sqrtf((float)s->d_k);
     s->default_scale = true;
-    if (cli_get(a, "--scale")) {
-        if (!cli_get_float(a, "--scale", &s->scale)) return CLI_USAGE;
-        if (!(s->scale > 0.0f))
-            return cli_usage_error(cmd, "--scale: must be a positive number, got %s (omit it "
-                                        "for the default 1/sqrt(d_k))",
-                                   cli_get(a, "--scale"));
-        s->default_scale = false;
-    }
+    if (!cli_get_scale(a, &s->scale)) return CLI_USAGE;
+    s->default_scale = !cli_get(a, "--scale");
     return CLI_OK;
 }
 
@@ -454,6 +450,22 @@ int steps_compute(const cli_command *cmd, steps *s)
                 if (isfinite(s->scaled[at]) && fabs(s->scaled[at]) > max_scaled)
                     max_scaled = fabs(s->scaled[at]);
             }
+
+    /* Finite inputs whose projections or scores are not: float32 overflowed
+     * (values near 3e38). Named as such, before any comparison meets it. */
+    const struct { const char *what; const float *x; int64_t count; } stages[] = {
+        {"the projections Q, K, V", s->q, n * H * dk}, {"", s->k, n * H * dk},
+        {"", s->v, n * H * dv}, {"the scores Q Kᵀ · scale", s->scaled, H * n * n}};
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; ++i)
+        for (int64_t at = 0; at < stages[i].count; ++at) {
+            const float x = stages[i].x[at];
+            if (isnan(x) || (isinf(x) && x > 0) || (isinf(x) && i < 3)) {
+                fprintf(stderr, "attn %s: float32 overflow: %s reach %g (largest float32: "
+                                "3.4e38); scale the inputs or weights down\n",
+                        cmd->name, stages[i].what[0] ? stages[i].what : stages[0].what, (double)x);
+                return CLI_USAGE;
+            }
+        }
 
     /* 4. Normalize and 5. Aggregate, by the library: the (n, H·d) buffers
      * are (1, H, n, d) views with strides (·, d, H·d, 1) */

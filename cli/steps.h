@@ -34,7 +34,7 @@
     {"--seed", "S", "random weights (attn_mha_init), and X ~ N(0,1) if no --x"},               \
     {"--d-model", "D", "width of the random X (default 4)"},                                   \
     {"--heads", "H", "number of heads (default 1)"},                                           \
-    {"--causal", NULL, "token i attends only to tokens j <= i"},                               \
+    {"--causal", "[ALIGN]", "token i attends only to tokens j <= i (either alignment: L = S)"},  \
     {"--scale", "S", "multiply the scores by S instead of 1/sqrt(d_k)"}
 
 /* Help paragraph describing the options above. */

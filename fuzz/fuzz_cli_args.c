@@ -65,7 +65,23 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             cli_get_int(&a, a.names[i], -1000000, 1000000, &l);
             cli_get_float(&a, a.names[i], &f);
             cli_get_u64(&a, a.names[i], &u);
+            long long list[8];
+            int n = 0;
+            cli_get_list(&a, a.names[i], -5, 1 << 30, list, 8, &n);
+            if (n < 0 || n > 8) abort();
         }
+        /* the shared options' own parsers */
+        attn_causal causal = ATTN_CAUSAL_NONE;
+        attn_window window = {0};
+        int threads = 0;
+        float scale = 0;
+        if (cli_get_causal(&a, ATTN_CAUSAL_TOP_LEFT, &causal) && cli_get(&a, "--causal") &&
+            causal == ATTN_CAUSAL_NONE)
+            abort(); /* --causal given, in any form, is causal */
+        if (cli_get_window(&a, &window) && window.enabled && (window.left < -1 || window.right < -1))
+            abort();
+        if (cli_get_threads(&a, &threads) && (threads < 0 || threads > ATTN_MAX_THREADS)) abort();
+        if (cli_get_scale(&a, &scale) && cli_get(&a, "--scale") && !(scale > 0.0f)) abort();
     } else if (rc != CLI_OK && rc != CLI_USAGE) {
         abort();
     }

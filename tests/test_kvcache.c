@@ -31,6 +31,7 @@
  */
 #include "attn.h"
 #include "ref64_variants.h"
+#include "sdpa_judge.h"
 #include "testutil.h"
 
 #include <float.h>
@@ -72,14 +73,7 @@ static kcase random_case(uint64_t seed)
     c.cap = tu_rng_int(&r, 1, 300);
     c.Nq = tu_rng_int(&r, 1, 16);
     c.causal = tu_rng_chance(&r, 0.6) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
-    if (tu_rng_chance(&r, 0.2)) {
-        c.window.enabled = true;
-        c.window.left = tu_rng_chance(&r, 0.3) ? -1 : tu_rng_int(&r, 0, 40);
-        c.window.right = tu_rng_chance(&r, 0.3) ? -1 : tu_rng_int(&r, 0, 10);
-    }
-    if (tu_rng_chance(&r, 0.15)) c.softcap = (float)tu_rng_range(&r, 1.0, 20.0);
-    if (tu_rng_chance(&r, 0.2)) c.alibi = (int)tu_rng_int(&r, 1, 2);
-    c.sinks = tu_rng_chance(&r, 0.15);
+    sj_random_variants(&r, 40, 10, &c.window, &c.softcap, &c.alibi, &c.sinks);
     c.steps = (int)tu_rng_int(&r, 1, 5);
     static const int64_t blocks[] = {1, 3, 8, 16, 64};
     c.block_size = tu_rng_pick(&r, blocks, 5);
@@ -783,12 +777,9 @@ static void group_errors(tu_suite *s)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (opt.replay) {
         tu_group gc, gp;
         tu_group_begin(&gc, &s, "contiguous");

@@ -45,16 +45,6 @@
 #define HAVE_F16C_CHECK 1
 #endif
 
-static void *xcalloc(int64_t n, size_t size)
-{
-    void *p = calloc((size_t)(n > 0 ? n : 1), size);
-    if (!p) {
-        fprintf(stderr, "test_lowp: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
 static float bits_f32(uint32_t u)
 {
     float f;
@@ -206,8 +196,8 @@ static void group_vector_conversions(tu_suite *suite, uint64_t step)
     sj_path paths[SJ_MAX_PATHS];
     const int npaths = sj_paths(paths);
     const int64_t nsample = (int64_t)((1ull << 32) / step) + 1 + 4 * 32767 + 4;
-    float *f = xcalloc(nsample, sizeof(float)), *wide = xcalloc(65536, sizeof(float));
-    uint16_t *h = xcalloc(nsample, sizeof(uint16_t)), *pat = xcalloc(65536, sizeof(uint16_t));
+    float *f = tu_xcalloc(nsample, sizeof(float)), *wide = tu_xcalloc(65536, sizeof(float));
+    uint16_t *h = tu_xcalloc(nsample, sizeof(uint16_t)), *pat = tu_xcalloc(65536, sizeof(uint16_t));
     const attn_dtype types[2] = {ATTN_BF16, ATTN_F16};
     for (int ti = 0; ti < 2; ++ti) {
         const attn_dtype t = types[ti];
@@ -297,9 +287,9 @@ static void lp_make(lp_tensor *t, attn_dtype dt, const int64_t *shape, bool stri
 {
     const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
     const int64_t gap = (strided && value_like) || gapped ? 2 : 1;
-    t->fbuf = xcalloc(n * gap, sizeof(float));
-    t->hbuf = xcalloc(n * gap, sizeof(uint16_t));
-    t->ref = xcalloc(n, sizeof(double));
+    t->fbuf = tu_xcalloc(n * gap, sizeof(float));
+    t->hbuf = tu_xcalloc(n * gap, sizeof(uint16_t));
+    t->ref = tu_xcalloc(n, sizeof(double));
     t->f = attn_tensor_make(t->fbuf, ATTN_F32, 4, shape);
     if (strided && !value_like) { /* a (B, N, H, D) buffer seen as (B, H, N, D) */
         t->f.stride[3] = 1;
@@ -344,7 +334,7 @@ static attn_tensor out16(attn_dtype dt, const int64_t *shape, int ndim, uint16_t
 {
     int64_t n = 1;
     for (int d = 0; d < ndim; ++d) n *= shape[d];
-    *buf = xcalloc(n, sizeof(uint16_t));
+    *buf = tu_xcalloc(n, sizeof(uint16_t));
     return attn_tensor_make(*buf, dt, ndim, shape);
 }
 
@@ -352,7 +342,7 @@ static attn_tensor out32(const int64_t *shape, int ndim, float **buf)
 {
     int64_t n = 1;
     for (int d = 0; d < ndim; ++d) n *= shape[d];
-    *buf = xcalloc(n, sizeof(float));
+    *buf = tu_xcalloc(n, sizeof(float));
     return attn_tensor_make(*buf, ATTN_F32, ndim, shape);
 }
 
@@ -442,7 +432,7 @@ static void free_opts(lp_opts_storage *st)
 static double *case_bias(const lp_case *c, const attn_sdpa_opts *o)
 {
     if (!c->mask) return NULL;
-    double *bias = xcalloc(c->B * c->Hq * c->Nq * c->Nk, sizeof(double));
+    double *bias = tu_xcalloc(c->B * c->Hq * c->Nq * c->Nk, sizeof(double));
     ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, o->mask[0]);
     return bias;
 }
@@ -473,17 +463,17 @@ static void run_case(tu_group *gb, tu_group *gr, const lp_case *c, attn_dtype dt
     const ref64_sdpa rp = {c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv,
                            (double)(1.0f / sqrtf((float)c->D)), c->causal, bias};
     if (!c->variants) {
-        double *w = xcalloc(nl * c->Nk, sizeof(double));
-        ref_o = xcalloc(no, sizeof(double));
-        mag_o = xcalloc(no, sizeof(double));
+        double *w = tu_xcalloc(nl * c->Nk, sizeof(double));
+        ref_o = tu_xcalloc(no, sizeof(double));
+        mag_o = tu_xcalloc(no, sizeof(double));
         ref64_sdpa_forward(&rp, q.ref, k.ref, v.ref, ref_o, NULL, w);
         if (c->backward) {
-            ref_dq = xcalloc(nqe, sizeof(double));
-            ref_dk = xcalloc(nke, sizeof(double));
-            ref_dv = xcalloc(nve, sizeof(double));
-            mag_dq = xcalloc(nqe, sizeof(double));
-            mag_dk = xcalloc(nke, sizeof(double));
-            mag_dv = xcalloc(nve, sizeof(double));
+            ref_dq = tu_xcalloc(nqe, sizeof(double));
+            ref_dk = tu_xcalloc(nke, sizeof(double));
+            ref_dv = tu_xcalloc(nve, sizeof(double));
+            mag_dq = tu_xcalloc(nqe, sizeof(double));
+            mag_dk = tu_xcalloc(nke, sizeof(double));
+            mag_dv = tu_xcalloc(nve, sizeof(double));
             ref64_sdpa_backward(&rp, q.ref, k.ref, v.ref, dout.ref, ref_dq, ref_dk, ref_dv);
         }
         ref64_sdpa_magnitudes(&rp, q.ref, k.ref, v.ref, dout.ref, w, mag_o, mag_dq, mag_dk, mag_dv);
@@ -510,8 +500,8 @@ static void run_case(tu_group *gb, tu_group *gr, const lp_case *c, attn_dtype dt
         bool same = same_bits(gb, what, o16f, o32, no) && same_bits(gb, what, l16, l32, nl) &&
                     rounded_bits(gb, what, dt, o16, o32, no);
         if (same && c->gapped) { /* a 16-bit out with element stride 2 too */
-            uint16_t *wide = xcalloc(2 * no, sizeof(uint16_t));
-            uint16_t *packed = xcalloc(no, sizeof(uint16_t));
+            uint16_t *wide = tu_xcalloc(2 * no, sizeof(uint16_t));
+            uint16_t *packed = tu_xcalloc(no, sizeof(uint16_t));
             attn_tensor OG = attn_tensor_make(wide, dt, 4, os);
             for (int d = 0; d < 4; ++d) OG.stride[d] *= 2;
             ok = attn_sdpa(&q.h, &k.h, &v.h, &OG, NULL, NULL, &o, &e) == ATTN_OK;
@@ -650,8 +640,8 @@ static void group_bf16_dot(tu_suite *suite, const tu_options *opt)
         double *bias = case_bias(c, &o);
         const ref64_sdpa rp = {c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv,
                                (double)(1.0f / sqrtf((float)c->D)), c->causal, bias};
-        double *w = xcalloc(nl * c->Nk, sizeof(double)), *ref_o = xcalloc(no, sizeof(double));
-        double *mag_o = xcalloc(no, sizeof(double));
+        double *w = tu_xcalloc(nl * c->Nk, sizeof(double)), *ref_o = tu_xcalloc(no, sizeof(double));
+        double *mag_o = tu_xcalloc(no, sizeof(double));
         ref64_sdpa_forward(&rp, q.ref, k.ref, v.ref, ref_o, NULL, w);
         ref64_sdpa_magnitudes(&rp, q.ref, k.ref, v.ref, NULL, w, mag_o, NULL, NULL, NULL);
         const double S = ref64_sdpa_score_magnitude(&rp, q.ref, k.ref);
@@ -947,12 +937,9 @@ static void group_files_cli(tu_suite *suite)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
     tu_options opt;
-    if (!tu_parse_options(argc, argv, 0x1f16b16ull, &opt)) return 2;
-    tu_install_crash_handler();
-    tu_suite suite = {0};
-    suite.verbose = opt.verbose;
+    tu_suite suite;
+    if (!tu_begin(argc, argv, 0x1f16b16ull, &opt, &suite)) return 2;
     /* floats sampled every `step` bit patterns (~1M; ~65k in quick mode) */
     const uint64_t step = opt.quick ? 65521 : 4093;
     if (tu_group_selected(&opt, "conversions")) group_conversions(&suite, step);

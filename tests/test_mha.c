@@ -156,40 +156,6 @@ static void fill_mask(const tu_tensor *t, tu_rng *r)
     }
 }
 
-/* Points the oracle's parameter struct into a flat double array laid out
- * like the module's flat buffer (same offsets). */
-static void map_params(attn_mha *m, double *flat, mha64_params *p)
-{
-    memset(p, 0, sizeof *p);
-    float *base = attn_mha_params_flat(m, NULL);
-    const int64_t E = attn_mha_get_config(m)->embed_dim;
-    for (int i = 0; i < attn_mha_num_params(m); ++i) {
-        const char *name;
-        attn_tensor v;
-        attn_mha_param_at(m, i, &name, &v, NULL);
-        double *x = flat + ((float *)v.data - base);
-        if (!strcmp(name, "in_proj_weight")) {
-            p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
-        } else if (!strcmp(name, "q_proj_weight")) {
-            p->wq = x;
-        } else if (!strcmp(name, "k_proj_weight")) {
-            p->wk = x;
-        } else if (!strcmp(name, "v_proj_weight")) {
-            p->wv = x;
-        } else if (!strcmp(name, "in_proj_bias")) {
-            p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
-        } else if (!strcmp(name, "bias_k")) {
-            p->bias_k = x;
-        } else if (!strcmp(name, "bias_v")) {
-            p->bias_v = x;
-        } else if (!strcmp(name, "out_proj.weight")) {
-            p->wo = x;
-        } else if (!strcmp(name, "out_proj.bias")) {
-            p->bo = x;
-        }
-    }
-}
-
 static void fixture_free(fixture *f)
 {
     attn_mha_free(f->m);
@@ -270,8 +236,8 @@ static bool fixture_make(fixture *f, const mcase *c)
     f->grads64 = calloc(np + 1, sizeof(double));
     if (!f->params64 || !f->grads64) return false;
     for (size_t i = 0; i < np; ++i) f->params64[i] = P[i];
-    map_params(f->m, f->params64, &f->p64);
-    map_params(f->m, f->grads64, &f->g64);
+    mha64_map_params(f->m, f->params64, &f->p64);
+    mha64_map_params(f->m, f->grads64, &f->g64);
     f->query64 = gather(&f->query);
     f->dout64 = gather(&f->dout);
     if (!c->self) f->key64 = gather(&f->key), f->value64 = gather(&f->value);

@@ -74,23 +74,7 @@
 
 static bool g_full;
 static uint64_t g_seed;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void *xcalloc(int64_t n, size_t size)
-{
-    void *p = calloc((size_t)(n > 0 ? n : 1), size);
-    if (!p) {
-        fprintf(stderr, "test_stress: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
+static const tu_options *g_opt; /* the command line's options (group random reads them) */
 
 /* ------------------------------------------------------------ cases */
 
@@ -123,11 +107,6 @@ typedef struct {
     bool bnhd;
 } scase;
 
-static const char *causal_name(attn_causal c)
-{
-    return c == ATTN_CAUSAL_TOP_LEFT ? "top-left" : c == ATTN_CAUSAL_BOTTOM_RIGHT ? "bottom-right" : "none";
-}
-
 static void describe(const scase *c, const char *replay, char *buf, size_t n)
 {
     snprintf(buf, n,
@@ -135,7 +114,7 @@ static void describe(const scase *c, const char *replay, char *buf, size_t n)
              " Dv=%" PRId64 " scale=%.9g causal=%s |q|=%.3g |k|=%.3g |v|=%.3g |do|=%.3g mask0=%s "
              "mask1=%s c=%.9g equal=%d gap=%g poison=%d sample=%d bnhd=%d seed=0x%016" PRIx64
              " | replay: %s",
-             c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, (double)c->scale, causal_name(c->causal),
+             c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, (double)c->scale, sj_causal_name(c->causal),
              c->qmag, c->kmag, c->vmag, c->dmag, mk_name[c->mask0], mk_name[c->mask1], c->special_c,
              c->equal_rows, c->gap, c->poison, c->sample, c->bnhd, c->seed, replay);
 }
@@ -291,6 +270,22 @@ static void sdata_free(sdata *d)
 
 static double f32(double x) { return (double)(float)x; }
 
+/* The judge's case for c with d's data. */
+static void fill_jcase(sj_case *jc, const scase *c, const sdata *d)
+{
+    memset(jc, 0, sizeof *jc);
+    jc->B = c->B, jc->Hq = c->Hq, jc->Hkv = c->Hkv, jc->Nq = c->Nq, jc->Nk = c->Nk, jc->D = c->D, jc->Dv = c->Dv;
+    jc->scale = c->scale;
+    jc->causal = c->causal;
+    jc->mask[0] = d->mview[0], jc->mask[1] = d->mview[1];
+    jc->q = d->q, jc->k = d->k, jc->v = d->v, jc->dout = d->dout;
+    jc->rows = d->rows;
+    jc->weights = !c->sample && c->B * c->Hq * c->Nq * c->Nk <= (1 << 20);
+    jc->backward = c->backward && !c->sample;
+    jc->modes_all = true;
+    jc->bnhd = c->bnhd;
+}
+
 static void sdata_make(sdata *d, const scase *c)
 {
     memset(d, 0, sizeof *d);
@@ -299,11 +294,10 @@ static void sdata_make(sdata *d, const scase *c)
     tu_rng_seed(&r, c->seed ^ 0xDA7A5EEDull);
     const int64_t nq = c->B * c->Hq * c->Nq * c->D, nk = c->B * c->Hkv * c->Nk * c->D,
                   nv = c->B * c->Hkv * c->Nk * c->Dv, no = c->B * c->Hq * c->Nq * c->Dv;
-    d->q = xcalloc(nq, 8), d->k = xcalloc(nk, 8), d->v = xcalloc(nv, 8), d->dout = xcalloc(no, 8);
-    for (int64_t e = 0; e < nq; ++e) d->q[e] = f32(c->qmag * tu_rng_normal(&r));
-    for (int64_t e = 0; e < nk; ++e) d->k[e] = f32(c->kmag * tu_rng_normal(&r));
-    for (int64_t e = 0; e < nv; ++e) d->v[e] = f32(c->vmag * tu_rng_normal(&r));
-    for (int64_t e = 0; e < no; ++e) d->dout[e] = f32(c->dmag * tu_rng_normal(&r));
+    d->q = sj_random_normal(nq, c->qmag, &r);
+    d->k = sj_random_normal(nk, c->kmag, &r);
+    d->v = sj_random_normal(nv, c->vmag, &r);
+    d->dout = sj_random_normal(no, c->dmag, &r);
     const int64_t qrows = c->B * c->Hq * c->Nq;
     if (c->equal_rows) /* every fourth query row zero: all its logits exactly equal */
         for (int64_t row = 0; row < qrows; row += 4)
@@ -313,38 +307,13 @@ static void sdata_make(sdata *d, const scase *c)
             for (int64_t e = 0; e < c->D; ++e) d->q[row * c->D + e] = f32(d->q[row * c->D + e] * c->gap);
     if (make_mask(&d->mask[0], c->mask0, c, c->special_c, &r)) d->mview[0] = &d->mask[0].view;
     if (make_mask(&d->mask[1], c->mask1, c, c->special_c, &r)) d->mview[1] = &d->mask[1].view;
-    if (c->poison) {
-        /* Keys hidden from every row of every query head sharing them hold
-         * NaN, +inf or -inf in both K and V. */
-        const int64_t nsc = c->B * c->Hq * c->Nq * c->Nk;
-        double *bias = NULL;
-        if (d->mview[0] || d->mview[1]) {
-            bias = xcalloc(nsc, 8);
-            for (int m = 0; m < 2; ++m)
-                if (d->mview[m]) ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, d->mview[m]);
-        }
-        rv_problem rp;
-        memset(&rp, 0, sizeof rp);
-        rp.B = c->B, rp.Hq = c->Hq, rp.Hkv = c->Hkv, rp.Nq = c->Nq, rp.Nk = c->Nk;
-        rp.causal = c->causal, rp.bias = bias;
-        const int64_t group = c->Hq / c->Hkv;
-        static const double poison[] = {NAN, INFINITY, -INFINITY};
-        for (int64_t b = 0; b < c->B; ++b)
-            for (int64_t hk = 0; hk < c->Hkv; ++hk)
-                for (int64_t j = 0; j < c->Nk; ++j) {
-                    bool seen = false;
-                    for (int64_t h = hk * group; h < (hk + 1) * group && !seen; ++h)
-                        for (int64_t i = 0; i < c->Nq && !seen; ++i) seen = rv_visible(&rp, b, h, i, j);
-                    if (seen) continue;
-                    const double pv = poison[tu_rng_int(&r, 0, 2)];
-                    const int64_t kr = (b * c->Hkv + hk) * c->Nk + j;
-                    for (int64_t e = 0; e < c->D; ++e) d->k[kr * c->D + e] = pv;
-                    for (int64_t e = 0; e < c->Dv; ++e) d->v[kr * c->Dv + e] = pv;
-                }
-        free(bias);
+    if (c->poison) { /* keys no row sees hold NaN, +inf or -inf in K and V */
+        sj_case jc;
+        fill_jcase(&jc, c, d);
+        sj_poison_hidden_keys(&jc, d->k, d->v, &r);
     }
     if (c->sample) {
-        d->rows = xcalloc(c->Nq, 1);
+        d->rows = tu_xcalloc(c->Nq, 1);
         d->rows[0] = d->rows[c->Nq - 1] = 1;
         for (int s = 0; s < 40; ++s) d->rows[tu_rng_int(&r, 0, c->Nq - 1)] = 1;
     }
@@ -360,17 +329,7 @@ static void run_scase(tu_group *g, const scase *c, const char *replay)
     sdata d;
     sdata_make(&d, c);
     sj_case jc;
-    memset(&jc, 0, sizeof jc);
-    jc.B = c->B, jc.Hq = c->Hq, jc.Hkv = c->Hkv, jc.Nq = c->Nq, jc.Nk = c->Nk, jc.D = c->D, jc.Dv = c->Dv;
-    jc.scale = c->scale;
-    jc.causal = c->causal;
-    jc.mask[0] = d.mview[0], jc.mask[1] = d.mview[1];
-    jc.q = d.q, jc.k = d.k, jc.v = d.v, jc.dout = d.dout;
-    jc.rows = d.rows;
-    jc.weights = !c->sample && c->B * c->Hq * c->Nq * c->Nk <= (1 << 20);
-    jc.backward = c->backward && !c->sample;
-    jc.modes_all = true;
-    jc.bnhd = c->bnhd;
+    fill_jcase(&jc, c, &d);
     g_cases_run++;
     if (g->suite && g->suite->verbose) tu_group_note(g, "%s", desc);
     sj_run(g, &jc, desc);
@@ -744,7 +703,7 @@ static void group_oracle(tu_suite *s)
                       nv = c.B * c.Hkv * c.Nk * c.Dv;
         double *bias = NULL;
         if (d.mview[0] || d.mview[1]) {
-            bias = xcalloc(nsc, 8);
+            bias = tu_xcalloc(nsc, 8);
             for (int m = 0; m < 2; ++m)
                 if (d.mview[m]) ref64_add_mask(bias, c.B, c.Hq, c.Nq, c.Nk, d.mview[m]);
         }
@@ -754,9 +713,9 @@ static void group_oracle(tu_suite *s)
         memset(&b, 0, sizeof b);
         b.B = c.B, b.Hq = c.Hq, b.Hkv = c.Hkv, b.Nq = c.Nq, b.Nk = c.Nk, b.D = c.D, b.Dv = c.Dv;
         b.scale = scale, b.causal = c.causal, b.bias = bias;
-        double *o1 = xcalloc(no, 8), *o2 = xcalloc(no, 8), *g1[3], *g2[3];
+        double *o1 = tu_xcalloc(no, 8), *o2 = tu_xcalloc(no, 8), *g1[3], *g2[3];
         const int64_t gn[3] = {nq, nk, nv};
-        for (int i = 0; i < 3; ++i) g1[i] = xcalloc(gn[i], 8), g2[i] = xcalloc(gn[i], 8);
+        for (int i = 0; i < 3; ++i) g1[i] = tu_xcalloc(gn[i], 8), g2[i] = tu_xcalloc(gn[i], 8);
         ref64_sdpa_forward(&a, d.q, d.k, d.v, o1, NULL, NULL);
         rv_forward64(&b, d.q, d.k, d.v, o2, NULL, NULL, NULL);
         ref64_sdpa_backward(&a, d.q, d.k, d.v, d.dout, g1[0], g1[1], g1[2]);
@@ -956,8 +915,9 @@ static void group_large_n(tu_suite *s)
     tu_group_end(&g);
 }
 
-static void group_random(tu_suite *s, const tu_options *opt)
+static void group_random(tu_suite *s)
 {
+    const tu_options *opt = g_opt;
     tu_group g;
     tu_group_begin(&g, s, "random");
     const int64_t cases = opt->cases >= 0 ? opt->cases : g_full ? 1500 : 120;
@@ -1034,31 +994,6 @@ static void group_one_key(tu_suite *s)
 
 /* ------------------------------------------------------------ MHA */
 
-/* Points an mha64_params into a flat double array laid out like the
- * module's flat parameter buffer. */
-static void mha_map_params(attn_mha *m, double *flat, mha64_params *p)
-{
-    memset(p, 0, sizeof *p);
-    float *base = attn_mha_params_flat(m, NULL);
-    const int64_t E = attn_mha_get_config(m)->embed_dim;
-    for (int i = 0; i < attn_mha_num_params(m); ++i) {
-        const char *name;
-        attn_tensor v;
-        attn_mha_param_at(m, i, &name, &v, NULL);
-        double *x = flat + ((float *)v.data - base);
-        if (!strcmp(name, "in_proj_weight")) p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
-        else if (!strcmp(name, "q_proj_weight")) p->wq = x;
-        else if (!strcmp(name, "k_proj_weight")) p->wk = x;
-        else if (!strcmp(name, "v_proj_weight")) p->wv = x;
-        else if (!strcmp(name, "in_proj_bias")) p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
-        else if (!strcmp(name, "bias_k")) p->bias_k = x;
-        else if (!strcmp(name, "bias_v")) p->bias_v = x;
-        else if (!strcmp(name, "out_proj.weight")) p->wo = x;
-        else if (!strcmp(name, "out_proj.bias")) p->bo = x;
-    }
-}
-
-
 /* Naive float32 MHA (projections in float with plain or fused multiply-adds,
  * the attention core by rv_forward32 / rv_forward32fma on the dense float
  * bias, out projection), forward and backward; the fp32 yardstick of the MHA
@@ -1110,12 +1045,12 @@ static void mha_naive_run(const mha_naive *n, bool fm, double *out, double *dq, 
     const int64_t B = n->B, L = n->L, S = n->S, Sp = n->Sp, E = n->E, H = n->H, hd = E / H;
     const double *kin = n->self ? n->q : n->k, *vin = n->self ? n->q : n->v;
     const int64_t kd = n->self ? E : n->kd, vd = n->self ? E : n->vd;
-    float *Q = xcalloc(B * L * E, 4), *K = xcalloc(B * S * E, 4), *V = xcalloc(B * S * E, 4);
+    float *Q = tu_xcalloc(B * L * E, 4), *K = tu_xcalloc(B * S * E, 4), *V = tu_xcalloc(B * S * E, 4);
     lin32(fm, n->q, B * L, E, n->p->wq, n->p->bq, E, Q);
     lin32(fm, kin, B * S, kd, n->p->wk, n->p->bk, E, K);
     lin32(fm, vin, B * S, vd, n->p->wv, n->p->bv, E, V);
     /* per-head layouts (B,H,N,hd) in double holding floats */
-    double *qh = xcalloc(B * H * L * hd, 8), *kh = xcalloc(B * H * Sp * hd, 8), *vh = xcalloc(B * H * Sp * hd, 8);
+    double *qh = tu_xcalloc(B * H * L * hd, 8), *kh = tu_xcalloc(B * H * Sp * hd, 8), *vh = tu_xcalloc(B * H * Sp * hd, 8);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             for (int64_t i = 0; i < L; ++i)
@@ -1134,14 +1069,14 @@ static void mha_naive_run(const mha_naive *n, bool fm, double *out, double *dq, 
     rp.B = B, rp.Hq = H, rp.Hkv = H, rp.Nq = L, rp.Nk = Sp, rp.D = hd, rp.Dv = hd;
     rp.scale = 1.0 / sqrt((double)hd);
     rp.bias = n->bias32;
-    double *ah = xcalloc(B * H * L * hd, 8);
+    double *ah = tu_xcalloc(B * H * L * hd, 8);
     (fm ? rv_forward32fma : rv_forward32)(&rp, qh, kh, vh, ah, NULL, NULL, NULL);
-    double *A = xcalloc(B * L * E, 8);
+    double *A = tu_xcalloc(B * L * E, 8);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < L; ++i)
                 for (int64_t d = 0; d < hd; ++d) A[(b * L + i) * E + h * hd + d] = ah[((b * H + h) * L + i) * hd + d];
-    float *O = xcalloc(B * L * E, 4);
+    float *O = tu_xcalloc(B * L * E, 4);
     lin32(fm, A, B * L, E, n->p->wo, n->p->bo, E, O);
     for (int64_t e = 0; e < B * L * E; ++e) out[e] = O[e];
     /* backward */
@@ -1158,7 +1093,7 @@ static void mha_naive_run(const mha_naive *n, bool fm, double *out, double *dq, 
             for (int64_t t = 0; t < B * L; ++t) acc += (float)dO[t * E + o];
             g->bo[o] = acc;
         }
-    double *dA = xcalloc(B * L * E, 8), *dah = xcalloc(B * H * L * hd, 8);
+    double *dA = tu_xcalloc(B * L * E, 8), *dah = tu_xcalloc(B * H * L * hd, 8);
     for (int64_t t = 0; t < B * L; ++t)
         for (int64_t f = 0; f < E; ++f) {
             float acc = 0.0f;
@@ -1194,10 +1129,10 @@ static void mha_naive_run(const mha_naive *n, bool fm, double *out, double *dq, 
             }
         }
     }
-    double *dqh = xcalloc(B * H * L * hd, 8), *dkh = xcalloc(B * H * Sp * hd, 8), *dvh = xcalloc(B * H * Sp * hd, 8);
+    double *dqh = tu_xcalloc(B * H * L * hd, 8), *dkh = tu_xcalloc(B * H * Sp * hd, 8), *dvh = tu_xcalloc(B * H * Sp * hd, 8);
     (fm ? rv_backward32fma : rv_backward32)(&rp, qh, kh, vh, dah, dqh, dkh, dvh, NULL);
     /* back to (B,N,E) */
-    double *dQ = xcalloc(B * L * E, 8), *dK = xcalloc(B * S * E, 8), *dV = xcalloc(B * S * E, 8);
+    double *dQ = tu_xcalloc(B * L * E, 8), *dK = tu_xcalloc(B * S * E, 8), *dV = tu_xcalloc(B * S * E, 8);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             for (int64_t i = 0; i < L; ++i)
@@ -1303,11 +1238,11 @@ static void group_mha(tu_suite *s)
         size_t npar;
         float *P = attn_mha_params_flat(m, &npar);
         for (size_t i = 0; i < npar; ++i) P[i] = (float)(wmag * tu_rng_range(&r, -1, 1));
-        double *p64 = xcalloc((int64_t)npar, 8), *g64 = xcalloc((int64_t)npar, 8);
+        double *p64 = tu_xcalloc((int64_t)npar, 8), *g64 = tu_xcalloc((int64_t)npar, 8);
         for (size_t i = 0; i < npar; ++i) p64[i] = P[i];
         mha64_params mp, mg;
-        mha_map_params(m, p64, &mp);
-        mha_map_params(m, g64, &mg);
+        mha64_map_params(m, p64, &mp);
+        mha64_map_params(m, g64, &mg);
         tu_tensor tq, tk, tv, tdo, tkpm, tam;
         memset(&tk, 0, sizeof tk), memset(&tv, 0, sizeof tv), memset(&tkpm, 0, sizeof tkpm), memset(&tam, 0, sizeof tam);
         const int64_t qs[3] = {B, L, E}, ks[3] = {B, S, kd}, vs[3] = {B, S, vd};
@@ -1342,18 +1277,18 @@ static void group_mha(tu_suite *s)
             if (am_kind == 1) /* a row blocked entirely */
                 for (int64_t j = 0; j < S; ++j) tu_set(&tam.view, (L / 2) * S + j, 1);
         }
-        double *q64 = xcalloc(B * L * E, 8), *k64 = NULL, *v64 = NULL, *do64 = xcalloc(B * L * E, 8);
+        double *q64 = tu_xcalloc(B * L * E, 8), *k64 = NULL, *v64 = NULL, *do64 = tu_xcalloc(B * L * E, 8);
         double *kpm64 = NULL, *am64 = NULL;
         tu_to_f64(&tq.view, q64);
         tu_to_f64(&tdo.view, do64);
-        if (!self) k64 = xcalloc(B * S * kd, 8), v64 = xcalloc(B * S * vd, 8), tu_to_f64(&tk.view, k64), tu_to_f64(&tv.view, v64);
-        if (kpm_kind) kpm64 = xcalloc(B * S, 8), tu_to_f64(&tkpm.view, kpm64);
-        if (am_kind) am64 = xcalloc(L * S, 8), tu_to_f64(&tam.view, am64);
+        if (!self) k64 = tu_xcalloc(B * S * kd, 8), v64 = tu_xcalloc(B * S * vd, 8), tu_to_f64(&tk.view, k64), tu_to_f64(&tv.view, v64);
+        if (kpm_kind) kpm64 = tu_xcalloc(B * S, 8), tu_to_f64(&tkpm.view, kpm64);
+        if (am_kind) am64 = tu_xcalloc(L * S, 8), tu_to_f64(&tam.view, am64);
         const mha64_config c64 = {E, H, kd, vd, rc->bias, rc->add_bias_kv, rc->add_zero_attn};
         /* The masks combined in float32, as torch (and attn.h) add them; the
          * float64 oracle then sees the same (B·H,L,S) additive mask. */
         const int64_t Sp = mha64_src_len(&c64, S);
-        double *comb = xcalloc(B * H * L * S, 8), *bias32 = xcalloc(B * H * L * Sp, 8);
+        double *comb = tu_xcalloc(B * H * L * S, 8), *bias32 = tu_xcalloc(B * H * L * Sp, 8);
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t i = 0; i < L; ++i)
@@ -1377,7 +1312,7 @@ static void group_mha(tu_suite *s)
         memset(&ref, 0, sizeof ref);
         ref.n[0] = B * L * E, ref.n[1] = B * L * E, ref.n[2] = self ? 0 : B * S * kd, ref.n[3] = self ? 0 : B * S * vd;
         ref.n[4] = (int64_t)npar;
-        ref.out = xcalloc(ref.n[0], 8), ref.dq = xcalloc(ref.n[1], 8), ref.dk = xcalloc(ref.n[2], 8), ref.dv = xcalloc(ref.n[3], 8);
+        ref.out = tu_xcalloc(ref.n[0], 8), ref.dq = tu_xcalloc(ref.n[1], 8), ref.dk = tu_xcalloc(ref.n[2], 8), ref.dv = tu_xcalloc(ref.n[3], 8);
         mha64_forward(&c64, &mp, &in64, ref.out, NULL);
         mha64_backward(&c64, &mp, &in64, do64, &mg, ref.dq, self ? NULL : ref.dk, self ? NULL : ref.dv);
         ref.grads = g64;
@@ -1388,10 +1323,10 @@ static void group_mha(tu_suite *s)
         for (int fmi = 0; fmi < 2; ++fmi) {
             mha_res *x = &nv[fmi];
             memcpy(x->n, ref.n, sizeof x->n);
-            x->out = xcalloc(x->n[0], 8), x->dq = xcalloc(x->n[1], 8), x->dk = xcalloc(B * S * kd, 8), x->dv = xcalloc(B * S * vd, 8);
-            x->grads = xcalloc(x->n[4], 8);
+            x->out = tu_xcalloc(x->n[0], 8), x->dq = tu_xcalloc(x->n[1], 8), x->dk = tu_xcalloc(B * S * kd, 8), x->dv = tu_xcalloc(B * S * vd, 8);
+            x->grads = tu_xcalloc(x->n[4], 8);
             mha64_params gp;
-            mha_map_params(m, x->grads, &gp);
+            mha64_map_params(m, x->grads, &gp);
             const mha_naive nn = {B, L, S, Sp, E, H, kd, vd, self, rc->bias, rc->add_bias_kv, rc->add_zero_attn,
                                   q64, k64, v64, do64, &mp, bias32};
             mha_naive_run(&nn, fmi == 1, x->out, x->dq, x->dk, x->dv, &gp, fmi == 0 ? &mnat : NULL);
@@ -1439,8 +1374,8 @@ static void group_mha(tu_suite *s)
                 ran[pi] = true;
                 mha_res *x = &got[pi];
                 memcpy(x->n, ref.n, sizeof x->n);
-                x->out = xcalloc(x->n[0], 8), x->dq = xcalloc(x->n[1], 8), x->dk = xcalloc(x->n[2], 8), x->dv = xcalloc(x->n[3], 8);
-                x->grads = xcalloc(x->n[4], 8);
+                x->out = tu_xcalloc(x->n[0], 8), x->dq = tu_xcalloc(x->n[1], 8), x->dk = tu_xcalloc(x->n[2], 8), x->dv = tu_xcalloc(x->n[3], 8);
+                x->grads = tu_xcalloc(x->n[4], 8);
                 tu_to_f64(&to.view, x->out);
                 tu_to_f64(&tdq.view, x->dq);
                 if (!self) tu_to_f64(&tdk.view, x->dk), tu_to_f64(&tdv.view, x->dv);
@@ -1456,7 +1391,7 @@ static void group_mha(tu_suite *s)
             if (!cnt) continue;
             double big = 0;
             for (int64_t e = 0; e < cnt; ++e) if (isfinite(rv[e])) big = fmax(big, fabs(rv[e]));
-            double *nat = xcalloc(cnt, 8);
+            double *nat = tu_xcalloc(cnt, 8);
             for (int64_t e = 0; e < cnt; ++e) nat[e] = fmax(big, nat_extra[qi]);
             const double *y0 = qi == 0 ? nv[0].out : qi == 1 ? nv[0].dq : qi == 2 ? nv[0].dk : qi == 3 ? nv[0].dv : nv[0].grads;
             const double *y1 = qi == 0 ? nv[1].out : qi == 1 ? nv[1].dq : qi == 2 ? nv[1].dk : qi == 3 ? nv[1].dv : nv[1].grads;
@@ -1484,54 +1419,46 @@ static void group_mha(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* The random case seed names, as --case replays it. */
+static void replay_case(tu_group *g, uint64_t seed, const char *replay)
+{
+    scase c = random_case(seed);
+    run_scase(g, &c, replay);
+}
+
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    const char *full = getenv("ATTN_STRESS_FULL");
-    g_full = full && *full && strcmp(full, "0") != 0 && !opt.quick;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
+    g_opt = &opt;
+    g_full = tu_env_flag("ATTN_STRESS_FULL") && !opt.quick;
     g_seed = opt.seed;
-    const double t0 = now_seconds();
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
-    sj_path paths[SJ_MAX_PATHS];
-    const int np = sj_paths(paths);
-    printf("test_stress: %s mode, seed 0x%" PRIx64 ", paths:", g_full ? "full" : "quick", g_seed);
-    for (int i = 0; i < np; ++i) printf(" %s", paths[i].name);
-    printf("\n");
-    fflush(stdout);
-    if (opt.replay) {
-        tu_group g;
-        tu_group_begin(&g, &s, "replay");
-        scase c = random_case(opt.replay_seed);
-        char rp[128];
-        snprintf(rp, sizeof rp, "ATTN_TEST_CASE=0x%016" PRIx64 " ./test_stress", opt.replay_seed);
-        s.verbose = 1;
-        run_scase(&g, &c, rp);
-        tu_group_end(&g);
-        return tu_suite_finish(&s);
-    }
-    if (tu_group_selected(&opt, "paths")) group_paths(&s);
-    if (tu_group_selected(&opt, "oracle")) group_oracle(&s);
-    if (tu_group_selected(&opt, "defect1")) group_defect1(&s);
-    if (tu_group_selected(&opt, "defect2")) group_defect2(&s);
-    if (tu_group_selected(&opt, "defect3")) group_defect3(&s);
-    if (tu_group_selected(&opt, "defect4")) group_defect4(&s);
-    if (tu_group_selected(&opt, "defect5")) group_defect5(&s);
-    if (tu_group_selected(&opt, "masks")) group_masks(&s);
-    if (tu_group_selected(&opt, "hidden-nonfinite")) group_hidden_nonfinite(&s);
-    if (tu_group_selected(&opt, "dims")) group_dims(&s);
-    if (tu_group_selected(&opt, "gqa")) group_gqa(&s);
-    if (tu_group_selected(&opt, "alignment")) group_alignment(&s);
-    if (tu_group_selected(&opt, "magnitudes")) group_magnitudes(&s);
-    if (tu_group_selected(&opt, "large-n")) group_large_n(&s);
-    if (tu_group_selected(&opt, "decode")) group_decode(&s);
-    if (tu_group_selected(&opt, "one-key")) group_one_key(&s);
-    if (tu_group_selected(&opt, "mha")) group_mha(&s);
-    if (tu_group_selected(&opt, "random")) group_random(&s, &opt);
+    const double t0 = tu_now_seconds();
+    sj_print_header("test_stress", g_full ? "full" : "quick", g_seed);
+    if (opt.replay) return tu_replay(&s, &opt, "test_stress", replay_case);
+    static const tu_group_entry groups[] = {
+        {"paths", group_paths},
+        {"oracle", group_oracle},
+        {"defect1", group_defect1},
+        {"defect2", group_defect2},
+        {"defect3", group_defect3},
+        {"defect4", group_defect4},
+        {"defect5", group_defect5},
+        {"masks", group_masks},
+        {"hidden-nonfinite", group_hidden_nonfinite},
+        {"dims", group_dims},
+        {"gqa", group_gqa},
+        {"alignment", group_alignment},
+        {"magnitudes", group_magnitudes},
+        {"large-n", group_large_n},
+        {"decode", group_decode},
+        {"one-key", group_one_key},
+        {"mha", group_mha},
+        {"random", group_random},
+    };
+    tu_run_groups(&s, &opt, groups, (int)(sizeof groups / sizeof groups[0]));
     printf("test_stress: %" PRId64 " generated cases, %s mode, run time %.1f s\n", g_cases_run,
-           g_full ? "full" : "quick", now_seconds() - t0);
+           g_full ? "full" : "quick", tu_now_seconds() - t0);
     return tu_suite_finish(&s);
 }

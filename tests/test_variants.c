@@ -57,26 +57,10 @@
 #define DEFAULT_SEED 0x7A41A27ull
 
 static uint64_t g_seed;
+static const tu_options *g_opt; /* the command line's options (group combined reads them) */
 static bool g_quick = true;
 
-static void *xcalloc(int64_t n, size_t size)
-{
-    void *p = calloc((size_t)(n > 0 ? n : 1), size);
-    if (!p) {
-        fprintf(stderr, "test_variants: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
 static double f32(double x) { return (double)(float)x; }
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------ dropout mask */
 
@@ -91,8 +75,8 @@ static bool extract_keep(const sj_path *path, int64_t B, int64_t Hq, int64_t Nq,
                          char *why, size_t whylen)
 {
     const int64_t D = 3;
-    float *q = xcalloc(B * Hq * Nq * D, 4), *k = xcalloc(B * Nk * D, 4), *v = xcalloc(B * Nk * Nk, 4),
-          *o = xcalloc(B * Hq * Nq * Nk, 4);
+    float *q = tu_xcalloc(B * Hq * Nq * D, 4), *k = tu_xcalloc(B * Nk * D, 4), *v = tu_xcalloc(B * Nk * Nk, 4),
+          *o = tu_xcalloc(B * Hq * Nq * Nk, 4);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t j = 0; j < Nk; ++j) v[(b * Nk + j) * Nk + j] = 1.0f;
     attn_tensor Q = attn_tensor_4d(q, B, Hq, Nq, D), K = attn_tensor_4d(k, B, 1, Nk, D),
@@ -147,11 +131,6 @@ typedef struct {
     bool poison; /* keys no row sees (window, causal, masks) hold NaN / ±inf in K and V */
 } vcase;
 
-static const char *causal_name(attn_causal c)
-{
-    return c == ATTN_CAUSAL_TOP_LEFT ? "top-left" : c == ATTN_CAUSAL_BOTTOM_RIGHT ? "bottom-right" : "none";
-}
-
 static void describe(const vcase *c, const char *replay, char *buf, size_t n)
 {
     char win[64] = "off";
@@ -161,7 +140,7 @@ static void describe(const vcase *c, const char *replay, char *buf, size_t n)
              "B=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Nq=%" PRId64 " Nk=%" PRId64 " D=%" PRId64
              " Dv=%" PRId64 " scale=%.6g causal=%s window=%s softcap=%g alibi=%s sinks=%d(mean %g) "
              "dropout=%g mask=%s |q|=%g bnhd=%d poison=%d seed=0x%016" PRIx64 " | replay: %s",
-             c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, (double)c->scale, causal_name(c->causal),
+             c->B, c->Hq, c->Hkv, c->Nq, c->Nk, c->D, c->Dv, (double)c->scale, sj_causal_name(c->causal),
              win, (double)c->softcap, al_name[c->alibi], c->sinks, c->sink_mean, (double)c->dropout_p,
              vm_name[c->mask], c->qmag, c->bnhd, c->poison, c->seed, replay);
 }
@@ -240,91 +219,7 @@ static void vdata_free(vdata *d)
     if (d->have_mask) tu_tensor_free(&d->mask);
 }
 
-/* Builds the inputs; false (with why) if the dropout mask cannot be read. */
-static bool vdata_make(vdata *d, const vcase *c, char *why, size_t whylen)
-{
-    memset(d, 0, sizeof *d);
-    tu_rng r;
-    tu_rng_seed(&r, c->seed ^ 0x11A7Aull);
-    const int64_t nq = c->B * c->Hq * c->Nq * c->D, nk = c->B * c->Hkv * c->Nk * c->D,
-                  nv = c->B * c->Hkv * c->Nk * c->Dv, no = c->B * c->Hq * c->Nq * c->Dv;
-    d->q = xcalloc(nq, 8), d->k = xcalloc(nk, 8), d->v = xcalloc(nv, 8), d->dout = xcalloc(no, 8);
-    for (int64_t e = 0; e < nq; ++e) d->q[e] = f32(c->qmag * tu_rng_normal(&r));
-    for (int64_t e = 0; e < nk; ++e) d->k[e] = f32(c->qmag * tu_rng_normal(&r));
-    for (int64_t e = 0; e < nv; ++e) d->v[e] = f32(tu_rng_normal(&r));
-    for (int64_t e = 0; e < no; ++e) d->dout[e] = f32(tu_rng_normal(&r));
-    if (c->alibi != AL_NONE) {
-        const int64_t n = c->alibi == AL_PER_BATCH ? c->B * c->Hq : c->Hq;
-        d->alibi = xcalloc(n, 8);
-        if (c->alibi == AL_GEOMETRIC) {
-            rv_alibi_slopes64(c->Hq, d->alibi);
-            for (int64_t h = 0; h < n; ++h) d->alibi[h] = f32(d->alibi[h]);
-        } else {
-            for (int64_t h = 0; h < n; ++h) d->alibi[h] = f32(tu_rng_range(&r, 0.0, 0.6));
-        }
-    }
-    if (c->sinks) {
-        d->sinks = xcalloc(c->Hq, 8);
-        for (int64_t h = 0; h < c->Hq; ++h) d->sinks[h] = f32(c->sink_mean + 1.5 * tu_rng_normal(&r));
-    }
-    if (c->mask != VM_NONE) {
-        int64_t shape[4];
-        int ndim;
-        attn_dtype dt = ATTN_BOOL;
-        if (c->mask == VM_BOOL) ndim = 2, shape[0] = c->Nq, shape[1] = c->Nk;
-        else if (c->mask == VM_FLOAT) ndim = 4, shape[0] = c->B, shape[1] = 1, shape[2] = c->Nq, shape[3] = c->Nk, dt = ATTN_F32;
-        else ndim = 4, shape[0] = c->B, shape[1] = 1, shape[2] = 1, shape[3] = c->Nk;
-        tu_tensor_alloc(&d->mask, dt, ndim, shape, NULL);
-        d->have_mask = true;
-        const int64_t n = tu_numel(&d->mask.view);
-        for (int64_t e = 0; e < n; ++e) {
-            double val;
-            if (c->mask == VM_BOOL) val = tu_rng_chance(&r, 0.75);
-            else if (c->mask == VM_FLOAT) val = tu_rng_chance(&r, 0.12) ? -INFINITY : 1.5 * tu_rng_normal(&r);
-            else val = (e % c->Nk) < (e / c->Nk == 0 ? (c->Nk + 1) / 2 : c->Nk - 1);
-            tu_set(&d->mask.view, e, val);
-        }
-    }
-    if (c->poison) {
-        /* keys hidden from every row of every query head sharing them */
-        double *bias = NULL;
-        if (d->have_mask) {
-            bias = xcalloc(c->B * c->Hq * c->Nq * c->Nk, 8);
-            ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, &d->mask.view);
-        }
-        rv_problem rp;
-        memset(&rp, 0, sizeof rp);
-        rp.B = c->B, rp.Hq = c->Hq, rp.Hkv = c->Hkv, rp.Nq = c->Nq, rp.Nk = c->Nk;
-        rp.causal = c->causal, rp.window = c->window, rp.bias = bias;
-        const int64_t group = c->Hq / c->Hkv;
-        static const double poison[] = {NAN, INFINITY, -INFINITY};
-        for (int64_t b = 0; b < c->B; ++b)
-            for (int64_t hk = 0; hk < c->Hkv; ++hk)
-                for (int64_t j = 0; j < c->Nk; ++j) {
-                    bool seen = false;
-                    for (int64_t h = hk * group; h < (hk + 1) * group && !seen; ++h)
-                        for (int64_t i = 0; i < c->Nq && !seen; ++i) seen = rv_visible(&rp, b, h, i, j);
-                    if (seen) continue;
-                    const double pv = poison[tu_rng_int(&r, 0, 2)];
-                    const int64_t kr = (b * c->Hkv + hk) * c->Nk + j;
-                    for (int64_t e = 0; e < c->D; ++e) d->k[kr * c->D + e] = pv;
-                    for (int64_t e = 0; e < c->Dv; ++e) d->v[kr * c->Dv + e] = pv;
-                }
-        free(bias);
-    }
-    if (c->dropout_p > 0.0f) {
-        d->keep = xcalloc(c->B * c->Hq * c->Nq * c->Nk, 1);
-        /* read back on the best fused path (the reference path draws the
-         * same mask, checked in group dropout-mask, but is slow with Dv = Nk) */
-        sj_path paths[SJ_MAX_PATHS];
-        const int np = sj_paths(paths);
-        if (!extract_keep(&paths[np - 1], c->B, c->Hq, c->Nq, c->Nk, c->dropout_p, c->seed, c->seed >> 7, 2,
-                          d->keep, why, whylen))
-            return false;
-    }
-    return true;
-}
-
+/* The judge's case for c with d's data. */
 static void fill_jcase(sj_case *jc, const vcase *c, const vdata *d)
 {
     memset(jc, 0, sizeof *jc);
@@ -346,6 +241,68 @@ static void fill_jcase(sj_case *jc, const vcase *c, const vdata *d)
     jc->backward = c->backward;
     jc->modes_all = true;
     jc->bnhd = c->bnhd;
+}
+
+/* Builds the inputs; false (with why) if the dropout mask cannot be read. */
+static bool vdata_make(vdata *d, const vcase *c, char *why, size_t whylen)
+{
+    memset(d, 0, sizeof *d);
+    tu_rng r;
+    tu_rng_seed(&r, c->seed ^ 0x11A7Aull);
+    const int64_t nq = c->B * c->Hq * c->Nq * c->D, nk = c->B * c->Hkv * c->Nk * c->D,
+                  nv = c->B * c->Hkv * c->Nk * c->Dv, no = c->B * c->Hq * c->Nq * c->Dv;
+    d->q = sj_random_normal(nq, c->qmag, &r);
+    d->k = sj_random_normal(nk, c->qmag, &r);
+    d->v = sj_random_normal(nv, 1.0, &r);
+    d->dout = sj_random_normal(no, 1.0, &r);
+    if (c->alibi != AL_NONE) {
+        const int64_t n = c->alibi == AL_PER_BATCH ? c->B * c->Hq : c->Hq;
+        d->alibi = tu_xcalloc(n, 8);
+        if (c->alibi == AL_GEOMETRIC) {
+            rv_alibi_slopes64(c->Hq, d->alibi);
+            for (int64_t h = 0; h < n; ++h) d->alibi[h] = f32(d->alibi[h]);
+        } else {
+            for (int64_t h = 0; h < n; ++h) d->alibi[h] = f32(tu_rng_range(&r, 0.0, 0.6));
+        }
+    }
+    if (c->sinks) {
+        d->sinks = tu_xcalloc(c->Hq, 8);
+        for (int64_t h = 0; h < c->Hq; ++h) d->sinks[h] = f32(c->sink_mean + 1.5 * tu_rng_normal(&r));
+    }
+    if (c->mask != VM_NONE) {
+        int64_t shape[4];
+        int ndim;
+        attn_dtype dt = ATTN_BOOL;
+        if (c->mask == VM_BOOL) ndim = 2, shape[0] = c->Nq, shape[1] = c->Nk;
+        else if (c->mask == VM_FLOAT) ndim = 4, shape[0] = c->B, shape[1] = 1, shape[2] = c->Nq, shape[3] = c->Nk, dt = ATTN_F32;
+        else ndim = 4, shape[0] = c->B, shape[1] = 1, shape[2] = 1, shape[3] = c->Nk;
+        tu_tensor_alloc(&d->mask, dt, ndim, shape, NULL);
+        d->have_mask = true;
+        const int64_t n = tu_numel(&d->mask.view);
+        for (int64_t e = 0; e < n; ++e) {
+            double val;
+            if (c->mask == VM_BOOL) val = tu_rng_chance(&r, 0.75);
+            else if (c->mask == VM_FLOAT) val = tu_rng_chance(&r, 0.12) ? -INFINITY : 1.5 * tu_rng_normal(&r);
+            else val = (e % c->Nk) < (e / c->Nk == 0 ? (c->Nk + 1) / 2 : c->Nk - 1);
+            tu_set(&d->mask.view, e, val);
+        }
+    }
+    if (c->poison) { /* keys no row sees (window, causal, masks) hold NaN, +inf or -inf */
+        sj_case jc;
+        fill_jcase(&jc, c, d);
+        sj_poison_hidden_keys(&jc, d->k, d->v, &r);
+    }
+    if (c->dropout_p > 0.0f) {
+        d->keep = tu_xcalloc(c->B * c->Hq * c->Nq * c->Nk, 1);
+        /* read back on the best fused path (the reference path draws the
+         * same mask, checked in group dropout-mask, but is slow with Dv = Nk) */
+        sj_path paths[SJ_MAX_PATHS];
+        const int np = sj_paths(paths);
+        if (!extract_keep(&paths[np - 1], c->B, c->Hq, c->Nq, c->Nk, c->dropout_p, c->seed, c->seed >> 7, 2,
+                          d->keep, why, whylen))
+            return false;
+    }
+    return true;
 }
 
 static int64_t g_cases_run;
@@ -415,18 +372,18 @@ static void group_oracle_fd(tu_suite *s)
         vdata d;
         char why[128];
         vdata_make(&d, &c, why, sizeof why);
-        uint8_t *keep = xcalloc(c.B * c.Hq * c.Nq * c.Nk, 1);
+        uint8_t *keep = tu_xcalloc(c.B * c.Hq * c.Nq * c.Nk, 1);
         tu_rng r;
         tu_rng_seed(&r, c.seed);
         for (int64_t e = 0; e < c.B * c.Hq * c.Nq * c.Nk; ++e) keep[e] = tu_rng_chance(&r, 0.7);
         const int64_t nsc = c.B * c.Hq * c.Nq * c.Nk;
         double *bias = NULL, *alibi = NULL;
         if (d.have_mask) {
-            bias = xcalloc(nsc, 8);
+            bias = tu_xcalloc(nsc, 8);
             ref64_add_mask(bias, c.B, c.Hq, c.Nq, c.Nk, &d.mask.view);
         }
         if (d.alibi) {
-            alibi = xcalloc(c.B * c.Hq, 8);
+            alibi = tu_xcalloc(c.B * c.Hq, 8);
             for (int64_t e = 0; e < c.B * c.Hq; ++e) alibi[e] = c.alibi == AL_PER_BATCH ? d.alibi[e] : d.alibi[e % c.Hq];
         }
         rv_problem p;
@@ -436,8 +393,8 @@ static void group_oracle_fd(tu_suite *s)
         p.bias = bias, p.alibi = alibi, p.sinks = d.sinks;
         p.keep = n >= 3 ? keep : NULL, p.dropout_p = 0.3;
         const int64_t nq = c.B * c.Hq * c.Nq * c.D, nk = c.B * c.Hkv * c.Nk * c.D, nv = c.B * c.Hkv * c.Nk * c.Dv;
-        double *an[4] = {xcalloc(nq, 8), xcalloc(nk, 8), xcalloc(nv, 8), xcalloc(c.Hq, 8)};
-        double *fd[4] = {xcalloc(nq, 8), xcalloc(nk, 8), xcalloc(nv, 8), xcalloc(c.Hq, 8)};
+        double *an[4] = {tu_xcalloc(nq, 8), tu_xcalloc(nk, 8), tu_xcalloc(nv, 8), tu_xcalloc(c.Hq, 8)};
+        double *fd[4] = {tu_xcalloc(nq, 8), tu_xcalloc(nk, 8), tu_xcalloc(nv, 8), tu_xcalloc(c.Hq, 8)};
         rv_backward64(&p, d.q, d.k, d.v, d.dout, an[0], an[1], an[2], an[3]);
         fd_ctx ctx = {&p, d.q, d.k, d.v, d.dout, d.sinks};
         ref64_fd_gradient(fd_loss, &ctx, d.q, nq, 1e-6, fd[0]);
@@ -596,16 +553,16 @@ static void sinks_fd_check(tu_group *g, const vcase *c, const char *desc)
     p.keep = d.keep, p.dropout_p = c->dropout_p;
     double *bias = NULL, *alibi = NULL;
     if (d.have_mask) {
-        bias = xcalloc(c->B * c->Hq * c->Nq * c->Nk, 8);
+        bias = tu_xcalloc(c->B * c->Hq * c->Nq * c->Nk, 8);
         ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, &d.mask.view);
         p.bias = bias;
     }
     if (d.alibi) {
-        alibi = xcalloc(c->B * c->Hq, 8);
+        alibi = tu_xcalloc(c->B * c->Hq, 8);
         for (int64_t e = 0; e < c->B * c->Hq; ++e) alibi[e] = c->alibi == AL_PER_BATCH ? d.alibi[e] : d.alibi[e % c->Hq];
         p.alibi = alibi;
     }
-    double *fd = xcalloc(c->Hq, 8);
+    double *fd = tu_xcalloc(c->Hq, 8);
     fd_ctx ctx = {&p, d.q, d.k, d.v, d.dout, d.sinks};
     ref64_fd_gradient(fd_loss, &ctx, d.sinks, c->Hq, 1e-5, fd);
     double nat = 0;
@@ -686,8 +643,9 @@ static void group_sinks(tu_suite *s)
 }
 
 /* Random combinations of everything. */
-static void group_combined(tu_suite *s, const tu_options *opt)
+static void group_combined(tu_suite *s)
 {
+    const tu_options *opt = g_opt;
     tu_group g;
     tu_group_begin(&g, s, "combined");
     /* The combination the issue names, explicitly first. */
@@ -756,7 +714,7 @@ static void group_dropout_mask(tu_suite *s)
     const int np = sj_paths(paths);
     const int64_t B = 2, H = 3, Nq = 70, Nk = 100, n = B * H * Nq * Nk;
     const float ps[] = {0.1f, 0.5f, 0.9f};
-    uint8_t *base_keep = xcalloc(n, 1), *other = xcalloc(n, 1);
+    uint8_t *base_keep = tu_xcalloc(n, 1), *other = tu_xcalloc(n, 1);
     char why[256];
     for (int pi_ = 0; pi_ < 3; ++pi_) {
         const float p = ps[pi_];
@@ -814,7 +772,7 @@ static void group_dropout_mask(tu_suite *s)
          * the same bits on the overlap */
         {
             const int64_t Nq2 = 33, Nk2 = 200;
-            uint8_t *k2 = xcalloc(B * H * Nq2 * Nk2, 1);
+            uint8_t *k2 = tu_xcalloc(B * H * Nq2 * Nk2, 1);
             if (extract_keep(&paths[np - 1], B, H, Nq2, Nk2, p, seed, offset, 2, k2, why, sizeof why)) {
                 int64_t diff = 0;
                 for (int64_t bh = 0; bh < B * H; ++bh)
@@ -1019,7 +977,7 @@ static void group_dropout_fd(tu_suite *s)
                 static const char *const nm[4] = {"dq", "dk", "dv", "grad_sinks"};
                 for (int which = 0; which < 4; ++which) {
                     if (!cnt[which]) continue;
-                    double *u = xcalloc(cnt[which], 8), *xp = xcalloc(cnt[which], 8), *xm = xcalloc(cnt[which], 8);
+                    double *u = tu_xcalloc(cnt[which], 8), *xp = tu_xcalloc(cnt[which], 8), *xm = tu_xcalloc(cnt[which], 8);
                     double dir = 0, mag = 0;
                     const double h = 1e-2;
                     for (int64_t e = 0; e < cnt[which]; ++e) {
@@ -1119,7 +1077,7 @@ static attn_status run_snap(const sj_path *path, const vcase *c, const vdata *d,
             if (i == 7 && !d->sinks) continue;
             const attn_tensor *vw = &t[4 + i].view;
             out->n[i] = tu_numel(vw);
-            out->buf[i] = xcalloc(out->n[i], 4);
+            out->buf[i] = tu_xcalloc(out->n[i], 4);
             tu_gather_bytes(vw, out->buf[i]);
         }
     for (int i = 0; i < 14; ++i)
@@ -1258,7 +1216,7 @@ static void group_hidden_rows(tu_suite *s)
             rp.causal = c.causal, rp.window = c.window;
             double *bias = NULL;
             if (d.have_mask) {
-                bias = xcalloc(c.B * c.Hq * c.Nq * c.Nk, 8);
+                bias = tu_xcalloc(c.B * c.Hq * c.Nq * c.Nk, 8);
                 ref64_add_mask(bias, c.B, c.Hq, c.Nq, c.Nk, &d.mask.view);
                 rp.bias = bias;
             }
@@ -1460,12 +1418,12 @@ static void group_mha_dropout(tu_suite *s)
     tu_tensor_alloc(&x, ATTN_F32, 3, xs, NULL), tu_tensor_alloc(&o1, ATTN_F32, 3, xs, NULL);
     tu_tensor_alloc(&o2, ATTN_F32, 3, xs, NULL), tu_tensor_alloc(&dx, ATTN_F32, 3, xs, NULL);
     tu_fill_normal(&x.view, &r, 0, 1);
-    double *dout = xcalloc(B * L * E, 8);
+    double *dout = tu_xcalloc(B * L * E, 8);
     for (int64_t e = 0; e < B * L * E; ++e) dout[e] = f32(tu_rng_normal(&r));
     tu_tensor tdo;
     sj_tensor_from(&tdo, 3, xs, dout);
     const int64_t n = B * L * E;
-    float *a = xcalloc(n, 4), *b = xcalloc(n, 4);
+    float *a = tu_xcalloc(n, 4), *b = tu_xcalloc(n, 4);
     for (int pi = 0; pi < np; ++pi) {
         sj_select(&paths[pi]);
         attn_mha_opts o = attn_mha_opts_default();
@@ -1512,7 +1470,7 @@ static void group_mha_dropout(tu_suite *s)
         double dir = 0, mag = 0;
         tu_rng ur;
         tu_rng_seed(&ur, g_seed ^ 0x77ull);
-        double *u = xcalloc(n, 8), *x0 = xcalloc(n, 8);
+        double *u = tu_xcalloc(n, 8), *x0 = tu_xcalloc(n, 8);
         tu_to_f64(&x.view, x0);
         for (int64_t e = 0; e < n; ++e) {
             u[e] = tu_rng_range(&ur, -1, 1);
@@ -1536,7 +1494,7 @@ static void group_mha_dropout(tu_suite *s)
         attn_tensor pv, pg;
         attn_mha_param_at(m, 0, &pname, &pv, &pg);
         const int64_t pn = tu_numel(&pv);
-        double *w0 = xcalloc(pn, 8), *wu = xcalloc(pn, 8);
+        double *w0 = tu_xcalloc(pn, 8), *wu = tu_xcalloc(pn, 8);
         tu_to_f64(&pv, w0);
         double pdir = 0, pmag = 0, pstep = 0, puu = 0;
         for (int64_t e = 0; e < pn; ++e) {
@@ -1556,7 +1514,7 @@ static void group_mha_dropout(tu_suite *s)
         free(u), free(x0), free(w0), free(wu);
         /* E[out] over seeds ≈ eval out (sample-variance z scores) */
         const int S = g_quick ? 200 : 1000;
-        double *sum = xcalloc(n, 8), *sq = xcalloc(n, 8), *ev = xcalloc(n, 8);
+        double *sum = tu_xcalloc(n, 8), *sq = tu_xcalloc(n, 8), *ev = tu_xcalloc(n, 8);
         o.training = false;
         attn_mha_forward(m, &x.view, NULL, NULL, &o2.view, &o, NULL);
         tu_to_f64(&o2.view, ev);
@@ -1590,7 +1548,7 @@ static void group_mha_dropout(tu_suite *s)
     {
         attn_mha_opts o = attn_mha_opts_default();
         o.training = true, o.dropout_seed = 99, o.num_threads = 2;
-        double *ref = xcalloc(n, 8), big = 0;
+        double *ref = tu_xcalloc(n, 8), big = 0;
         for (int pi = 0; pi < np; ++pi) {
             sj_select(&paths[pi]);
             o.path = paths[pi].path;
@@ -1694,53 +1652,45 @@ static void group_strided_options(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* The random case seed names, as --case replays it. */
+static void replay_case(tu_group *g, uint64_t seed, const char *replay)
+{
+    vcase c = random_vcase(seed);
+    run_vcase(g, &c, replay);
+}
+
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
+    g_opt = &opt;
     g_seed = opt.seed;
-    const char *full = getenv("ATTN_STRESS_FULL");
-    g_quick = !(full && *full && strcmp(full, "0") != 0) || opt.quick;
-    const double t0 = now_seconds();
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
-    sj_path paths[SJ_MAX_PATHS];
-    const int np = sj_paths(paths);
-    printf("test_variants: %s mode, seed 0x%" PRIx64 ", paths:", g_quick ? "quick" : "full", g_seed);
-    for (int i = 0; i < np; ++i) printf(" %s", paths[i].name);
-    printf("\n");
-    fflush(stdout);
-    if (opt.replay) {
-        tu_group g;
-        tu_group_begin(&g, &s, "replay");
-        vcase c = random_vcase(opt.replay_seed);
-        char rp[128];
-        snprintf(rp, sizeof rp, "ATTN_TEST_CASE=0x%016" PRIx64 " ./test_variants", opt.replay_seed);
-        s.verbose = 1;
-        run_vcase(&g, &c, rp);
-        tu_group_end(&g);
-        return tu_suite_finish(&s);
-    }
-    if (tu_group_selected(&opt, "paths")) group_paths(&s);
-    if (tu_group_selected(&opt, "oracle-fd")) group_oracle_fd(&s);
-    if (tu_group_selected(&opt, "alibi-slopes")) group_alibi_slopes(&s);
-    if (tu_group_selected(&opt, "bad-values")) group_bad_values(&s);
-    if (tu_group_selected(&opt, "window")) group_window(&s);
-    if (tu_group_selected(&opt, "alibi")) group_alibi(&s);
-    if (tu_group_selected(&opt, "softcap")) group_softcap(&s);
-    if (tu_group_selected(&opt, "sinks")) group_sinks(&s);
-    if (tu_group_selected(&opt, "hidden-rows")) group_hidden_rows(&s);
-    if (tu_group_selected(&opt, "decode")) group_decode(&s);
-    if (tu_group_selected(&opt, "dropout-mask")) group_dropout_mask(&s);
-    if (tu_group_selected(&opt, "dropout-expectation")) group_dropout_expectation(&s);
-    if (tu_group_selected(&opt, "dropout-fd")) group_dropout_fd(&s);
-    if (tu_group_selected(&opt, "dropout-p0")) group_dropout_p0(&s);
-    if (tu_group_selected(&opt, "threads")) group_threads(&s);
-    if (tu_group_selected(&opt, "strided-options")) group_strided_options(&s);
-    if (tu_group_selected(&opt, "mha-dropout")) group_mha_dropout(&s);
-    if (tu_group_selected(&opt, "combined")) group_combined(&s, &opt);
-    printf("test_variants: %" PRId64 " generated cases, run time %.1f s\n", g_cases_run, now_seconds() - t0);
+    g_quick = !tu_env_flag("ATTN_STRESS_FULL") || opt.quick;
+    const double t0 = tu_now_seconds();
+    sj_print_header("test_variants", g_quick ? "quick" : "full", g_seed);
+    if (opt.replay) return tu_replay(&s, &opt, "test_variants", replay_case);
+    static const tu_group_entry groups[] = {
+        {"paths", group_paths},
+        {"oracle-fd", group_oracle_fd},
+        {"alibi-slopes", group_alibi_slopes},
+        {"bad-values", group_bad_values},
+        {"window", group_window},
+        {"alibi", group_alibi},
+        {"softcap", group_softcap},
+        {"sinks", group_sinks},
+        {"hidden-rows", group_hidden_rows},
+        {"decode", group_decode},
+        {"dropout-mask", group_dropout_mask},
+        {"dropout-expectation", group_dropout_expectation},
+        {"dropout-fd", group_dropout_fd},
+        {"dropout-p0", group_dropout_p0},
+        {"threads", group_threads},
+        {"strided-options", group_strided_options},
+        {"mha-dropout", group_mha_dropout},
+        {"combined", group_combined},
+    };
+    tu_run_groups(&s, &opt, groups, (int)(sizeof groups / sizeof groups[0]));
+    printf("test_variants: %" PRId64 " generated cases, run time %.1f s\n", g_cases_run, tu_now_seconds() - t0);
     return tu_suite_finish(&s);
 }

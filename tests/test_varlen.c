@@ -23,6 +23,7 @@
  */
 #include "attn.h"
 #include "ref64_variants.h"
+#include "sdpa_judge.h"
 #include "testutil.h"
 
 #include <inttypes.h>
@@ -63,14 +64,7 @@ static vcase random_case(uint64_t seed)
     c.D = tu_rng_pick(&r, dims, 6);
     c.Dv = tu_rng_chance(&r, 0.7) ? c.D : tu_rng_pick(&r, dims, 6);
     c.causal = (attn_causal)tu_rng_int(&r, 0, 2);
-    if (tu_rng_chance(&r, 0.2)) {
-        c.window.enabled = true;
-        c.window.left = tu_rng_chance(&r, 0.3) ? -1 : tu_rng_int(&r, 0, 20);
-        c.window.right = tu_rng_chance(&r, 0.3) ? -1 : tu_rng_int(&r, 0, 20);
-    }
-    if (tu_rng_chance(&r, 0.15)) c.softcap = (float)tu_rng_range(&r, 1.0, 20.0);
-    if (tu_rng_chance(&r, 0.2)) c.alibi = (int)tu_rng_int(&r, 1, 2);
-    c.sinks = tu_rng_chance(&r, 0.15);
+    sj_random_variants(&r, 20, 20, &c.window, &c.softcap, &c.alibi, &c.sinks);
     if (tu_rng_chance(&r, 0.1)) c.dropout = 0.25f;
     c.backward = tu_rng_chance(&r, 0.6);
     return c;
@@ -518,12 +512,9 @@ static void group_errors(tu_suite *s)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (opt.replay) {
         tu_group g;
         tu_group_begin(&g, &s, "replay");

@@ -135,7 +135,10 @@ double attn_rng_normal(attn_rng *r);
 /* The instruction set the fused kernels use: "avx512", "avx2", "generic", or
  * "reference" when ATTN_ARCH=reference. */
 const char *attn_isa(void);
-/* Threads a call with num_threads = 0 uses. Under a finite RLIMIT_AS (or,
+/* Threads a call with num_threads = 0 uses: ATTN_NUM_THREADS when it holds
+ * an integer from 1 to ATTN_MAX_THREADS (1024), else every core; any other
+ * value of ATTN_NUM_THREADS ("abc", "0", "4x") is ignored, as if unset
+ * (the attn command refuses it with a message instead). Under a finite RLIMIT_AS (or,
  * for non-root, RLIMIT_NPROC) a call first creates the OpenMP threads it
  * will use, keeping half the free address space for its own allocations,
  * and uses fewer if they do not fit: OpenMP would otherwise end the

@@ -60,8 +60,11 @@ void attn_tensor_convert_unchecked(const attn_tensor *src, attn_tensor *dst)
     const bool unit = cols == 1 || (scs == 1 && dcs == 1);
     const bool widen = unit && src->dtype != ATTN_F32 && dst->dtype == ATTN_F32;
     const bool narrow = unit && src->dtype == ATTN_F32 && dst->dtype != ATTN_F32;
-    /* Rows are independent: a large conversion uses every thread. */
-#pragma omp parallel for schedule(static) if (n >= (1 << 18))
+    /* Rows are independent: a large conversion uses every thread the
+     * process can afford (attn_resolve_threads: libgomp would end the
+     * process if it could not create one). */
+    const int threads = n >= (1 << 18) ? attn_resolve_threads(0) : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
         int64_t so = 0, doff = 0, rest = r;
         for (int d = nd - 2; d >= 0; --d) {

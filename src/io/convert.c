@@ -60,7 +60,10 @@ bool conv_run(conv_kind k, const unsigned char *src, size_t n, void *dst, int64_
         case CONV_BF16: f = attn_bf16_to_f32((uint16_t)raw); break;
         case CONV_U8: case CONV_U16: case CONV_U32: case CONV_U64:
             f = (float)raw;
-            if (raw > (1u << 24) && (uint64_t)f != raw) ++*inexact;
+            /* exact iff converting back gives raw; values that round up to
+             * 2^64 (e.g. 2^64 - 1) are out of uint64's range: inexact */
+            if (raw > (1u << 24) && (f >= 18446744073709551616.0f || (uint64_t)f != raw))
+                ++*inexact;
             break;
         default: { /* signed: sign-extend from size bytes */
             const unsigned shift = (unsigned)(64 - 8 * size);

@@ -9,6 +9,25 @@
 
 #define FIRST_CHUNK ((size_t)1 << 20)
 
+size_t attn_read_retrying(FILE *fp, void *buf, size_t bytes)
+{
+    size_t got = 0;
+    for (;;) {
+        got += fread((unsigned char *)buf + got, 1, bytes - got, fp);
+        if (got == bytes || !ferror(fp) || errno != EINTR) return got;
+        clearerr(fp); /* interrupted, not failed: the bytes read so far are kept */
+    }
+}
+
+int attn_getc_retrying(FILE *fp)
+{
+    for (;;) {
+        const int c = fgetc(fp);
+        if (c != EOF || !ferror(fp) || errno != EINTR) return c;
+        clearerr(fp);
+    }
+}
+
 attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, attn_error *err)
 {
     char text[96];
@@ -48,7 +67,7 @@ attn_status attn_read_bounded(FILE *fp, const char *path, size_t bytes, bool kno
               cap);
     size_t got = 0;
     for (;;) {
-        size_t n = fread(buf + got, 1, cap - got, fp);
+        size_t n = attn_read_retrying(fp, buf + got, cap - got);
         got += n;
         if (got < cap) {
             free(buf);

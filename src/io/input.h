@@ -23,4 +23,11 @@ attn_status attn_open_input(const char *path, FILE **fp, int64_t *file_size, att
 attn_status attn_read_bounded(FILE *fp, const char *path, size_t bytes, bool known_size,
                               const char *what, unsigned char **out, attn_error *err);
 
+/* fread of `bytes` bytes that resumes after a signal interrupted the read
+ * (EINTR from a handler installed without SA_RESTART, on a slow pipe);
+ * returns the bytes read: fewer only at end of file or on a real error. */
+size_t attn_read_retrying(FILE *fp, void *buf, size_t bytes);
+/* fgetc, likewise resumed after EINTR. */
+int attn_getc_retrying(FILE *fp);
+
 #endif

@@ -338,7 +338,7 @@ typedef struct {
 static attn_status read_exact(npy_reader *r, void *buf, size_t n, const char *what,
                               attn_error *err)
 {
-    size_t got = fread(buf, 1, n, r->fp);
+    size_t got = attn_read_retrying(r->fp, buf, n);
     if (got == n) return ATTN_OK;
     if (ferror(r->fp)) {
         char text[96];
@@ -443,7 +443,7 @@ static attn_status read_npy(npy_reader *r, attn_array *out, attn_error *err)
     unsigned char *raw;
     RETURN_IF_ERROR(attn_read_bounded(r->fp, path, (size_t)bytes, r->file_size >= 0, "array data",
                                       &raw, err));
-    if (fgetc(r->fp) != EOF) {
+    if (attn_getc_retrying(r->fp) != EOF) {
         free(raw);
         return attn_fail(err, ATTN_ERR_FORMAT, "%s: trailing bytes after the array data (shape %s)",
                          path, shape_text);

@@ -421,8 +421,7 @@ static attn_status read_tensor(st_parser *p, FILE *fp, const st_entry *e, bool k
 
     for (size_t done = 0; done < numel;) {
         size_t n = numel - done < per_chunk ? numel - done : per_chunk;
-        size_t got = fread(scratch, in_size, n, fp);
-        if (got != n) {
+        if (attn_read_retrying(fp, scratch, in_size * n) != in_size * n) {
             char text[96];
             if (ferror(fp))
                 return attn_fail(p->err, ATTN_ERR_IO, "%s: read error in tensor '%s': %s",
@@ -456,7 +455,7 @@ static attn_status read_safetensors(st_parser *p, FILE *fp, int64_t file_size,
     const char *path = p->path;
     attn_error *err = p->err;
     unsigned char prefix[8];
-    size_t got = fread(prefix, 1, 8, fp);
+    size_t got = attn_read_retrying(fp, prefix, 8);
     if (got != 8) {
         char text[96];
         RETURN_IF(ferror(fp), err, ATTN_ERR_IO, "%s: read error: %s", path,
@@ -510,7 +509,7 @@ static attn_status read_safetensors(st_parser *p, FILE *fp, int64_t file_size,
     }
     free(scratch);
     RETURN_IF_ERROR(st);
-    RETURN_IF(fgetc(fp) != EOF, err, ATTN_ERR_FORMAT,
+    RETURN_IF(attn_getc_retrying(fp) != EOF, err, ATTN_ERR_FORMAT,
               "%s: trailing data bytes are not covered by any tensor", path);
     return ATTN_OK;
 }

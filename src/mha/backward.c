@@ -2,7 +2,7 @@
  * attention output, with the LSE SDPA's backward needs), then walks the
  * forward steps in reverse. Parameter gradients accumulate into the
  * module's grad buffer; input gradients are overwritten. */
-#include "mha.h"
+#include "passes.h"
 
 /* Gradient output for an input (B,M,C): the caller's view when the GEMM
  * can write it, else a scratch buffer scattered afterwards. */
@@ -44,18 +44,9 @@ static attn_status check_disjoint(const attn_tensor *const outs[3], const attn_t
     return ATTN_OK;
 }
 
-/* q (B,L,E), k, v (B,Sp,E), a (B,L,E) in this order (see mha_acts); da, dq
- * (B,L,E); dk, dv (B,Sp,E); the softmax statistics (B,H,L,2). Sizes were
- * overflow-checked. */
-size_t mha_backward_act_bytes(const mha_call *c)
-{
-    const size_t nq = (size_t)(c->B * c->L * c->E), nk = (size_t)(c->B * c->Sp * c->E);
-    return (4 * nq + 4 * nk + (size_t)(2 * c->B * c->H * c->L)) * sizeof(float);
-}
-
-static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
-                            attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
-                            const attn_mha_opts *opts, attn_error *err)
+attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const ins[4],
+                              attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
+                              const attn_mha_opts *opts, attn_error *err)
 {
     const attn_tensor *dout = ins[3];
     const int64_t B = c->B, L = c->L, S = c->S, Sp = c->Sp, E = c->E, H = c->H;
@@ -82,16 +73,12 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
         return ATTN_OK;
     }
 
-    /* Workspace (mha_backward_act_bytes), then the attention's scratch. */
+    /* The activations, then the gradients and statistics (see
+     * mha_backward_act_bytes), then the attention's scratch. */
+    mha_acts act;
+    RETURN_IF_ERROR(mha_acts_init(c, opts, true, &act, err));
     const size_t nq = (size_t)(B * L * E), nk = (size_t)(B * Sp * E);
-    float *buf;
-    void *sdpa_ws;
-    size_t sdpa_ws_size;
-    RETURN_IF_ERROR(mha_workspace(c, opts, true, mha_backward_act_bytes(c), &buf, &sdpa_ws,
-                                  &sdpa_ws_size, err));
-    mha_acts act = {.q = buf, .k = buf + nq, .v = buf + nq + nk, .a = buf + nq + 2 * nk,
-                    .sdpa_ws = sdpa_ws, .sdpa_ws_size = sdpa_ws_size};
-    float *da = buf + 2 * nq + 2 * nk, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
+    float *da = act.a + nq, *dq = da + nq, *dk = dq + nq, *dv = dk + nk;
     float *stats = dv + nk;
 
     /* Recompute the forward up to the attention output. */
@@ -119,8 +106,8 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
                 dkh = mha_head_view(dk, c, Sp), dvh = mha_head_view(dv, c, Sp);
     attn_sdpa_opts o = mha_sdpa_opts(c);
     o.softmax_stats = &stats_view;
-    o.workspace = sdpa_ws; /* the recomputing forward's bytes, free again */
-    o.workspace_size = sdpa_ws_size;
+    o.workspace = act.sdpa_ws; /* the recomputing forward's bytes, free again */
+    o.workspace_size = act.sdpa_ws_size;
     RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, NULL, &dah, &dqh, &dkh, &dvh, &o,
                                        err));
 
@@ -165,18 +152,4 @@ static attn_status backward(attn_mha *m, mha_call *c, const attn_tensor *const i
     finish_grad(c, &gk, S, c->kdim);
     finish_grad(c, &gv, S, c->vdim);
     return ATTN_OK;
-}
-
-attn_status attn_mha_backward(attn_mha *m, const attn_tensor *query, const attn_tensor *key,
-                              const attn_tensor *value, const attn_tensor *dout,
-                              attn_tensor *dquery, attn_tensor *dkey, attn_tensor *dvalue,
-                              const attn_mha_opts *opts, attn_error *err)
-{
-    mha_call c;
-    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
-    const attn_tensor *ins[4] = {query, key, value, dout};
-    attn_status s = backward(m, &c, ins, dquery, dkey, dvalue, opts, err);
-    mha_call_free(&c);
-    if (s == ATTN_OK) attn_ok(err);
-    return s;
 }

@@ -1,7 +1,8 @@
 /* Internals shared by the ring forward (ring_forward.c) and backward
  * (ring_backward.c): the collective setup and status agreement, the piece
  * schedule, which (query rows, keys) each piece needs, message buffers and
- * timed MPI wrappers. */
+ * timed MPI wrappers (ring_common.c); the set-up and end of a call around
+ * its tick loop (ring_setup.c). */
 #ifndef ATTN_RING_H
 #define ATTN_RING_H
 
@@ -138,5 +139,40 @@ float *ring_kv_tick(ring_ctx *c, ring_kv_stream *st, const attn_tensor *k, const
                     int64_t t, ring_piece *pc, int *src);
 /* Waits for every send of the stream. */
 void ring_kv_drain(ring_ctx *c, ring_kv_stream *st);
+
+/* ------------------------------------------- a call around its tick loop */
+
+/* Local check of a tensor argument: an ndim-D float32 of shape want, data
+ * present, and for an output no zero stride over a dimension of size > 1. */
+attn_status ring_check_view(const attn_tensor *t, const char *name, int ndim, const int64_t *want,
+                            bool output, attn_error *err);
+/* Query rows of one attn_sdpa call: c->rows, at most the local rows (1 when
+ * there are none). */
+int64_t ring_chunk_rows(const ring_ctx *c);
+/* Requests set to MPI_REQUEST_NULL and each slot allocated for the largest
+ * piece, its bytes added to *bytes; false when out of memory (free with
+ * ring_kv_stream_free all the same). */
+bool ring_kv_stream_alloc(const ring_ctx *c, ring_kv_stream *st, size_t *bytes);
+void ring_kv_stream_free(ring_kv_stream *st);
+/* Collective, before the loop: allocates the attention's workspace for the
+ * largest call (forward or backward, with so's scale, threads and path)
+ * into so->workspace (free it after the loop), fails when ok is false (an
+ * allocation of the caller failed), agrees with every rank and counts
+ * bytes (plus the workspace) into the timing. */
+attn_status ring_buffers_ready(ring_ctx *c, const attn_tensor *q, const ring_kv_stream *st,
+                               bool backward, bool ok, size_t bytes, attn_sdpa_opts *so,
+                               attn_error *err);
+/* After a row chunk's attention call (started at t0, its merge or sum at
+ * t1): its time and pairs into the timing; a failure (cs, ce) recorded in
+ * c->failed. Returns whether the call succeeded. */
+bool ring_chunk_done(ring_ctx *c, const ring_subcall *sc, double t0, double t1, attn_status cs,
+                     const attn_error *ce);
+/* Collective, after the loop: every rank's first failure; the failing
+ * rank's message into *le. */
+attn_status ring_loop_agree(ring_ctx *c, attn_error *le);
+/* The end of a call: the timing (total since t_start) to opts->timing, the
+ * context freed, *err = *le (cleared when s is ATTN_OK). Returns s. */
+attn_status ring_finish(ring_ctx *c, const attn_ring_opts *opts, double t_start, attn_status s,
+                        const attn_error *le, attn_error *err);
 
 #endif

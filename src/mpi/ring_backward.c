@@ -10,25 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static attn_status check_view(const attn_tensor *t, const char *name, int ndim, const int64_t *want,
-                              bool output, attn_error *err)
-{
-    if (!t) return ring_fail(err, ATTN_ERR_NULL, "%s: tensor is NULL", name);
-    if (t->ndim != ndim || t->dtype != ATTN_F32)
-        return ring_fail(err, ATTN_ERR_SHAPE, "%s: expected a %d-D float32 tensor", name, ndim);
-    for (int d = 0; d < ndim; ++d)
-        if (t->shape[d] != want[d])
-            return ring_fail(err, ATTN_ERR_SHAPE, "%s: size %lld in dimension %d, expected %lld",
-                             name, (long long)t->shape[d], d, (long long)want[d]);
-    for (int d = 0; output && d < ndim; ++d)
-        if (t->shape[d] > 1 && t->stride[d] == 0)
-            return ring_fail(err, ATTN_ERR_STRIDE, "%s: zero stride in dimension %d of an output",
-                             name, d);
-    if (attn_tensor_numel(t) > 0 && !t->data)
-        return ring_fail(err, ATTN_ERR_NULL, "%s: data is NULL", name);
-    return ATTN_OK;
-}
-
 static attn_status check_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                   const attn_tensor *out, const attn_tensor *lse,
                                   const attn_tensor *dout, const attn_tensor *dq,
@@ -42,16 +23,16 @@ static attn_status check_backward(const attn_tensor *q, const attn_tensor *k, co
                   kw[4] = {B, Hkv, Nk, D}, vw[4] = {B, Hkv, Nk, Dv};
     const attn_tensor *stats = o ? o->softmax_stats : NULL;
     attn_status s;
-    if ((s = check_view(out, "out", 4, ow, false, err))) return s;
+    if ((s = ring_check_view(out, "out", 4, ow, false, err))) return s;
     if (!lse && !stats)
         return ring_fail(err, ATTN_ERR_NULL,
                          "lse: needed (or softmax_stats): each block's backward uses the global softmax");
-    if (lse && (s = check_view(lse, "lse", 3, ow, false, err))) return s;
-    if (stats && (s = check_view(stats, "softmax_stats", 4, sw, false, err))) return s;
-    if ((s = check_view(dout, "grad_out", 4, ow, false, err))) return s;
-    if (dq && (s = check_view(dq, "grad_query", 4, qw, true, err))) return s;
-    if (dk && (s = check_view(dk, "grad_key", 4, kw, true, err))) return s;
-    if (dv && (s = check_view(dv, "grad_value", 4, vw, true, err))) return s;
+    if (lse && (s = ring_check_view(lse, "lse", 3, ow, false, err))) return s;
+    if (stats && (s = ring_check_view(stats, "softmax_stats", 4, sw, false, err))) return s;
+    if ((s = ring_check_view(dout, "grad_out", 4, ow, false, err))) return s;
+    if (dq && (s = ring_check_view(dq, "grad_query", 4, qw, true, err))) return s;
+    if (dk && (s = ring_check_view(dk, "grad_key", 4, kw, true, err))) return s;
+    if (dv && (s = ring_check_view(dv, "grad_value", 4, vw, true, err))) return s;
     return ATTN_OK;
 }
 
@@ -70,24 +51,17 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
 
     const bool want_kv = dk || dv;
     attn_tensor *stats = opts ? opts->softmax_stats : NULL;
-    const int64_t R = c.rows < c.nq ? c.rows : (c.nq > 0 ? c.nq : 1);
-    const int64_t kv_floats = ring_kv_floats(&c, c.max_piece),
-                  g_floats = ring_grad_floats(&c, c.max_piece);
+    const int64_t R = ring_chunk_rows(&c);
+    const int64_t g_floats = ring_grad_floats(&c, c.max_piece);
     ring_kv_stream st;
-    memset(&st, 0, sizeof st);
+    size_t bytes = 0;
+    bool ok = ring_kv_stream_alloc(&c, &st, &bytes);
     float *acc[RING_SLOTS] = {0}, *fin[2] = {0};
     MPI_Request acc_send[RING_SLOTS], acc_recv = MPI_REQUEST_NULL, fin_req[2];
     int64_t fin_piece[2] = {-1, -1};
-    for (int i = 0; i < RING_SLOTS; ++i) st.send[i] = acc_send[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < RING_SLOTS; ++i) acc_send[i] = MPI_REQUEST_NULL;
     fin_req[0] = fin_req[1] = MPI_REQUEST_NULL;
-    st.recv = MPI_REQUEST_NULL;
-    size_t bytes = 0;
-    bool ok = true;
-    for (int i = 0; i < RING_SLOTS; ++i) {
-        st.slot[i] = calloc((size_t)(kv_floats > 0 ? kv_floats : 1), sizeof(float));
-        ok = ok && st.slot[i];
-        bytes += sizeof(float) * (size_t)kv_floats;
-        if (!want_kv) continue;
+    for (int i = 0; want_kv && i < RING_SLOTS; ++i) {
         acc[i] = calloc((size_t)(g_floats > 0 ? g_floats : 1), sizeof(float));
         ok = ok && acc[i];
         bytes += sizeof(float) * (size_t)g_floats;
@@ -109,29 +83,7 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
     so.scale = c.scale;
     so.num_threads = c.threads;
     so.path = ATTN_PATH_FUSED;
-    size_t ws_bytes = 0;
-    void *ws = NULL;
-    if (ok) {
-        attn_tensor Qv = ring_slice(*q, 2, 0, R < c.nq ? R : c.nq), K, V;
-        float *mp;
-        ring_kv_views(&c, st.slot[0], c.max_piece, &K, &V, &mp);
-        attn_tensor M = c.mask ? ring_mask_view(&c, mp, c.max_piece, 0, c.max_piece) : K;
-        so.mask[0] = c.mask ? &M : NULL;
-        for (int z = 0; z < 2 && s == ATTN_OK; ++z) {
-            size_t b = 0;
-            so.causal = z ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
-            s = attn_sdpa_workspace_size(&Qv, &K, &V, true, &so, &b, &le);
-            if (b > ws_bytes) ws_bytes = b;
-        }
-        so.mask[0] = NULL;
-        if (s == ATTN_OK && ws_bytes && !(ws = malloc(ws_bytes))) ok = false;
-        bytes += ws_bytes;
-    }
-    if (s == ATTN_OK && !ok) s = ring_fail(&le, ATTN_ERR_ALLOC, "out of memory for ring buffers");
-    s = ring_agree(c.comm, s, &le);
-    c.tm.buffer_bytes += bytes;
-    so.workspace = ws;
-    so.workspace_size = ws_bytes;
+    s = ring_buffers_ready(&c, q, &st, true, ok, bytes, &so, &le);
 
     if (s == ATTN_OK) {
         if (dq) ring_fill(dq, 0.0f);
@@ -190,15 +142,7 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
                         attn_tensor dQa = ring_slice(*dq, 2, sc.r0, m);
                         ring_add(&dQa, &dQt);
                     }
-                    const double t2 = ring_now();
-                    c.tm.compute_s += t2 - t0;
-                    c.tm.merge_s += t2 - t1;
-                    c.tm.pairs += ring_subcall_pairs(&c, &sc);
-                    if (cs != ATTN_OK) {
-                        c.failed = cs;
-                        c.fail_err = ce;
-                        break;
-                    }
+                    if (!ring_chunk_done(&c, &sc, t0, t1, cs, &ce)) break;
                     if (!want_kv) continue;
                     if (!acc_ready) {
                         ring_wait(&c, &acc_recv); /* the accumulator so far, from the left */
@@ -252,21 +196,14 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_tensor *q, const a
                 ring_wait(&c, &fin_req[f]);
                 ring_unpack_grad(&c, ring_piece_of(&c, c.rank, fin_piece[f]), fin[f], dk, dv);
             }
-        s = ring_agree(c.comm, c.failed, &c.fail_err);
-        if (s != ATTN_OK) le = c.fail_err;
+        s = ring_loop_agree(&c, &le);
     }
-    for (int i = 0; i < RING_SLOTS; ++i) free(st.slot[i]), free(acc[i]);
+    ring_kv_stream_free(&st);
+    for (int i = 0; i < RING_SLOTS; ++i) free(acc[i]);
     free(fin[0]);
     free(fin[1]);
     free(dqt);
     free(gkt);
-    free(ws);
-    c.tm.total_s = ring_now() - t_start;
-    if (opts && opts->timing) *opts->timing = c.tm;
-    ring_end(&c);
-    if (err) {
-        *err = le;
-        if (s == ATTN_OK) err->status = ATTN_OK, err->message[0] = '\0';
-    }
-    return s;
+    free(so.workspace);
+    return ring_finish(&c, opts, t_start, s, &le, err);
 }

@@ -131,11 +131,29 @@ static attn_status check_local(const attn_tensor *q, const attn_tensor *k, const
     return ATTN_OK;
 }
 
-enum { G_B, G_HQ, G_HKV, G_D, G_DV, G_NQ, G_NK, G_MASK, G_CAUSAL, G_BK, G_BQ, G_N };
+enum { G_B, G_HQ, G_HKV, G_D, G_DV, G_NQ, G_NK, G_MASK, G_CAUSAL, G_BK, G_BQ, G_SCALE, G_N };
 static const char *const g_name[G_N] = {"batch size", "query heads", "key heads",
                                         "feature size", "value feature size", "", "",
                                         "key padding mask (present or not)", "causal option",
-                                        "block_keys", "block_queries"};
+                                        "block_keys", "block_queries", "scale"};
+
+/* The scale a rank computes with (0 = 1/sqrt(D)), as its bits: every
+ * option that changes the result must agree. */
+static int64_t scale_bits(const attn_ring_opts *o, int64_t D)
+{
+    const float s = o && o->scale > 0.0f ? o->scale : 1.0f / sqrtf((float)D);
+    uint32_t bits;
+    memcpy(&bits, &s, sizeof bits);
+    return bits;
+}
+
+static float bits_scale(int64_t b)
+{
+    const uint32_t bits = (uint32_t)b;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    return s;
+}
 
 static int64_t part_len(int64_t n, int64_t parts, int64_t i)
 {
@@ -148,6 +166,9 @@ static attn_status check_global(ring_ctx *c, const int64_t *g, attn_error *err)
     for (int r = 1; r < c->P; ++r)
         for (int f = 0; f < G_N; ++f) {
             if (f == G_NQ || f == G_NK) continue;
+            if (g[r * G_N + f] != g[f] && f == G_SCALE)
+                return ring_fail(err, ATTN_ERR_ARG, "rank %d: scale is %g, rank 0 has %g", r,
+                                 (double)bits_scale(g[r * G_N + f]), (double)bits_scale(g[f]));
             if (g[r * G_N + f] != g[f])
                 return ring_fail(err, ATTN_ERR_SHAPE, "rank %d: %s is %lld, rank 0 has %lld", r,
                                  g_name[f], (long long)g[r * G_N + f], (long long)g[f]);
@@ -218,7 +239,8 @@ attn_status ring_begin(ring_ctx *c, MPI_Comm comm, const attn_tensor *q, const a
     c->causal = opts && opts->causal;
     int64_t dims[G_N] = {q->shape[0], q->shape[1], k->shape[1], q->shape[3], v->shape[3],
                          q->shape[2], k->shape[2], opts && opts->key_padding_mask,
-                         c->causal, opts ? opts->block_keys : 0, opts ? opts->block_queries : 0};
+                         c->causal, opts ? opts->block_keys : 0, opts ? opts->block_queries : 0,
+                         scale_bits(opts, q->shape[3])};
     int64_t *g = malloc(sizeof(int64_t) * G_N * (size_t)c->P);
     c->nk = malloc(sizeof(int64_t) * (size_t)c->P);
     c->chunk = malloc(sizeof(int64_t) * 2 * (size_t)c->P);

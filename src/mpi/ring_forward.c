@@ -7,32 +7,12 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Whether the ring merges exact softmax stats (attn_sdpa_opts.softmax_stats)
  * instead of rounded LSEs: needs a libattn whose forward writes them. */
 #ifndef ATTN_RING_STATS
 #define ATTN_RING_STATS 1
 #endif
-
-static attn_status check_out(const attn_tensor *t, const char *name, int ndim, const int64_t *want,
-                             attn_error *err)
-{
-    if (!t) return ring_fail(err, ATTN_ERR_NULL, "%s: tensor is NULL", name);
-    if (t->ndim != ndim || t->dtype != ATTN_F32)
-        return ring_fail(err, ATTN_ERR_SHAPE, "%s: expected a %d-D float32 tensor", name, ndim);
-    for (int d = 0; d < ndim; ++d)
-        if (t->shape[d] != want[d])
-            return ring_fail(err, ATTN_ERR_SHAPE, "%s: size %lld in dimension %d, expected %lld",
-                             name, (long long)t->shape[d], d, (long long)want[d]);
-    for (int d = 0; d < ndim; ++d)
-        if (t->shape[d] > 1 && t->stride[d] == 0)
-            return ring_fail(err, ATTN_ERR_STRIDE, "%s: zero stride in dimension %d of an output",
-                             name, d);
-    if (attn_tensor_numel(t) > 0 && !t->data)
-        return ring_fail(err, ATTN_ERR_NULL, "%s: data is NULL", name);
-    return ATTN_OK;
-}
 
 /* Local checks of the forward's outputs (the inputs are ring_begin's). */
 static attn_status check_forward(const attn_tensor *q, const attn_tensor *v, attn_tensor *out,
@@ -41,13 +21,13 @@ static attn_status check_forward(const attn_tensor *q, const attn_tensor *v, att
     if (!q || !v || q->ndim != 4 || v->ndim != 4) return ATTN_OK; /* ring_begin reports it */
     const int64_t ow[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]},
                   sw[4] = {q->shape[0], q->shape[1], q->shape[2], 2};
-    attn_status s = check_out(out, "out", 4, ow, err);
-    if (s == ATTN_OK && lse) s = check_out(lse, "lse", 3, ow, err);
+    attn_status s = ring_check_view(out, "out", 4, ow, true, err);
+    if (s == ATTN_OK && lse) s = ring_check_view(lse, "lse", 3, ow, true, err);
     if (s == ATTN_OK && o && o->softmax_stats) {
         if (!ATTN_RING_STATS)
             return ring_fail(err, ATTN_ERR_UNSUPPORTED,
                              "softmax_stats: this libattn's attn_sdpa does not produce them yet");
-        s = check_out(o->softmax_stats, "softmax_stats", 4, sw, err);
+        s = ring_check_view(o->softmax_stats, "softmax_stats", 4, sw, true, err);
     }
     return s;
 }
@@ -65,19 +45,10 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_tensor *q, const attn_tenso
 
     const bool stats = ATTN_RING_STATS;
     const int W = stats ? 2 : 1; /* floats of row statistics */
-    const int64_t R = c.rows < c.nq ? c.rows : (c.nq > 0 ? c.nq : 1);
-    const int64_t slot_floats = ring_kv_floats(&c, c.max_piece);
+    const int64_t R = ring_chunk_rows(&c);
     ring_kv_stream st;
-    memset(&st, 0, sizeof st);
-    for (int i = 0; i < RING_SLOTS; ++i) st.send[i] = MPI_REQUEST_NULL;
-    st.recv = MPI_REQUEST_NULL;
     size_t bytes = 0;
-    bool ok = true;
-    for (int i = 0; i < RING_SLOTS; ++i) {
-        st.slot[i] = calloc((size_t)(slot_floats > 0 ? slot_floats : 1), sizeof(float));
-        ok = ok && st.slot[i];
-        bytes += sizeof(float) * (size_t)slot_floats;
-    }
+    bool ok = ring_kv_stream_alloc(&c, &st, &bytes);
     float *otmp = malloc(sizeof(float) * (size_t)(c.B * c.Hq * R * c.Dv + 1));
     float *ltmp = malloc(sizeof(float) * (size_t)(c.B * c.Hq * R * W + 1));
     bytes += sizeof(float) * (size_t)(c.B * c.Hq * R * (c.Dv + W));
@@ -100,29 +71,7 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_tensor *q, const attn_tenso
     attn_sdpa_opts so = attn_sdpa_opts_default();
     so.scale = c.scale;
     so.num_threads = c.threads;
-    size_t ws_bytes = 0;
-    void *ws = NULL;
-    if (ok) {
-        attn_tensor Qv = ring_slice(*q, 2, 0, R < c.nq ? R : c.nq), K, V;
-        float *mp;
-        ring_kv_views(&c, st.slot[0], c.max_piece, &K, &V, &mp);
-        attn_tensor M = c.mask ? ring_mask_view(&c, mp, c.max_piece, 0, c.max_piece) : K;
-        so.mask[0] = c.mask ? &M : NULL;
-        for (int z = 0; z < 2 && s == ATTN_OK; ++z) {
-            size_t b = 0;
-            so.causal = z ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
-            s = attn_sdpa_workspace_size(&Qv, &K, &V, false, &so, &b, &le);
-            if (b > ws_bytes) ws_bytes = b;
-        }
-        so.mask[0] = NULL;
-        if (s == ATTN_OK && ws_bytes && !(ws = malloc(ws_bytes))) ok = false;
-        bytes += ws_bytes;
-    }
-    if (s == ATTN_OK && !ok) s = ring_fail(&le, ATTN_ERR_ALLOC, "out of memory for ring buffers");
-    s = ring_agree(c.comm, s, &le);
-    c.tm.buffer_bytes += bytes;
-    so.workspace = ws;
-    so.workspace_size = ws_bytes;
+    s = ring_buffers_ready(&c, q, &st, false, ok, bytes, &so, &le);
 
     if (s == ATTN_OK) {
         /* Every row starts empty (out 0, lse -inf); each partial merges in. */
@@ -170,15 +119,7 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_tensor *q, const attn_tenso
                     const double t1 = ring_now();
                     attn_tensor Oa = ring_slice(*out, 2, sc.r0, m), La = ring_slice(lacc, 2, sc.r0, m);
                     if (cs == ATTN_OK) cs = attn_lse_merge(&Oa, &La, &Ot, &Lt, &Oa, &La, &ce);
-                    const double t2 = ring_now();
-                    c.tm.compute_s += t2 - t0;
-                    c.tm.merge_s += t2 - t1;
-                    c.tm.pairs += ring_subcall_pairs(&c, &sc);
-                    if (cs != ATTN_OK) {
-                        c.failed = cs;
-                        c.fail_err = ce;
-                        break;
-                    }
+                    if (!ring_chunk_done(&c, &sc, t0, t1, cs, &ce)) break;
                 }
             }
             c.tm.blocks++;
@@ -196,20 +137,12 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_tensor *q, const attn_tenso
                             (float)((double)p[0] + (double)p[lacc.stride[3]]);
                     }
         }
-        s = ring_agree(c.comm, c.failed, &c.fail_err);
-        if (s != ATTN_OK) le = c.fail_err;
+        s = ring_loop_agree(&c, &le);
     }
-    for (int i = 0; i < RING_SLOTS; ++i) free(st.slot[i]);
+    ring_kv_stream_free(&st);
     free(otmp);
     free(ltmp);
     free(lacc_owned);
-    free(ws);
-    c.tm.total_s = ring_now() - t_start;
-    if (opts && opts->timing) *opts->timing = c.tm;
-    ring_end(&c);
-    if (err) {
-        *err = le;
-        if (s == ATTN_OK) err->status = ATTN_OK, err->message[0] = '\0';
-    }
-    return s;
+    free(so.workspace);
+    return ring_finish(&c, opts, t_start, s, &le, err);
 }

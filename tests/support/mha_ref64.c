@@ -2,6 +2,8 @@
  * loops, every intermediate materialised, nothing shared with the library. */
 #include "mha_ref64.h"
 
+#include "attn.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,4 +224,26 @@ void mha64_backward(const mha64_config *c, const mha64_params *p, const mha64_in
     }
     free(da), free(dq), free(dk), free(dv), free(dP);
     fwd_free(&f);
+}
+
+void mha64_map_params(attn_mha *m, double *flat, mha64_params *p)
+{
+    memset(p, 0, sizeof *p);
+    float *base = attn_mha_params_flat(m, NULL);
+    const int64_t E = attn_mha_get_config(m)->embed_dim;
+    for (int i = 0; i < attn_mha_num_params(m); ++i) {
+        const char *name;
+        attn_tensor v;
+        attn_mha_param_at(m, i, &name, &v, NULL);
+        double *x = flat + ((float *)v.data - base);
+        if (!strcmp(name, "in_proj_weight")) p->wq = x, p->wk = x + E * E, p->wv = x + 2 * E * E;
+        else if (!strcmp(name, "q_proj_weight")) p->wq = x;
+        else if (!strcmp(name, "k_proj_weight")) p->wk = x;
+        else if (!strcmp(name, "v_proj_weight")) p->wv = x;
+        else if (!strcmp(name, "in_proj_bias")) p->bq = x, p->bk = x + E, p->bv = x + 2 * E;
+        else if (!strcmp(name, "bias_k")) p->bias_k = x;
+        else if (!strcmp(name, "bias_v")) p->bias_v = x;
+        else if (!strcmp(name, "out_proj.weight")) p->wo = x;
+        else if (!strcmp(name, "out_proj.bias")) p->bo = x;
+    }
 }

@@ -70,6 +70,12 @@ void mha64_backward(const mha64_config *c, const mha64_params *p, const mha64_in
                     const double *dout, mha64_params *g, double *dquery, double *dkey,
                     double *dvalue);
 
+/* Points p into flat, a float64 copy of a module's flat parameter (or
+ * gradient) buffer with the same offsets: the bridge from attn_mha's layout
+ * to the oracle's parameters (absent ones NULL). */
+struct attn_mha;
+void mha64_map_params(struct attn_mha *m, double *flat, mha64_params *p);
+
 /* Σ dout∘out. */
 double mha64_loss(const mha64_config *c, const mha64_params *p, const mha64_inputs *in,
                   const double *dout);

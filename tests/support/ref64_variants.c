@@ -2,6 +2,7 @@
  * ref64_variants.h. The math is written once (ref64_variants_impl.h) and
  * instantiated for double and for float. */
 #include "ref64_variants.h"
+#include "testutil.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -9,16 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *rv_alloc(int64_t n, size_t size)
-{
-    void *p = calloc((size_t)(n > 0 ? n : 1), size);
-    if (!p) {
-        fprintf(stderr, "ref64_variants: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 bool rv_visible(const rv_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
@@ -156,7 +147,7 @@ double rv_loss64(const rv_problem *p, const double *q, const double *k, const do
                  const double *dout)
 {
     const int64_t n = p->B * p->Hq * p->Nq * p->Dv;
-    double *out = rv_alloc(n, sizeof *out), loss = 0.0;
+    double *out = tu_xcalloc(n, sizeof *out), loss = 0.0;
     rv_forward64(p, q, k, v, out, NULL, NULL, NULL);
     for (int64_t e = 0; e < n; ++e) loss += out[e] * dout[e];
     free(out);
@@ -182,8 +173,8 @@ void rv_natural(const rv_problem *p, const double *q, const double *k, const dou
                  maxV = max_finite_abs(v, nv);
     const double inv_keep = p->keep ? 1.0 / (1.0 - p->dropout_p) : 1.0;
     const double scale = fabs(p->scale);
-    double *x0 = rv_alloc(p->Nk, sizeof *x0), *P = rv_alloc(p->Nk, sizeof *P);
-    uint8_t *vis = rv_alloc(p->Nk, 1);
+    double *x0 = tu_xcalloc(p->Nk, sizeof *x0), *P = tu_xcalloc(p->Nk, sizeof *P);
+    uint8_t *vis = tu_xcalloc(p->Nk, 1);
     if (nat_dk) memset(nat_dk, 0, (size_t)nk * sizeof *nat_dk);
     if (nat_dv) memset(nat_dv, 0, (size_t)nv * sizeof *nat_dv);
     if (nat_dsinks) memset(nat_dsinks, 0, (size_t)p->Hq * sizeof *nat_dsinks);

@@ -79,13 +79,13 @@ static void SUFFIX(load)(const rv_problem *p, const double *q, const double *k, 
 {
     const int64_t nq = p->B * p->Hq * p->Nq * p->D, nk = p->B * p->Hkv * p->Nk * p->D,
                   nv = p->B * p->Hkv * p->Nk * p->Dv, no = p->B * p->Hq * p->Nq * p->Dv;
-    w->q = rv_alloc(nq, sizeof(R));
-    w->k = rv_alloc(nk, sizeof(R));
-    w->v = rv_alloc(nv, sizeof(R));
-    w->dout = rv_alloc(no, sizeof(R));
-    w->x0 = rv_alloc(p->Nk, sizeof(R));
-    w->P = rv_alloc(p->Nk, sizeof(R));
-    w->vis = rv_alloc(p->Nk, 1);
+    w->q = tu_xcalloc(nq, sizeof(R));
+    w->k = tu_xcalloc(nk, sizeof(R));
+    w->v = tu_xcalloc(nv, sizeof(R));
+    w->dout = tu_xcalloc(no, sizeof(R));
+    w->x0 = tu_xcalloc(p->Nk, sizeof(R));
+    w->P = tu_xcalloc(p->Nk, sizeof(R));
+    w->vis = tu_xcalloc(p->Nk, 1);
     for (int64_t e = 0; e < nq; ++e) w->q[e] = RX(q[e]);
     for (int64_t e = 0; e < nk; ++e) w->k[e] = RX(k[e]);
     for (int64_t e = 0; e < nv; ++e) w->v[e] = RX(v[e]);
@@ -142,9 +142,9 @@ void SUFFIX(rv_backward)(const rv_problem *p, const double *q, const double *k, 
     SUFFIX(load)(p, q, k, v, dout, &w);
     const int64_t group = p->Hq / p->Hkv;
     const int64_t nk = p->B * p->Hkv * p->Nk * p->D, nv = p->B * p->Hkv * p->Nk * p->Dv;
-    R *gk = rv_alloc(nk, sizeof(R)), *gv = rv_alloc(nv, sizeof(R));
-    R *gq = rv_alloc(p->D, sizeof(R)), *dx = rv_alloc(p->Nk, sizeof(R));
-    R *gs = rv_alloc(p->Hq, sizeof(R));
+    R *gk = tu_xcalloc(nk, sizeof(R)), *gv = tu_xcalloc(nv, sizeof(R));
+    R *gq = tu_xcalloc(p->D, sizeof(R)), *dx = tu_xcalloc(p->Nk, sizeof(R));
+    R *gs = tu_xcalloc(p->Hq, sizeof(R));
     const R scale = RX(p->scale), cap = RX(p->softcap);
     for (int64_t b = 0; b < p->B; ++b)
         for (int64_t h = 0; h < p->Hq; ++h) {

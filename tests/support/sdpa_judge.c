@@ -10,16 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *xc(int64_t n, size_t size)
-{
-    void *p = calloc((size_t)(n > 0 ? n : 1), size);
-    if (!p) {
-        fprintf(stderr, "sdpa_judge: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
 int sj_paths(sj_path *out)
 {
     int n = 0;
@@ -162,7 +152,7 @@ static bool judge(tu_group *g, sj_result *res, const char *path, const char *cal
 {
     double *got = (double *)got_arr;
     if (!got) {
-        got = xc(qt->n, sizeof *got);
+        got = tu_xcalloc(qt->n, sizeof *got);
         tu_to_f64(got_view, got);
     }
     rv_cmp c;
@@ -209,7 +199,7 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     rp.rows = c->rows;
     double *bias = NULL, *alibi = NULL;
     if (c->mask[0] || c->mask[1]) {
-        bias = xc(nsc, sizeof *bias);
+        bias = tu_xcalloc(nsc, sizeof *bias);
         for (int m = 0; m < ATTN_SDPA_MAX_MASKS; ++m)
             if (c->mask[m] && !ref64_add_mask(bias, B, Hq, Nq, Nk, c->mask[m])) {
                 fprintf(stderr, "sdpa_judge: mask does not broadcast (%s)\n", desc);
@@ -218,20 +208,20 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
         rp.bias = bias;
     }
     if (c->alibi) {
-        alibi = xc(B * Hq, sizeof *alibi);
+        alibi = tu_xcalloc(B * Hq, sizeof *alibi);
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < Hq; ++h)
                 alibi[b * Hq + h] = c->alibi_ndim == 2 ? c->alibi[b * Hq + h] : c->alibi[h];
         rp.alibi = alibi;
     }
     const bool want_w = c->weights || c->backward;
-    double *out64 = xc(no, 8), *lse64 = xc(nrow, 8), *st64 = xc(2 * nrow, 8);
-    double *out32 = xc(no, 8), *lse32 = xc(nrow, 8), *st32 = xc(2 * nrow, 8);
-    double *out32b = xc(no, 8), *lse32b = xc(nrow, 8), *st32b = xc(2 * nrow, 8);
-    double *w64 = want_w ? xc(nsc, 8) : NULL, *w32 = c->weights ? xc(nsc, 8) : NULL;
-    double *w32b = c->weights ? xc(nsc, 8) : NULL;
-    double *nout = xc(no, 8), *nlse = xc(nrow, 8), *nst = xc(2 * nrow, 8);
-    double *nw = c->weights ? xc(nsc, 8) : NULL;
+    double *out64 = tu_xcalloc(no, 8), *lse64 = tu_xcalloc(nrow, 8), *st64 = tu_xcalloc(2 * nrow, 8);
+    double *out32 = tu_xcalloc(no, 8), *lse32 = tu_xcalloc(nrow, 8), *st32 = tu_xcalloc(2 * nrow, 8);
+    double *out32b = tu_xcalloc(no, 8), *lse32b = tu_xcalloc(nrow, 8), *st32b = tu_xcalloc(2 * nrow, 8);
+    double *w64 = want_w ? tu_xcalloc(nsc, 8) : NULL, *w32 = c->weights ? tu_xcalloc(nsc, 8) : NULL;
+    double *w32b = c->weights ? tu_xcalloc(nsc, 8) : NULL;
+    double *nout = tu_xcalloc(no, 8), *nlse = tu_xcalloc(nrow, 8), *nst = tu_xcalloc(2 * nrow, 8);
+    double *nw = c->weights ? tu_xcalloc(nsc, 8) : NULL;
     rv_forward64(&rp, c->q, c->k, c->v, out64, lse64, w64, st64);
     rv_forward32(&rp, c->q, c->k, c->v, out32, lse32, w32, st32);
     rv_forward32fma(&rp, c->q, c->k, c->v, out32b, lse32b, w32b, st32b);
@@ -240,13 +230,13 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     double *xdq = NULL, *xdk = NULL, *xdv = NULL, *xds = NULL;
     double *dq32b = NULL, *dk32b = NULL, *dv32b = NULL, *ds32b = NULL;
     if (c->backward) {
-        dq64 = xc(nq, 8), dk64 = xc(nk, 8), dv64 = xc(nv, 8), ds64 = xc(Hq, 8);
-        dq32 = xc(nq, 8), dk32 = xc(nk, 8), dv32 = xc(nv, 8), ds32 = xc(Hq, 8);
-        ndq = xc(nq, 8), ndk = xc(nk, 8), ndv = xc(nv, 8), nds = xc(Hq, 8);
-        xdq = xc(nq, 8), xdk = xc(nk, 8), xdv = xc(nv, 8), xds = xc(Hq, 8);
+        dq64 = tu_xcalloc(nq, 8), dk64 = tu_xcalloc(nk, 8), dv64 = tu_xcalloc(nv, 8), ds64 = tu_xcalloc(Hq, 8);
+        dq32 = tu_xcalloc(nq, 8), dk32 = tu_xcalloc(nk, 8), dv32 = tu_xcalloc(nv, 8), ds32 = tu_xcalloc(Hq, 8);
+        ndq = tu_xcalloc(nq, 8), ndk = tu_xcalloc(nk, 8), ndv = tu_xcalloc(nv, 8), nds = tu_xcalloc(Hq, 8);
+        xdq = tu_xcalloc(nq, 8), xdk = tu_xcalloc(nk, 8), xdv = tu_xcalloc(nv, 8), xds = tu_xcalloc(Hq, 8);
         rv_backward64(&rp, c->q, c->k, c->v, c->dout, dq64, dk64, dv64, ds64);
         rv_backward32(&rp, c->q, c->k, c->v, c->dout, dq32, dk32, dv32, ds32);
-        dq32b = xc(nq, 8), dk32b = xc(nk, 8), dv32b = xc(nv, 8), ds32b = xc(Hq, 8);
+        dq32b = tu_xcalloc(nq, 8), dk32b = tu_xcalloc(nk, 8), dv32b = tu_xcalloc(nv, 8), ds32b = tu_xcalloc(Hq, 8);
         rv_backward32fma(&rp, c->q, c->k, c->v, c->dout, dq32b, dk32b, dv32b, ds32b);
         lse_only_extra(&rp, c->q, c->k, c->v, c->dout, lse64, w64, xdq, xdk, xdv, xds);
     }
@@ -255,7 +245,7 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     for (int64_t r = 0; r < nrow; ++r) nst[2 * r] = nst[2 * r + 1] = nlse[r];
     uint8_t *skip_o = NULL, *skip_l = NULL, *skip_w = NULL, *skip_s = NULL;
     if (c->rows) {
-        skip_o = xc(no, 1), skip_l = xc(nrow, 1), skip_w = xc(nsc, 1), skip_s = xc(2 * nrow, 1);
+        skip_o = tu_xcalloc(no, 1), skip_l = tu_xcalloc(nrow, 1), skip_w = tu_xcalloc(nsc, 1), skip_s = tu_xcalloc(2 * nrow, 1);
         for (int64_t r = 0; r < nrow; ++r) {
             const bool s = !c->rows[r % Nq];
             skip_l[r] = skip_s[2 * r] = skip_s[2 * r + 1] = s;
@@ -407,4 +397,70 @@ sj_result sj_run(tu_group *g, const sj_case *c, const char *desc)
     free(out32b), free(lse32b), free(st32b), free(w32b), free(dq32b), free(dk32b), free(dv32b), free(ds32b);
     free(skip_o), free(skip_l), free(skip_w), free(skip_s);
     return res;
+}
+
+/* ------------------------------------------------- building and naming cases */
+
+const char *sj_causal_name(attn_causal c)
+{
+    return c == ATTN_CAUSAL_TOP_LEFT ? "top-left" : c == ATTN_CAUSAL_BOTTOM_RIGHT ? "bottom-right" : "none";
+}
+
+double *sj_random_normal(int64_t n, double mag, tu_rng *r)
+{
+    double *x = tu_xcalloc(n, sizeof *x);
+    for (int64_t e = 0; e < n; ++e) x[e] = (double)(float)(mag * tu_rng_normal(r));
+    return x;
+}
+
+void sj_poison_hidden_keys(const sj_case *c, double *k, double *v, tu_rng *r)
+{
+    double *bias = NULL;
+    for (int m = 0; m < ATTN_SDPA_MAX_MASKS; ++m) {
+        if (!c->mask[m]) continue;
+        if (!bias) bias = tu_xcalloc(c->B * c->Hq * c->Nq * c->Nk, 8);
+        ref64_add_mask(bias, c->B, c->Hq, c->Nq, c->Nk, c->mask[m]);
+    }
+    rv_problem rp;
+    memset(&rp, 0, sizeof rp);
+    rp.B = c->B, rp.Hq = c->Hq, rp.Hkv = c->Hkv, rp.Nq = c->Nq, rp.Nk = c->Nk;
+    rp.causal = c->causal, rp.window = c->window, rp.bias = bias;
+    const int64_t group = c->Hq / c->Hkv;
+    static const double poison[] = {NAN, INFINITY, -INFINITY};
+    for (int64_t b = 0; b < c->B; ++b)
+        for (int64_t hk = 0; hk < c->Hkv; ++hk)
+            for (int64_t j = 0; j < c->Nk; ++j) {
+                bool seen = false;
+                for (int64_t h = hk * group; h < (hk + 1) * group && !seen; ++h)
+                    for (int64_t i = 0; i < c->Nq && !seen; ++i) seen = rv_visible(&rp, b, h, i, j);
+                if (seen) continue;
+                const double pv = poison[tu_rng_int(r, 0, 2)];
+                const int64_t kr = (b * c->Hkv + hk) * c->Nk + j;
+                for (int64_t e = 0; e < c->D; ++e) k[kr * c->D + e] = pv;
+                for (int64_t e = 0; e < c->Dv; ++e) v[kr * c->Dv + e] = pv;
+            }
+    free(bias);
+}
+
+void sj_random_variants(tu_rng *r, int64_t max_left, int64_t max_right, attn_window *window,
+                        float *softcap, int *alibi, bool *sinks)
+{
+    if (tu_rng_chance(r, 0.2)) {
+        window->enabled = true;
+        window->left = tu_rng_chance(r, 0.3) ? -1 : tu_rng_int(r, 0, max_left);
+        window->right = tu_rng_chance(r, 0.3) ? -1 : tu_rng_int(r, 0, max_right);
+    }
+    if (tu_rng_chance(r, 0.15)) *softcap = (float)tu_rng_range(r, 1.0, 20.0);
+    if (tu_rng_chance(r, 0.2)) *alibi = (int)tu_rng_int(r, 1, 2);
+    *sinks = tu_rng_chance(r, 0.15);
+}
+
+void sj_print_header(const char *prog, const char *mode, uint64_t seed)
+{
+    sj_path paths[SJ_MAX_PATHS];
+    const int np = sj_paths(paths);
+    printf("%s: %s mode, seed 0x%" PRIx64 ", paths:", prog, mode, seed);
+    for (int i = 0; i < np; ++i) printf(" %s", paths[i].name);
+    printf("\n");
+    fflush(stdout);
 }

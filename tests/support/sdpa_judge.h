@@ -85,4 +85,25 @@ double sj_scale(const sj_case *c);
 /* A float32 tensor (contiguous) holding the given float64 values. */
 void sj_tensor_from(tu_tensor *t, int ndim, const int64_t *shape, const double *values);
 
+/* ------------------------------------------------- building and naming cases */
+
+/* "none", "top-left" or "bottom-right". */
+const char *sj_causal_name(attn_causal c);
+/* n float32-rounded mag·N(0,1) draws from r, in order, in a new float64
+ * array (free it). */
+double *sj_random_normal(int64_t n, double mag, tu_rng *r);
+/* Keys hidden from every row of every query head sharing them (by c's
+ * causality, window and masks) get NaN, +inf or -inf (one draw from r per
+ * key, in (b, kv head, key) order) in every element of k (B,Hkv,Nk,D) and v
+ * (B,Hkv,Nk,Dv): values a kernel must never read. */
+void sj_poison_hidden_keys(const sj_case *c, double *k, double *v, tu_rng *r);
+/* Random score variants, drawn from r in this order: a window (chance 0.2;
+ * each side unbounded with chance 0.3, else 0..max_left / 0..max_right), a
+ * softcap (chance 0.15, in [1, 20)), ALiBi slopes (chance 0.2: *alibi 1 or 2,
+ * the suite's two slope shapes, else 0) and sinks (chance 0.15). */
+void sj_random_variants(tu_rng *r, int64_t max_left, int64_t max_right, attn_window *window,
+                        float *softcap, int *alibi, bool *sinks);
+/* "PROG: MODE mode, seed 0x..., paths: reference generic ..." (flushed). */
+void sj_print_header(const char *prog, const char *mode, uint64_t seed);
+
 #endif

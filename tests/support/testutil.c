@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------- RNG */
@@ -546,4 +547,58 @@ bool tu_parse_options(int argc, char **argv, uint64_t default_seed, tu_options *
 bool tu_group_selected(const tu_options *opt, const char *name)
 {
     return !opt->group || strstr(name, opt->group) != NULL;
+}
+
+bool tu_begin(int argc, char **argv, uint64_t default_seed, tu_options *opt, tu_suite *s)
+{
+    tu_prefer_passive_openmp(argv);
+    tu_install_crash_handler();
+    memset(s, 0, sizeof *s);
+    if (!tu_parse_options(argc, argv, default_seed, opt)) return false;
+    s->verbose = opt->verbose;
+    return true;
+}
+
+void tu_run_groups(tu_suite *s, const tu_options *opt, const tu_group_entry *groups, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (tu_group_selected(opt, groups[i].name)) groups[i].run(s);
+}
+
+int tu_replay(tu_suite *s, const tu_options *opt, const char *prog,
+              void (*run)(tu_group *g, uint64_t seed, const char *replay))
+{
+    tu_group g;
+    tu_group_begin(&g, s, "replay");
+    char rp[128];
+    snprintf(rp, sizeof rp, "ATTN_TEST_CASE=0x%016" PRIx64 " ./%s", opt->replay_seed, prog);
+    s->verbose = 1;
+    run(&g, opt->replay_seed, rp);
+    tu_group_end(&g);
+    return tu_suite_finish(s);
+}
+
+bool tu_env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ----------------------------------------------------- memory and time */
+
+void *tu_xcalloc(int64_t n, size_t size)
+{
+    void *p = calloc((size_t)(n > 0 ? n : 1), size);
+    if (!p) {
+        fprintf(stderr, "test: out of memory (%lld elements of %zu bytes)\n", (long long)n, size);
+        exit(2);
+    }
+    return p;
+}
+
+double tu_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

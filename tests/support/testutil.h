@@ -272,4 +272,32 @@ bool tu_parse_options(int argc, char **argv, uint64_t default_seed, tu_options *
 /* True when group filtering (if any) selects `name`. */
 bool tu_group_selected(const tu_options *opt, const char *name);
 
+/* The start of every suite's main: passive OpenMP (tu_prefer_passive_openmp),
+ * the crash handler, the options (false on a bad argument: exit 2) and an
+ * empty suite, verbose as the options say. */
+bool tu_begin(int argc, char **argv, uint64_t default_seed, tu_options *opt, tu_suite *s);
+/* A suite's group: the name --group selects it by, and what runs it. */
+typedef struct {
+    const char *name;
+    void (*run)(tu_suite *s);
+} tu_group_entry;
+/* Runs, in order, each of the n groups the options select. */
+void tu_run_groups(tu_suite *s, const tu_options *opt, const tu_group_entry *groups, int n);
+/* Replays the one random case opt->replay_seed names, verbosely, in a group
+ * "replay": run(g, seed, replay) with replay = "ATTN_TEST_CASE=0x... ./PROG";
+ * returns tu_suite_finish's exit code. */
+int tu_replay(tu_suite *s, const tu_options *opt, const char *prog,
+              void (*run)(tu_group *g, uint64_t seed, const char *replay));
+/* True when the environment variable is set to something other than "" or
+ * "0" (e.g. ATTN_STRESS_FULL=1). */
+bool tu_env_flag(const char *name);
+
+/* ----------------------------------------------------- memory and time */
+
+/* calloc of n (at least 1) elements of size bytes; exits with status 2 and
+ * a message when memory runs out (a test cannot go on without it). */
+void *tu_xcalloc(int64_t n, size_t size);
+/* Monotonic wall time in seconds. */
+double tu_now_seconds(void);
+
 #endif

@@ -1,6 +1,5 @@
-/* Validation of an MHA forward/backward call, inputs as row matrices, the
- * conversion of torch-MHA masks to SDPA masks, and the call's buffers (its
- * own allocations or the caller's workspace).
+/* Validation of an MHA forward/backward call: module, options, inputs (as
+ * row matrices) and the conversion of torch-MHA masks to SDPA masks.
  *
  * Mask semantics (torch >= 2.0's, and torch 1.13's wherever 1.13 is
  * self-consistent): every mask becomes an additive float mask — bool true
@@ -10,33 +9,11 @@
  * key_padding_mask next to an attn_mask (or causal): with a bool attn_mask
  * it treats the float mask as bool (nonzero = blocked); with a float
  * attn_mask its masked_fill drops the key_padding_mask altogether. */
-#include "mha.h"
+#include "validate.h"
 #include "../kernels/kernels.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
-
-void *mha_call_alloc(mha_call *c, size_t bytes, const char *what, attn_error *err)
-{
-    if (c->nowned >= (int)(sizeof c->owned / sizeof c->owned[0])) {
-        attn_fail(err, ATTN_ERR_ALLOC, "%s: too many buffers", what);
-        return NULL;
-    }
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        attn_fail(err, ATTN_ERR_ALLOC, "%s: cannot allocate %zu bytes", what, bytes);
-        return NULL;
-    }
-    c->owned[c->nowned++] = p;
-    return p;
-}
-
-void mha_call_free(mha_call *c)
-{
-    for (int i = 0; i < c->nowned; ++i) free(c->owned[i]);
-    c->nowned = 0;
-}
 
 attn_status mha_check_rows_view(const attn_tensor *t, const char *name, const mha_call *c,
                                 int64_t M, int64_t C, bool is_output, attn_error *err)
@@ -57,59 +34,6 @@ attn_status mha_check_rows_view(const attn_tensor *t, const char *name, const mh
     RETURN_IF(sh[1] != C, err, ATTN_ERR_SHAPE, "%s: feature size is %lld, expected %lld", name,
               (long long)sh[1], (long long)C);
     return ATTN_OK;
-}
-
-bool mha_rows_direct(const attn_tensor *t, bool batched, int64_t C, mha_rows *out)
-{
-    const int o = batched ? 1 : 0;
-    const int64_t B = batched ? t->shape[0] : 1, M = t->shape[o];
-    const int64_t sb = batched ? t->stride[0] : 0, sm = t->stride[o], sc = t->stride[o + 1];
-    if (C > 1 && sc != 1) return false;
-    if (M > 1 && sm < C) return false; /* overlapping, broadcast or reversed rows */
-    if (B > 1 && sb < 0) return false;
-    const int64_t ld = M > 1 ? sm : C;
-    *out = (mha_rows){.data = t->data, .batch = B > 1 ? sb : M * ld, .ld = ld};
-    return true;
-}
-
-attn_status mha_rows_input(mha_call *c, const attn_tensor *t, int64_t M, int64_t C,
-                           const char *name, mha_rows *out, attn_error *err)
-{
-    if (mha_rows_direct(t, c->batched, C, out)) return ATTN_OK;
-    /* Sizes were overflow-checked with the call. */
-    const int64_t B = c->B;
-    float *p = mha_call_alloc(c, (size_t)(B * M * C) * sizeof(float), name, err);
-    if (!p) return ATTN_ERR_ALLOC; /* mha_call_alloc fails only so */
-    const int o = c->batched ? 1 : 0;
-    const int64_t sb = c->batched ? t->stride[0] : 0, sm = t->stride[o], sc = t->stride[o + 1];
-    const float *src = t->data;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < M; ++i)
-            for (int64_t x = 0; x < C; ++x)
-                p[(b * M + i) * C + x] = src[b * sb + i * sm + x * sc];
-    *out = mha_rows_dense(p, M, C);
-    return ATTN_OK;
-}
-
-void mha_rows_scatter(const float *src, const attn_tensor *dst, bool batched, int64_t B,
-                      int64_t M, int64_t C)
-{
-    const int o = batched ? 1 : 0;
-    const int64_t sb = batched ? dst->stride[0] : 0, sm = dst->stride[o], sc = dst->stride[o + 1];
-    float *d = dst->data;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < M; ++i)
-            for (int64_t x = 0; x < C; ++x) d[b * sb + i * sm + x * sc] = src[(b * M + i) * C + x];
-}
-
-void mha_rows_zero(const attn_tensor *dst, bool batched, int64_t B, int64_t M, int64_t C)
-{
-    const int o = batched ? 1 : 0;
-    const int64_t sb = batched ? dst->stride[0] : 0, sm = dst->stride[o], sc = dst->stride[o + 1];
-    float *d = dst->data;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < M; ++i)
-            for (int64_t x = 0; x < C; ++x) d[b * sb + i * sm + x * sc] = 0.0f;
 }
 
 /* --------------------------------------------------------------- masks */
@@ -360,69 +284,4 @@ attn_status mha_call_init(mha_call *c, const attn_mha *m, const attn_tensor *que
     attn_status s = call_init(c, m, query, key, value, opts, err);
     if (s != ATTN_OK) mha_call_free(c);
     return s;
-}
-
-/* Bytes of the attention's workspace for this call's head views (shapes and
- * strides only, so the views may point anywhere): the forward's, or for a
- * backward the larger of its recomputing forward's and its own (they run one
- * after the other in the same bytes). */
-static attn_status sdpa_bytes(const mha_call *c, bool backward, size_t *bytes, attn_error *err)
-{
-    static float probe; /* the views' data: never read */
-    attn_tensor qh = mha_head_major_view(&probe, c, c->L),
-                kh = mha_head_major_view(&probe, c, c->Sp), vh = kh;
-    attn_sdpa_opts o = mha_sdpa_opts(c);
-    RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, false, &o, bytes, err));
-    size_t bwd = 0;
-    if (backward) RETURN_IF_ERROR(attn_sdpa_workspace_size(&qh, &kh, &vh, true, &o, &bwd, err));
-    if (bwd > *bytes) *bytes = bwd;
-    return ATTN_OK;
-}
-
-/* Up to 63 bytes to align the caller's pointer, the activations in whole
- * cache lines, then the attention's part. */
-static size_t workspace_total(size_t act_bytes, size_t sdpa)
-{
-    return 63 + (act_bytes + 63) / 64 * 64 + sdpa;
-}
-
-attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
-                          size_t act_bytes, float **act, void **sdpa_ws, size_t *sdpa_ws_size,
-                          attn_error *err)
-{
-    *sdpa_ws = NULL;
-    *sdpa_ws_size = 0;
-    if (!opts || !opts->workspace) {
-        *act = mha_call_alloc(c, act_bytes, "workspace", err);
-        return *act ? ATTN_OK : ATTN_ERR_ALLOC;
-    }
-    size_t sdpa;
-    RETURN_IF_ERROR(sdpa_bytes(c, backward, &sdpa, err));
-    const size_t skew = (64 - (uintptr_t)opts->workspace % 64) % 64;
-    const size_t act_span = (act_bytes + 63) / 64 * 64;
-    RETURN_IF(opts->workspace_size < skew + act_span + sdpa, err, ATTN_ERR_WORKSPACE,
-              "workspace: %zu bytes given, %zu needed (attn_mha_workspace_size)",
-              opts->workspace_size, workspace_total(act_bytes, sdpa));
-    *act = (float *)((char *)opts->workspace + skew);
-    *sdpa_ws = (char *)*act + act_span;
-    *sdpa_ws_size = opts->workspace_size - skew - act_span;
-    return ATTN_OK;
-}
-
-attn_status attn_mha_workspace_size(const attn_mha *m, const attn_tensor *query,
-                                    const attn_tensor *key, const attn_tensor *value,
-                                    bool backward, const attn_mha_opts *opts, size_t *bytes,
-                                    attn_error *err)
-{
-    RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
-    mha_call c;
-    RETURN_IF_ERROR(mha_call_init(&c, m, query, key, value, opts, err));
-    size_t sdpa = 0;
-    attn_status s = sdpa_bytes(&c, backward, &sdpa, err);
-    const size_t act = backward ? mha_backward_act_bytes(&c) : mha_forward_act_bytes(&c);
-    mha_call_free(&c);
-    if (s != ATTN_OK) return s;
-    *bytes = workspace_total(act, sdpa);
-    attn_ok(err);
-    return ATTN_OK;
 }
