@@ -8,6 +8,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Whether attn was built with OpenMP (the CLI is compiled with the
+ * library's flags): without it every call runs on one thread, which
+ * `attn --version` and `attn bench --json` say. */
+#ifdef _OPENMP
+#define CLI_OPENMP 1
+#define CLI_OPENMP_JSON ",\"openmp\":true"
+#else
+#define CLI_OPENMP 0
+#define CLI_OPENMP_JSON ",\"openmp\":false,\"note\":\"built without OpenMP\""
+#endif
+
 /* Exit statuses: 0 success; 1 out of memory (or threads) or an internal
  * error; 2 anything the user must change: usage, an argument, an input
  * file, an output destination (see cli_exit_code). */

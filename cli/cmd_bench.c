@@ -342,7 +342,7 @@ static int bench_one(const bench_config *c)
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
                "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
                "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\","
-               "\"precision\":\"%s\",\"engine\":\"%s\"}\n",
+               "\"precision\":\"%s\",\"engine\":\"%s\"" CLI_OPENMP_JSON "}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
                best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype),
@@ -584,7 +584,7 @@ static int bench_decode(const bench_config *c)
                    "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
                    "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
                    "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
-                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu}\n",
+                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
                    f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                    c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
                    bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
@@ -672,7 +672,7 @@ static int bench_varlen(const bench_config *c, const long long *lens, int nl)
         printf("{\"mode\":\"varlen\",\"sequences\":%d,\"total\":%lld,\"single_n\":%lld,"
                "\"heads\":%ld,\"kv_heads\":%ld,\"head_dim\":%ld,\"causal\":%s,\"isa\":\"%s\","
                "\"threads\":%d,\"runs\":%ld,\"varlen_ms\":%.4f,\"single_ms\":%.4f,"
-               "\"varlen_gflops\":%.3f,\"single_gflops\":%.3f,\"ratio\":%.4f}\n",
+               "\"varlen_gflops\":%.3f,\"single_gflops\":%.3f,\"ratio\":%.4f" CLI_OPENMP_JSON "}\n",
                nl, (long long)total, (long long)N, c->heads, c->kv_heads, c->head_dim,
                c->causal ? "true" : "false", attn_isa(), threads, c->runs, mv * 1e3, ms * 1e3,
                fv, fs, fv / fs);
