@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,8 +269,16 @@ static int run_decode(int argc, char **argv)
     if (!lens) goto oom;
     const char *opt = cli_get(&a, "--kv-len") ? "--kv-len" : "--kv-lens";
     int64_t n = 0;
-    if (cli_get(&a, "--kv-len")) {
-        if (!parse_lengths(cmd, opt, cli_get(&a, "--kv-len"), lens, B, &n)) goto done;
+    if (cli_get(&a, "--kv-len")) { /* the shared list parser: no empty fields */
+        long long *vals = malloc(sizeof *vals * (size_t)(B > 0 ? B : 1));
+        if (!vals) goto oom;
+        int count = 0;
+        const bool ok = cli_get_list(&a, "--kv-len", 0, LLONG_MAX, vals,
+                                     B > INT_MAX ? INT_MAX : (int)B, &count);
+        for (int i = 0; ok && i < count; ++i) lens[i] = vals[i];
+        free(vals);
+        if (!ok) goto done;
+        n = count;
     } else if (cli_get(&a, "--kv-lens")) {
         if (!(text = read_text(cmd, cli_get(&a, "--kv-lens")))) goto done;
         if (!parse_lengths(cmd, opt, text, lens, B, &n)) goto done;

@@ -235,9 +235,15 @@ static void group_errors(tu_suite *s)
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "7,11\x1f--out\x1f%s", path("bad.npy"));
     expect_usage(&g, "length beyond the cache", "--kv-len: entry 1 has length 11", buf);
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "1,2,3\x1f--out\x1f%s", path("bad.npy"));
-    expect_usage(&g, "three lengths", "--kv-len: more than 2 lengths", buf);
+    expect_usage(&g, "three lengths", "--kv-len: more than 2 values", buf);
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "x\x1f--out\x1f%s", path("bad.npy"));
-    expect_usage(&g, "not a number", "--kv-len: expected non-negative integers", buf);
+    expect_usage(&g, "not a number", "--kv-len: expected integers from 0", buf);
+    static const char *const empty_fields[] = {"5,", ",5", "5,,6"};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(buf, sizeof buf, "\x1f--kv-len\x1f%s\x1f--out\x1f%s", empty_fields[i],
+                 path("bad.npy"));
+        expect_usage(&g, empty_fields[i], "(no empty fields)", buf);
+    }
     FILE *f = fopen(path("badlens.txt"), "w");
     fputs("4 five\n", f);
     fclose(f);
