@@ -121,39 +121,17 @@ static char *read_text(const cli_command *cmd, const char *path)
 }
 
 
-/* argv with a bare --causal (not followed by an alignment) given its
- * default value, as --causal=bottom-right; at most 64 arguments' room. */
-static char **expand_causal(int argc, char **argv, char **room)
-{
-    for (int i = 0; i < argc && i < 64; ++i) {
-        const char *next = i + 1 < argc ? argv[i + 1] : "";
-        room[i] = argv[i];
-        if (!strcmp(argv[i], "--causal") && strcmp(next, "bottom-right") && strcmp(next, "top-left"))
-            room[i] = "--causal=bottom-right";
-    }
-    return argc <= 64 ? room : argv;
-}
-
 /* --window, --softcap, --alibi-slopes, --sinks and --causal into opts;
  * geometric slopes are written to *geometric (Hq floats, owned). */
 static int load_variants(const cli_command *cmd, const cli_args *a, int64_t Hq,
                          attn_sdpa_opts *opts, attn_array *slopes, attn_array *sinks,
                          float **geometric, attn_tensor *geo_t)
 {
-    const char *causal = cli_get(a, "--causal");
-    if (causal && !strcmp(causal, "top-left"))
-        return cli_usage_error(cmd, "--causal top-left: the new tokens are the cache's last; decode aligns them bottom-right");
-    if (causal && strcmp(causal, "bottom-right"))
-        return cli_usage_error(cmd, "--causal: expected bottom-right (or nothing), got '%s'", causal);
-    if (causal) opts->causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-    const char *win = cli_get(a, "--window");
-    if (win) {
-        long long l, r;
-        char tail;
-        if (sscanf(win, "%lld,%lld%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
-            return cli_usage_error(cmd, "--window: expected L,R with each >= -1, got '%s'", win);
-        opts->window = (attn_window){.enabled = true, .left = l, .right = r};
-    }
+    if (!cli_get_causal(a, ATTN_CAUSAL_BOTTOM_RIGHT, &opts->causal)) return CLI_USAGE;
+    if (opts->causal == ATTN_CAUSAL_TOP_LEFT)
+        return cli_usage_error(cmd, "--causal top-left: the new tokens are the cache's last; "
+                                    "decode aligns them bottom-right");
+    if (!cli_get_window(a, &opts->window)) return CLI_USAGE;
     if (!cli_get_float(a, "--softcap", &opts->softcap)) return CLI_USAGE;
     if (cli_get(a, "--softcap") && !(opts->softcap > 0.0f))
         return cli_usage_error(cmd, "--softcap: must be > 0, got '%s'", cli_get(a, "--softcap"));
@@ -207,8 +185,7 @@ static int run_decode(int argc, char **argv)
     const cli_command *cmd = &cmd_decode;
     cli_args a;
     bool help;
-    char *room[64];
-    int rc = cli_parse(cmd, argc, expand_causal(argc, argv, room), &a, &help);
+    int rc = cli_parse(cmd, argc, argv, &a, &help);
     if (rc || help) return rc;
     if (a.npositional > 0) return cli_usage_error(cmd, "unexpected argument '%s'", a.positional[0]);
     const char *qp, *kp, *vp, *out_path;
