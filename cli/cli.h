@@ -8,6 +8,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Whether attn was built with OpenMP (the CLI is compiled with the
+ * library's flags): without it every call runs on one thread, which
+ * `attn --version` and `attn bench --json` say. */
+#ifdef _OPENMP
+#define CLI_OPENMP 1
+#define CLI_OPENMP_JSON ",\"openmp\":true"
+#else
+#define CLI_OPENMP 0
+#define CLI_OPENMP_JSON ",\"openmp\":false,\"note\":\"built without OpenMP\""
+#endif
+
 /* Exit statuses: 0 success; 1 out of memory (or threads) or an internal
  * error; 2 anything the user must change: usage, an argument, an input
  * file, an output destination (see cli_exit_code). */
@@ -161,6 +172,8 @@ bool cli_get_dtype(const cli_args *a, attn_dtype *out);
 /* *t (float32) replaced by a contiguous copy rounded to dt (to nearest
  * even) in *owned, which the caller frees; float32 changes nothing. */
 bool cli_round_input(const char *context, attn_tensor *t, attn_dtype dt, void **owned);
+/* A KV cache storage by name: f32, bf16, f16, int8 or fp8 (e4m3). */
+bool cli_parse_cache_dtype(const char *name, attn_dtype *dtype, attn_kv_quant *quant);
 /* A result of dtype dt computed into a float buffer of n elements, made
  * writable as .npy: float16 stays (<f2); bfloat16, which .npy cannot hold,
  * is widened in place to float32 (exactly). Returns what buf now holds. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 extern const cli_command cmd_bench; /* also in cli.h's table of commands */
 
@@ -24,8 +25,11 @@ static const cli_option bench_options[] = {
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
+    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
-    {"--bf16-dot", NULL, "with --dtype bf16: ATTN_PRECISION_BF16_DOT (AVX512_BF16 dot products)"},
+    {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
+    {"--bf16-dot", NULL, "the former name of --precision bf16"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", "[ALIGN]", "causal mask, top-left (bare) or bottom-right; FLOPs counted as half"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
@@ -57,10 +61,16 @@ static const char bench_details[] =
     "faulting in) their own.\n"
     "--mode decode times attn_kvcache_attend: --seq new query tokens (default 1)\n"
     "per batch entry against a KV cache of --kv-seq tokens (default 32768;\n"
-    "defaults H 32, Hkv 8, D 128), bottom-right causal. It prints the GB/s of\n"
-    "K/V read (B·Hkv·Nk·(D+Dv)·4 bytes per call) and, from the same run, the\n"
-    "memory bandwidth of a streaming read loop over a separate buffer of at\n"
-    "least 256 MiB on the same threads, the two timed alternately, medians.\n"
+    "defaults H 32, Hkv 8, D 128), bottom-right causal, one cache per\n"
+    "--cache-dtype holding the same tokens (keys N(0,1) with outlier channels\n"
+    "16x larger). Per storage: bytes per token, tokens/s and its ratio to the\n"
+    "first storage's, the GB/s of K/V read (int8 counts its row scales), the\n"
+    "share of a streaming read's bandwidth over a separate buffer of at least\n"
+    "4x the last-level cache (and 256 MiB, and the largest K/V; --stream-mib\n"
+    "sets it), and the\n"
+    "output's max and mean |difference| from the f32 cache's (when f32 is\n"
+    "listed). The storages and the streaming read are timed in turn in every\n"
+    "run; medians.\n"
     "--mode varlen times attn_sdpa_varlen over packed sequences of --seq-lens\n"
     "(default 64,128,256,512,1024,2048) and, alternately, attn_sdpa on one\n"
     "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
@@ -75,13 +85,18 @@ typedef struct {
     attn_causal causal; /* the mode's natural alignment when bare */
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
+    long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
+    int ncache;      /* decode: the cache storages compared, first = the ratios' base */
+    attn_dtype cache_dtype[8];
+    attn_kv_quant cache_quant[8];
+    const char *cache_name[8];
     attn_dtype dtype; /* storage of q, k, v, o, dout, dq, dk, dv and the cache */
     attn_path path;
     bool json;
     attn_window window;
     bool alibi, sinks;
     bool fresh_workspace; /* calls allocate their own workspace */
-    bool bf16_dot;        /* opts.precision = ATTN_PRECISION_BF16_DOT */
+    bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
     float softcap, dropout;
 } bench_config;
 
@@ -237,7 +252,7 @@ static int bench_one(const bench_config *c)
         s.sopts.window = c->window;
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
-        s.sopts.precision = c->bf16_dot ? ATTN_PRECISION_BF16_DOT : ATTN_PRECISION_EXACT;
+        s.sopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -312,7 +327,9 @@ static int bench_one(const bench_config *c)
         snprintf(variant, sizeof variant, " window=%lld,%lld visible=%.4f", (long long)c->window.left,
                  (long long)c->window.right, visible_fraction(c));
     if (c->alibi) strncat(variant, " alibi", sizeof variant - strlen(variant) - 1);
-    if (c->bf16_dot) strncat(variant, " bf16-dot", sizeof variant - strlen(variant) - 1);
+    if (c->bf16)
+        snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " bf16 engine=%s",
+                 attn_engine());
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
@@ -324,10 +341,12 @@ static int bench_one(const bench_config *c)
         printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
                "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
-               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\"}\n",
+               "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\","
+               "\"precision\":\"%s\",\"engine\":\"%s\"" CLI_OPENMP_JSON "}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
-               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype));
+               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype),
+               c->bf16 ? "bf16" : "exact", c->bf16 ? attn_engine() : "f32");
     } else {
         printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s %s  %-9s %-7s threads=%d  "
                "median %9.3f ms  %8.2f GFLOP/s  peak RSS %.1f MiB%s\n",
@@ -378,55 +397,141 @@ static double median_of(double *t, long n)
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-/* attn_kvcache_attend on a filled cache vs a streaming read of the same
- * machine, timed alternately; prints GB/s of each and their ratio. */
+/* Bytes of the last-level cache (the largest cache sysfs lists for cpu0,
+ * else glibc's sysconf), 0 when unknown. */
+static int64_t llc_bytes(void)
+{
+    int64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; ++i) {
+        char path[96], text[32];
+        int level = 0;
+        long long size = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        if (fscanf(f, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r"))) continue;
+        if (fscanf(f, "%31s", text) == 1) {
+            char *unit;
+            size = strtoll(text, &unit, 10);
+            size <<= *unit == 'K' ? 10 : *unit == 'M' ? 20 : 0;
+        }
+        fclose(f);
+        if (level > best_level || (level == best_level && size > best)) {
+            best_level = level;
+            best = size;
+        }
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (best == 0) {
+        const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        best = l3 > 0 ? l3 : l2 > 0 ? l2 : 0;
+    }
+#endif
+    return best;
+}
+
+/* Keys as LLM keys are: N(0, 1) with a few outlier channels 16x larger
+ * (the channels quantization has to cover); values and queries N(0, 1). */
+static void fill_keys(float *x, int64_t rows, int64_t D, attn_rng *r, bool outliers)
+{
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+            const bool big = outliers && (d % 32 == 7 || d == 1);
+            x[i * D + d] = (float)(attn_rng_normal(r) * (big ? 16.0 : 1.0));
+        }
+}
+
+/* One cache storage of a decode benchmark. */
+typedef struct {
+    attn_dtype dtype;
+    attn_kv_quant quant;
+    const char *name;
+    attn_kvcache *cache;
+    float *out;     /* its last output, float32 */
+    double *times;  /* (runs) */
+    double bytes;   /* K/V bytes a step reads */
+} decode_format;
+
+/* attn_kvcache_attend on caches of each --cache-dtype holding the same
+ * tokens and a streaming read of memory, timed in turn in every run;
+ * prints per storage its bytes, tokens/s, the share of the streaming read's
+ * bandwidth, and its output's error against the float32 cache's. */
 static int bench_decode(const bench_config *c)
 {
     const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
     const int64_t D = c->head_dim, Dv = c->value_dim;
     const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
-    attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
-                               .value_dim = Dv, .block_size = c->block_size, .dtype = c->dtype};
-    attn_kvcache *cache = NULL;
+    const int nf = c->ncache;
+    decode_format f[8];
+    memset(f, 0, sizeof f);
     attn_error err = {0};
     int rc = CLI_FAIL;
-    float *kbuf = NULL, *vbuf = NULL, *q = NULL, *o = NULL, *lse = NULL, *stream = NULL;
+    float *kbuf = NULL, *vbuf = NULL, *q = NULL, *lse = NULL, *stream = NULL;
     void *q16 = NULL;
-    double *t_dec = NULL, *t_mem = NULL;
-    if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK) return cli_report("bench", &err);
-    /* fill the cache in chunks of 1024 tokens */
+    double *t_mem = malloc(sizeof(double) * (size_t)c->runs);
     const int64_t chunk = Nk < 1024 ? Nk : 1024;
-    kbuf = alloc_filled(B * Hkv * chunk * D, 11);
-    vbuf = alloc_filled(B * Hkv * chunk * Dv, 12);
-    q = alloc_filled(B * H * Nq * D, 13);
-    o = alloc_filled(B * H * Nq * Dv, 14);
-    lse = alloc_filled(B * H * Nq, 15);
-    const double elem = (double)attn_dtype_size(c->dtype);
-    const double kv_bytes = elem * (double)B * (double)Hkv * (double)Nk * (double)(D + Dv);
-    int64_t sn = (int64_t)(kv_bytes / 4.0); /* floats streamed: as many bytes as K/V */
-    if (sn < ((int64_t)256 << 20) / 4) sn = ((int64_t)256 << 20) / 4;
+    kbuf = malloc(sizeof(float) * (size_t)(B * Hkv * chunk * D));
+    vbuf = malloc(sizeof(float) * (size_t)(B * Hkv * chunk * Dv));
+    q = malloc(sizeof(float) * (size_t)(B * H * Nq * D));
+    lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
+    bool ok = t_mem && kbuf && vbuf && q && lse;
+    double max_bytes = 0.0;
+    for (int i = 0; i < nf && ok; ++i) {
+        f[i].dtype = c->cache_dtype[i];
+        f[i].quant = c->cache_quant[i];
+        f[i].name = c->cache_name[i];
+        attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
+                                   .value_dim = Dv, .block_size = c->block_size,
+                                   .dtype = f[i].dtype, .quant = f[i].quant};
+        if (attn_kvcache_create(&cfg, &f[i].cache, &err) != ATTN_OK) {
+            rc = cli_report("bench", &err);
+            goto done;
+        }
+        const double elem = f[i].quant ? 1.0 : (double)attn_dtype_size(f[i].dtype);
+        const double scales = f[i].quant == ATTN_KV_INT8 ? 8.0 : 0.0; /* a float per K and V row */
+        f[i].bytes = (double)B * (double)Hkv * (double)Nk * (elem * (double)(D + Dv) + scales);
+        if (f[i].bytes > max_bytes) max_bytes = f[i].bytes;
+        f[i].out = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv));
+        f[i].times = malloc(sizeof(double) * (size_t)c->runs);
+        ok = f[i].out && f[i].times;
+    }
+    /* the streaming buffer: past the last-level cache (4x) and at least
+     * as large as the biggest K/V, so it measures memory */
+    const int64_t llc = llc_bytes();
+    double stream_bytes = max_bytes;
+    if (stream_bytes < 4.0 * (double)llc) stream_bytes = 4.0 * (double)llc;
+    if (stream_bytes < (double)(256 << 20)) stream_bytes = (double)(256 << 20);
+    if (c->stream_mib) stream_bytes = (double)c->stream_mib * 1048576.0; /* the caller's choice */
+    int64_t sn = (int64_t)(stream_bytes / 4.0);
     sn -= sn % 4096;
-    stream = alloc_filled(sn, 16);
-    t_dec = malloc(sizeof(double) * (size_t)c->runs);
-    t_mem = malloc(sizeof(double) * (size_t)c->runs);
-    if (!kbuf || !vbuf || !q || !o || !lse || !stream || !t_dec || !t_mem) {
+    if (ok) ok = (stream = alloc_filled(sn, 16)) != NULL;
+    if (!ok) {
         fprintf(stderr, "attn bench: out of memory\n");
         goto done;
     }
+    attn_rng rng;
+    attn_rng_seed(&rng, 11);
     for (int64_t done_n = 0; done_n < Nk; done_n += chunk) {
         const int64_t n = Nk - done_n < chunk ? Nk - done_n : chunk;
+        fill_keys(kbuf, B * Hkv * chunk, D, &rng, true);
+        fill_keys(vbuf, B * Hkv * chunk, Dv, &rng, false);
         attn_tensor k = attn_tensor_4d(kbuf, B, Hkv, n, D), v = attn_tensor_4d(vbuf, B, Hkv, n, Dv);
         k.stride[1] = chunk * D;
         k.stride[0] = Hkv * chunk * D;
         v.stride[1] = chunk * Dv;
         v.stride[0] = Hkv * chunk * Dv;
-        if (attn_kvcache_append(cache, &k, &v, NULL, &err) != ATTN_OK) {
-            rc = cli_report("bench", &err);
-            goto done;
-        }
+        for (int i = 0; i < nf; ++i)
+            if (attn_kvcache_append(f[i].cache, &k, &v, NULL, &err) != ATTN_OK) {
+                rc = cli_report("bench", &err);
+                goto done;
+            }
     }
+    fill_keys(q, B * H * Nq, D, &rng, false);
     attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D);
-    attn_tensor O = attn_tensor_make(o, c->dtype, 4, (int64_t[]){B, H, Nq, Dv});
     attn_tensor L = attn_tensor_3d(lse, B, H, Nq);
     if (!cli_round_input("bench", &Q, c->dtype, &q16)) goto done;
     attn_sdpa_opts opts = attn_sdpa_opts_default();
@@ -435,47 +540,67 @@ static int bench_decode(const bench_config *c)
     opts.path = c->path;
     volatile float sink = 0.0f;
     for (long r = 0; r < c->warmup + c->runs; ++r) {
-        double t0 = now_seconds();
-        if (attn_kvcache_attend(cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
-            rc = cli_report("bench", &err);
-            goto done;
+        for (int i = 0; i < nf; ++i) { /* in turn: the machine's load falls on all alike */
+            attn_tensor O = attn_tensor_4d(f[i].out, B, H, Nq, Dv);
+            const double t0 = now_seconds();
+            if (attn_kvcache_attend(f[i].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
+                rc = cli_report("bench", &err);
+                goto done;
+            }
+            if (r >= c->warmup) f[i].times[r - c->warmup] = now_seconds() - t0;
         }
-        const double td = now_seconds() - t0;
-        t0 = now_seconds();
+        const double t0 = now_seconds();
         sink += stream_read(stream, sn, threads);
-        const double tm = now_seconds() - t0;
-        if (r >= c->warmup) {
-            t_dec[r - c->warmup] = td;
-            t_mem[r - c->warmup] = tm;
-        }
+        if (r >= c->warmup) t_mem[r - c->warmup] = now_seconds() - t0;
     }
     (void)sink;
-    const double med = median_of(t_dec, c->runs), med_mem = median_of(t_mem, c->runs);
-    const double gbs = kv_bytes / med / 1e9, mem_gbs = 4.0 * (double)sn / med_mem / 1e9;
-    const double tokens = (double)B * (double)Nq / med;
+    const double mem_gbs = 4.0 * (double)sn / median_of(t_mem, c->runs) / 1e9;
     const char *layout = c->block_size ? "paged" : "contiguous";
-    if (c->json) {
-        printf("{\"mode\":\"decode\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
-               "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"layout\":\"%s\","
-               "\"block_size\":%ld,\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,"
-               "\"kv_gbs\":%.3f,\"stream_gbs\":%.3f,\"fraction\":%.4f,\"tokens_per_s\":%.1f,"
-               "\"peak_rss_bytes\":%zu,\"dtype\":\"%s\"}\n",
+    const decode_format *ref = NULL; /* the float32 cache, for the error */
+    for (int i = 0; i < nf; ++i)
+        if (f[i].quant == ATTN_KV_FLOAT && f[i].dtype == ATTN_F32) ref = &f[i];
+    const double base_tps = (double)B * (double)Nq / median_of(f[0].times, c->runs);
+    if (!c->json)
+        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %s threads=%d  "
+               "LLC %.1f MiB, stream read of %.0f MiB: %.2f GB/s\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
-               layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3, gbs, mem_gbs,
-               gbs / mem_gbs, tokens, peak_rss_bytes(), attn_dtype_name(c->dtype));
-    } else {
-        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s %s  %-7s threads=%d  "
-               "median %8.3f ms  K/V %7.2f GB/s  stream read %7.2f GB/s  (%.0f%%)  %.1f tokens/s\n",
-               c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
-               layout, attn_dtype_name(c->dtype), attn_isa(), threads, med * 1e3, gbs, mem_gbs,
-               100.0 * gbs / mem_gbs, tokens);
+               layout, attn_isa(), threads, (double)llc / 1048576.0, 4.0 * (double)sn / 1048576.0,
+               mem_gbs);
+    for (int i = 0; i < nf; ++i) {
+        const double med = median_of(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
+        const double tps = (double)B * (double)Nq / med;
+        double emax = 0.0, esum = 0.0;
+        const int64_t no = B * H * Nq * Dv;
+        for (int64_t e = 0; ref && e < no; ++e) {
+            const double d = fabs((double)f[i].out[e] - (double)ref->out[e]);
+            emax = d > emax ? d : emax;
+            esum += d;
+        }
+        const double bpt = f[i].bytes / ((double)B * (double)Nk);
+        if (c->json)
+            printf("{\"mode\":\"decode\",\"cache_dtype\":\"%s\",\"batch\":%ld,\"heads\":%ld,"
+                   "\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,"
+                   "\"layout\":\"%s\",\"block_size\":%ld,\"isa\":\"%s\",\"threads\":%d,"
+                   "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
+                   "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
+                   "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
+                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
+                   f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
+                   c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
+                   bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
+                   tps / base_tps, ref ? emax : NAN, ref ? esum / (double)no : NAN,
+                   peak_rss_bytes());
+        else
+            printf("  %-5s %6.0f B/token  median %8.3f ms  %8.1f tokens/s (%.2fx %s)  K/V %6.2f GB/s "
+                   "(%3.0f%% of stream)  err max %.2e mean %.2e\n",
+                   f[i].name, bpt, med * 1e3, tps, tps / base_tps, f[0].name, gbs,
+                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN);
     }
     fflush(stdout);
     rc = CLI_OK;
 done:
-    attn_kvcache_free(cache);
-    free(kbuf), free(vbuf), free(q), free(q16), free(o), free(lse), free(stream), free(t_dec),
-        free(t_mem);
+    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times);
+    free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
     return rc;
 }
 
@@ -547,7 +672,7 @@ static int bench_varlen(const bench_config *c, const long long *lens, int nl)
         printf("{\"mode\":\"varlen\",\"sequences\":%d,\"total\":%lld,\"single_n\":%lld,"
                "\"heads\":%ld,\"kv_heads\":%ld,\"head_dim\":%ld,\"causal\":%s,\"isa\":\"%s\","
                "\"threads\":%d,\"runs\":%ld,\"varlen_ms\":%.4f,\"single_ms\":%.4f,"
-               "\"varlen_gflops\":%.3f,\"single_gflops\":%.3f,\"ratio\":%.4f}\n",
+               "\"varlen_gflops\":%.3f,\"single_gflops\":%.3f,\"ratio\":%.4f" CLI_OPENMP_JSON "}\n",
                nl, (long long)total, (long long)N, c->heads, c->kv_heads, c->head_dim,
                c->causal ? "true" : "false", attn_isa(), threads, c->runs, mv * 1e3, ms * 1e3,
                fv, fs, fv / fs);
@@ -627,6 +752,25 @@ static int run_bench(int argc, char **argv)
                 return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
                                        mode_name[c.mode]);
     }
+    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
+    if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
+    if (c.mode == MODE_DECODE) {
+        /* the storages to compare: names split at commas, kept in a static
+         * copy of the argument */
+        static char names[256];
+        const char *text = cli_get(&a, "--cache-dtype");
+        snprintf(names, sizeof names, "%s", text ? text : attn_dtype_name(c.dtype));
+        if (!text) /* --dtype's name, spelled as --cache-dtype spells it */
+            snprintf(names, sizeof names, "%s", c.dtype == ATTN_BF16 ? "bf16" : c.dtype == ATTN_F16 ? "f16" : "f32");
+        for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (c.ncache == 8) return cli_usage_error(cmd, "--cache-dtype: at most 8 storages");
+            if (!cli_parse_cache_dtype(tok, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
+                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8 or fp8, got '%s'", tok);
+            c.cache_name[c.ncache++] = tok;
+        }
+        if (c.ncache == 0) return cli_usage_error(cmd, "--cache-dtype: no storage given");
+    }
     if (c.mode == MODE_DECODE) { /* Llama-style defaults: H 32, Hkv 8, D 128, Nk 32768, Nq 1 */
         if (!cli_get(&a, "--heads")) c.heads = 32;
         if (!cli_get(&a, "--kv-heads")) c.kv_heads = cli_get(&a, "--heads") ? 0 : 8;
@@ -654,9 +798,12 @@ static int run_bench(int argc, char **argv)
     c.alibi = cli_flag(&a, "--alibi");
     c.sinks = cli_flag(&a, "--sinks");
     c.fresh_workspace = cli_flag(&a, "--fresh-workspace");
-    c.bf16_dot = cli_flag(&a, "--bf16-dot");
-    if (c.bf16_dot && (c.dtype != ATTN_BF16 || c.mode != MODE_FORWARD))
-        return cli_usage_error(cmd, "--bf16-dot: only with --dtype bf16 --mode forward");
+    const char *prec = cli_get(&a, "--precision");
+    if (prec && strcmp(prec, "exact") != 0 && strcmp(prec, "bf16") != 0)
+        return cli_usage_error(cmd, "--precision: expected exact or bf16, got '%s'", prec);
+    c.bf16 = cli_flag(&a, "--bf16-dot") || (prec && !strcmp(prec, "bf16"));
+    if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
+        return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +16,19 @@ static const cli_option decode_options[] = {
     {"--value-cache", "V.npy", "cached values (B,Hkv,N,Dv) or (Hkv,N,Dv) (required)"},
     {"--kv-len", "L[,L...]", "valid cached tokens per batch entry (one value: every entry; default N)"},
     {"--kv-lens", "FILE", "the same from a text file of integers (spaces, commas or newlines)"},
-    {"--causal", NULL, "bottom-right causal: query i sees keys j <= i + L - Nq"},
+    {"--causal", "[ALIGN]", "bottom-right (alone: the same): query i sees keys j <= i + L - Nq"},
+    {"--window", "L,R", "sliding window (FlashAttention window_size, -1 = unbounded)"},
+    {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
+    {"--alibi-slopes", "FILE|geometric", "ALiBi slopes (Hq) or (B,Hq)"},
+    {"--sinks", "S.npy", "attention sink logits, one per query head (Hq)"},
     {"--scale", "S", "score scale (default 1/sqrt(D))"},
     {"--block-size", "N", "store the cache paged in blocks of N tokens (default contiguous)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
     {"--dtype", "T", "storage of the cache, the queries and the output: f32 (default), bf16, f16"},
+    {"--cache-dtype", "T", "storage of the cache alone: f32, bf16, f16, int8, fp8 (default --dtype)"},
+    {"--rope", "STYLE", "rotary embeddings on keys and queries: neox (halves) or gptj (interleaved)"},
+    {"--rope-theta", "T", "RoPE base (default 10000)"},
+    {"--rotary-dim", "R", "features rotated (even, <= D; default D)"},
     {"--out", "O.npy", "output (B,Hq,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,Hq,Nq)"},
     {0},
@@ -27,12 +36,17 @@ static const cli_option decode_options[] = {
 
 static const char decode_details[] =
     "Entry b attends the first L_b tokens of its cache (FlashAttention's\n"
-    "cache_seqlens); the rest of the file's N tokens are ignored. Hq %% Hkv == 0\n"
+    "cache_seqlens); the rest of the file's N tokens are ignored. Hq % Hkv == 0\n"
     "(GQA). The new tokens are the last Nq positions: --causal aligns them\n"
     "bottom-right. An entry with L_b = 0 gives output 0 and LSE -inf.\n"
     "--dtype bf16|f16 stores the cache and the queries rounded to that format\n"
     "(float32 arithmetic); the output comes out in it: float16 as .npy <f2,\n"
-    "bfloat16 as its exact float32 values. The LSE is float32.";
+    "bfloat16 as its exact float32 values. The LSE is float32.\n"
+    "--cache-dtype int8 stores one int8 per element and a scale per token and\n"
+    "kv head; fp8 stores e4m3 (scale 1, saturating at +-448). --rope rotates\n"
+    "the cached keys at positions 0..L_b-1 as they are stored and the queries\n"
+    "at L_b - Nq + i (the new tokens' positions), so the files hold keys and\n"
+    "queries before rotation.";
 
 static const char *const option_names[][2] = {
     {"query", "--query"},     {"key", "--key-cache"}, {"value", "--value-cache"},
@@ -107,6 +121,65 @@ static char *read_text(const cli_command *cmd, const char *path)
 }
 
 
+/* --window, --softcap, --alibi-slopes, --sinks and --causal into opts;
+ * geometric slopes are written to *geometric (Hq floats, owned). */
+static int load_variants(const cli_command *cmd, const cli_args *a, int64_t Hq,
+                         attn_sdpa_opts *opts, attn_array *slopes, attn_array *sinks,
+                         float **geometric, attn_tensor *geo_t)
+{
+    if (!cli_get_causal(a, ATTN_CAUSAL_BOTTOM_RIGHT, &opts->causal)) return CLI_USAGE;
+    if (opts->causal == ATTN_CAUSAL_TOP_LEFT)
+        return cli_usage_error(cmd, "--causal top-left: the new tokens are the cache's last; "
+                                    "decode aligns them bottom-right");
+    if (!cli_get_window(a, &opts->window)) return CLI_USAGE;
+    if (!cli_get_float(a, "--softcap", &opts->softcap)) return CLI_USAGE;
+    if (cli_get(a, "--softcap") && !(opts->softcap > 0.0f))
+        return cli_usage_error(cmd, "--softcap: must be > 0, got '%s'", cli_get(a, "--softcap"));
+    const char *sl = cli_get(a, "--alibi-slopes"), *sk = cli_get(a, "--sinks");
+    int rc;
+    if (sl && !strcmp(sl, "geometric")) {
+        if (!(*geometric = malloc((size_t)(Hq > 0 ? Hq : 1) * sizeof(float)))) {
+            fprintf(stderr, "attn %s: --alibi-slopes: out of memory\n", cmd->name);
+            return CLI_FAIL;
+        }
+        attn_alibi_slopes(Hq > 0 ? Hq : 1, *geometric, NULL);
+        *geo_t = attn_tensor_1d(*geometric, Hq);
+        opts->alibi_slopes = geo_t;
+    } else if (sl) {
+        if ((rc = cli_load_npy(sl, slopes))) return rc;
+        opts->alibi_slopes = &slopes->t;
+    }
+    if (sk) {
+        if ((rc = cli_load_npy(sk, sinks))) return rc;
+        opts->sinks = &sinks->t;
+    }
+    return CLI_OK;
+}
+
+/* --rope, --rope-theta, --rotary-dim into *rope (style NONE without --rope). */
+static int parse_rope(const cli_command *cmd, const cli_args *a, attn_rope *rope)
+{
+    memset(rope, 0, sizeof *rope);
+    const char *style = cli_get(a, "--rope");
+    float theta = 0.0f;
+    long rd = 0;
+    if (!cli_get_float(a, "--rope-theta", &theta) || !cli_get_int(a, "--rotary-dim", 2, 1L << 30, &rd))
+        return CLI_USAGE;
+    if (!style) {
+        if (cli_get(a, "--rope-theta") || cli_get(a, "--rotary-dim"))
+            return cli_usage_error(cmd, "--rope-theta/--rotary-dim: only with --rope neox|gptj");
+        return CLI_OK;
+    }
+    if (!strcmp(style, "neox")) rope->style = ATTN_ROPE_NEOX;
+    else if (!strcmp(style, "gptj")) rope->style = ATTN_ROPE_GPTJ;
+    else return cli_usage_error(cmd, "--rope: expected neox or gptj, got '%s'", style);
+    if (cli_get(a, "--rope-theta") && !(theta > 0.0f && theta != 1.0f))
+        return cli_usage_error(cmd, "--rope-theta: must be > 0 and not 1, got '%s'", cli_get(a, "--rope-theta"));
+    rope->theta = theta;
+    rope->rotary_dim = rd;
+    return CLI_OK;
+}
+
 static int run_decode(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_decode;
@@ -132,9 +205,12 @@ static int run_decode(int argc, char **argv)
                                     "the default 1/sqrt(D))",
                                cli_get(&a, "--scale"));
     opts.num_threads = (int)threads;
-    if (cli_flag(&a, "--causal")) opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    attn_rope rope;
+    if ((rc = parse_rope(cmd, &a, &rope))) return rc;
 
-    attn_array q = {0}, k = {0}, v = {0};
+    attn_array q = {0}, k = {0}, v = {0}, slopes = {0}, sinks = {0};
+    float *geometric = NULL;
+    attn_tensor geo_t;
     attn_kvcache *cache = NULL;
     float *o = NULL, *lse = NULL;
     void *q16 = NULL;
@@ -170,8 +246,16 @@ static int run_decode(int argc, char **argv)
     if (!lens) goto oom;
     const char *opt = cli_get(&a, "--kv-len") ? "--kv-len" : "--kv-lens";
     int64_t n = 0;
-    if (cli_get(&a, "--kv-len")) {
-        if (!parse_lengths(cmd, opt, cli_get(&a, "--kv-len"), lens, B, &n)) goto done;
+    if (cli_get(&a, "--kv-len")) { /* the shared list parser: no empty fields */
+        long long *vals = malloc(sizeof *vals * (size_t)(B > 0 ? B : 1));
+        if (!vals) goto oom;
+        int count = 0;
+        const bool ok = cli_get_list(&a, "--kv-len", 0, LLONG_MAX, vals,
+                                     B > INT_MAX ? INT_MAX : (int)B, &count);
+        for (int i = 0; ok && i < count; ++i) lens[i] = vals[i];
+        free(vals);
+        if (!ok) goto done;
+        n = count;
     } else if (cli_get(&a, "--kv-lens")) {
         if (!(text = read_text(cmd, cli_get(&a, "--kv-lens")))) goto done;
         if (!parse_lengths(cmd, opt, text, lens, B, &n)) goto done;
@@ -192,16 +276,42 @@ static int run_decode(int argc, char **argv)
             goto done;
         }
 
-    attn_dtype dtype;
+    if ((rc = load_variants(cmd, &a, Hq, &opts, &slopes, &sinks, &geometric, &geo_t))) goto done;
+    rc = CLI_USAGE;
+    attn_dtype dtype, cache_dtype;
+    attn_kv_quant quant = ATTN_KV_FLOAT;
     if (!cli_get_dtype(&a, &dtype)) goto done;
+    cache_dtype = dtype;
+    const char *cd = cli_get(&a, "--cache-dtype");
+    if (cd && !cli_parse_cache_dtype(cd, &cache_dtype, &quant)) {
+        cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8 or fp8, got '%s'", cd);
+        goto done;
+    }
+    attn_error err = {0};
+    if (rope.style != ATTN_ROPE_NONE) { /* keys at 0.., queries at L_b - Nq + i */
+        for (int64_t b = 0; b < B; ++b)
+            if (lens[b] < Nq) {
+                cli_usage_error(cmd, "--rope: entry %lld holds %lld tokens, fewer than the %lld queries",
+                                (long long)b, (long long)lens[b], (long long)Nq);
+                goto done;
+            }
+        for (int64_t b = 0; b < B; ++b) lens[b] -= Nq; /* the queries' first positions */
+        const attn_status st = attn_rope_apply(&rope, &k4, NULL, &err) != ATTN_OK
+                                   ? err.status
+                                   : attn_rope_apply(&rope, &q4, lens, &err);
+        for (int64_t b = 0; b < B; ++b) lens[b] += Nq;
+        if (st != ATTN_OK) {
+            rc = cli_usage_error(cmd, "--rope: %s", err.message);
+            goto done;
+        }
+    }
     if (!cli_round_input(cmd->name, &q4, dtype, &q16)) {
         rc = CLI_FAIL;
         goto done;
     }
     attn_kvcache_config cfg = {.batch = B, .kv_heads = k4.shape[1], .capacity = N > 0 ? N : 1,
                                .head_dim = k4.shape[3], .value_dim = Dv, .block_size = block,
-                               .dtype = dtype};
-    attn_error err = {0};
+                               .dtype = cache_dtype, .quant = quant};
     if (attn_kvcache_create(&cfg, &cache, &err) != ATTN_OK ||
         attn_kvcache_append(cache, &k4, &v4, lens, &err) != ATTN_OK) {
         rc = cli_report_as(&a, &err, option_names);
@@ -242,6 +352,9 @@ done:
     free(q16);
     free(lens);
     free(text);
+    free(geometric);
+    attn_array_free(&slopes);
+    attn_array_free(&sinks);
     attn_array_free(&q);
     attn_array_free(&k);
     attn_array_free(&v);

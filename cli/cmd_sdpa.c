@@ -22,9 +22,11 @@ static const char sdpa_details[] =
     "--dtype bf16|f16: inputs rounded to that format (nearest even) and stored\n"
     "in it, float32 arithmetic; O, dQ, dK, dV come out in it too: float16 as\n"
     ".npy <f2, bfloat16 (which .npy lacks) as the exact float32 values. LSE and\n"
-    "weights are always float32. sdpa --bf16-dot (with --dtype bf16): multiply\n"
-    "by AVX512_BF16 pair dot products where the CPU has them, P rounded to\n"
-    "bfloat16; within the bfloat16 bound, not the float32 call's bits.\n"
+    "weights are always float32. --precision bf16: the products on bfloat16\n"
+    "operands with float32 accumulation (P rounded to bfloat16), on the CPU's\n"
+    "matrix engine (AMX, AVX512_BF16; `attn --version` names it, ATTN_ENGINE\n"
+    "forces one); within README's bfloat16 contract, not the float32 call's\n"
+    "bits. Without an engine the call is the exact one.\n"
     "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
 
 #define SDPA_INPUT_OPTIONS                                                                     \
@@ -42,6 +44,7 @@ static const char sdpa_details[] =
     {"--dropout", "P", "dropout probability on the weights, [0, 1)"},                        \
     {"--seed", "S", "dropout seed (default 0)"},                                               \
     {"--dtype", "T", "storage of Q, K, V, dO and O, dQ, dK, dV: f32 (default), bf16, f16"},     \
+    {"--precision", "P", "products: exact (default) or bf16 (bfloat16 operands, float32 sums)"}, \
     {"--reference", NULL, "use the plain reference path"}
 
 static const cli_option sdpa_options[] = {
@@ -49,7 +52,7 @@ static const cli_option sdpa_options[] = {
     {"--out", "O.npy", "output (B,H,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,H,Nq)"},
     {"--attn-weights", "A.npy", "also write the attention weights (B,H,Nq,Nk)"},
-    {"--bf16-dot", NULL, "with --dtype bf16: AVX512_BF16 dot products (ATTN_PRECISION_BF16_DOT)"},
+    {"--bf16-dot", NULL, "the former name of --precision bf16"},
     {0},
 };
 
@@ -175,6 +178,17 @@ static int save_outputs(cli_outputs *o, const int *index, const attn_tensor *ts,
     return rc ? rc : cli_outputs_commit(o);
 }
 
+/* --precision exact|bf16 into opts->precision. */
+static int parse_precision(const cli_command *cmd, const cli_args *a, attn_sdpa_opts *opts)
+{
+    const char *text = cli_get(a, "--precision");
+    if (!text || !strcmp(text, "exact")) return CLI_OK;
+    if (strcmp(text, "bf16") != 0)
+        return cli_usage_error(cmd, "--precision: expected exact or bf16, got '%s'", text);
+    opts->precision = ATTN_PRECISION_BF16;
+    return CLI_OK;
+}
+
 static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *in)
 {
     const char *qp, *kp, *vp;
@@ -186,6 +200,8 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, sdpa_inputs *i
         !cli_get_scale(a, &in->opts.scale) || !cli_get_threads(a, &in->opts.num_threads))
         return CLI_USAGE;
     if (cli_flag(a, "--reference")) in->opts.path = ATTN_PATH_REFERENCE;
+    int prc = parse_precision(cmd, a, &in->opts);
+    if (prc) return prc;
 
     int rc;
     if ((rc = cli_load_npy(qp, &in->q)) || (rc = cli_load_npy(kp, &in->k)) ||
@@ -229,13 +245,7 @@ static int run_forward(int argc, char **argv)
     if ((rc = add_outputs(&outs, &a, outputs, 3, index))) goto done;
     rc = load_inputs(cmd, &a, &in);
     if (rc) goto done;
-    if (cli_flag(&a, "--bf16-dot")) {
-        if (in.dtype != ATTN_BF16) {
-            rc = cli_usage_error(cmd, "--bf16-dot: needs --dtype bf16");
-            goto done;
-        }
-        in.opts.precision = ATTN_PRECISION_BF16_DOT;
-    }
+    if (cli_flag(&a, "--bf16-dot")) in.opts.precision = ATTN_PRECISION_BF16;
     const int64_t B = in.q4.shape[0], H = in.q4.shape[1], Nq = in.q4.shape[2],
                   Nk = in.k4.shape[2], Dv = in.v4.shape[3];
     const char *w_path = cli_get(&a, "--attn-weights");

@@ -49,13 +49,14 @@ static int run(int argc, char **argv)
         return CLI_OK;
     }
     if (!strcmp(name, "--version")) {
-        printf("attn %s (kernels: %s, threads: %d)\n", ATTN_VERSION_STRING, attn_isa(),
-               attn_default_threads());
+        printf("attn %s (kernels: %s, bf16 engine: %s, threads: %d%s)\n", ATTN_VERSION_STRING,
+               attn_isa(), attn_engine(), attn_default_threads(),
+               CLI_OPENMP ? "" : ", built without OpenMP");
         /* the library ignores an ATTN_ARCH it cannot honour; say so here */
         const char *arch = getenv("ATTN_ARCH");
         if (arch && *arch && strcmp(arch, attn_isa()) != 0)
             printf("note: ATTN_ARCH=%s is not available here (choices: generic, avx2, avx512 "
-                   "where the CPU has it, reference)\n", arch);
+                   "or neon where the CPU has it, reference)\n", arch);
         return CLI_OK;
     }
     for (size_t i = 0; i < NCOMMANDS; ++i)

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the live sets; a com
 static attn_outputs *live[MAX_LIVE];
 static sigset_t waited;     /* the ending signals not ignored on entry (nohup) */
 static bool have_waiter;    /* else: handlers, the fallback */
+static _Atomic int taken;   /* the waiting thread has a signal */
 
 static void remove_live(void)
 {
@@ -49,6 +51,7 @@ static void *wait_for_signal(void *unused)
     int sig = 0;
     while (sigwait(&waited, &sig) != 0) {
     }
+    taken = 1;
     pthread_mutex_lock(&lock); /* a commit in progress finishes first */
     remove_live();
     end_by(sig);
@@ -110,8 +113,19 @@ void cli_signals_hold(bool hold)
     if (hold) {
         pthread_mutex_lock(&lock);
         if (!have_waiter) pthread_sigmask(SIG_BLOCK, &waited, &before);
-    } else {
-        if (!have_waiter) pthread_sigmask(SIG_SETMASK, &before, NULL);
+    } else if (!have_waiter) {
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
         pthread_mutex_unlock(&lock);
+    } else {
+        /* A signal that came during the commit ends the process now, by
+         * the waiting thread, rather than racing the exit that follows. */
+        sigset_t pending;
+        bool ending_now = taken;
+        if (!ending_now && sigpending(&pending) == 0)
+            for (int i = 0; i < NENDING && !ending_now; ++i)
+                ending_now = sigismember(&waited, ending[i]) && sigismember(&pending, ending[i]);
+        pthread_mutex_unlock(&lock);
+        if (ending_now)
+            for (;;) pause(); /* the waiting thread ends the process */
     }
 }

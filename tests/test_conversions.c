@@ -2,6 +2,7 @@
  * every width in .npy and .safetensors, the count of integers float32 had to
  * round, and the CLI's note about it. Expected values are written out here,
  * not computed by the code under test. */
+#include "../src/io/byteorder.h"
 #include "clirun.h"
 #include "testutil.h"
 
@@ -58,9 +59,11 @@ int main(int argc, char **argv)
     const unsigned char f2[6] = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00}; /* 1, -2, 2^-24 */
     const float f2_want[3] = {1.0f, -2.0f, 5.9604644775390625e-08f};
     /* int64: 2^24 + 1 rounds, -2^40 does not, INT64_MIN does not (a power of 2) */
-    const int64_t i64v[3] = {16777217, -1099511627776LL, INT64_MIN};
+    int64_t i64v[3] = {16777217, -1099511627776LL, INT64_MIN};
     const float i64_want[3] = {16777216.0f, -1099511627776.0f, -9223372036854775808.0f};
-    const uint32_t u32v[2] = {4294967295u, 16777215u};
+    uint32_t u32v[2] = {4294967295u, 16777215u};
+    attn_host_to_le((unsigned char *)i64v, sizeof i64v[0], 3); /* the file's order on any host */
+    attn_host_to_le((unsigned char *)u32v, sizeof u32v[0], 2);
     const float u32_want[2] = {4294967296.0f, 16777215.0f};
     struct {
         const char *descr, *shape;
@@ -90,7 +93,8 @@ int main(int argc, char **argv)
     tu_group_begin(&g, &s, ".safetensors integer inputs");
     const char header[] = "{\"a\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                           "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}";
-    const int32_t av[2] = {-16777217, 5};
+    int32_t av[2] = {-16777217, 5};
+    attn_host_to_le((unsigned char *)av, sizeof av[0], 2);
     const unsigned char bv[3] = {0, 200, 255};
     FILE *f = fopen("c.safetensors", "wb");
     uint64_t hl = sizeof header - 1;

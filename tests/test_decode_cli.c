@@ -7,6 +7,12 @@
  *   errors   lengths beyond the cache, the wrong number of lengths, a bad
  *            lengths file, mismatched cache shapes, missing options: exit
  *            status 2, one line naming the option, no output file;
+ *   serving  --cache-dtype int8 with --rope neox --rotary-dim 4, --window,
+ *            --softcap, --sinks and geometric --alibi-slopes equals the
+ *            library (attn_rope_apply on the files, then the cache) bit for
+ *            bit; bare --causal and --causal bottom-right agree; --causal
+ *            top-left and a bad --cache-dtype are usage errors; --help
+ *            prints no doubled percent sign;
  *   bench    both bench modes run on small shapes and print their figures.
  */
 #include "attn.h"
@@ -123,6 +129,90 @@ static void group_decode(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* The serving options' expected output through the library. */
+static bool expected_serving(const float *q, const float *k, const float *v, const int64_t *lens,
+                             const float *sinks, float *o)
+{
+    float qr[2 * 4 * 3 * 8], kr[2 * 2 * 10 * 8], slopes[4];
+    memcpy(qr, q, sizeof qr);
+    memcpy(kr, k, sizeof kr);
+    attn_alibi_slopes(4, slopes, NULL);
+    attn_kvcache_config cfg = {.batch = 2, .kv_heads = 2, .capacity = 10, .head_dim = 8,
+                               .value_dim = 5, .quant = ATTN_KV_INT8};
+    attn_kvcache *c;
+    if (attn_kvcache_create(&cfg, &c, NULL) != ATTN_OK) return false;
+    attn_tensor K = attn_tensor_4d(kr, 2, 2, 10, 8), V = attn_tensor_4d((float *)v, 2, 2, 10, 5);
+    attn_tensor Q = attn_tensor_4d(qr, 2, 4, 3, 8), O = attn_tensor_4d(o, 2, 4, 3, 5);
+    attn_tensor S = attn_tensor_1d((float *)sinks, 4), A = attn_tensor_1d(slopes, 4);
+    attn_rope rope = {.style = ATTN_ROPE_NEOX, .rotary_dim = 4};
+    const int64_t qpos[2] = {lens[0] - 3, lens[1] - 3};
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    opts.window = (attn_window){.enabled = true, .left = 3, .right = 0};
+    opts.softcap = 5.0f;
+    opts.sinks = &S;
+    opts.alibi_slopes = &A;
+    bool ok = attn_rope_apply(&rope, &K, NULL, NULL) == ATTN_OK &&
+              attn_rope_apply(&rope, &Q, qpos, NULL) == ATTN_OK &&
+              attn_kvcache_append(c, &K, &V, lens, NULL) == ATTN_OK &&
+              attn_kvcache_attend(c, &Q, &O, NULL, &opts, NULL) == ATTN_OK;
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static void group_serving(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "serving");
+    tu_rng r;
+    tu_rng_seed(&r, 11);
+    float q[2 * 4 * 3 * 8], k[2 * 2 * 10 * 8], v[2 * 2 * 10 * 5], o[2 * 4 * 3 * 5], sinks[4];
+    for (size_t i = 0; i < sizeof q / 4; ++i) q[i] = (float)tu_rng_normal(&r);
+    for (size_t i = 0; i < sizeof k / 4; ++i) k[i] = (float)tu_rng_normal(&r);
+    for (size_t i = 0; i < sizeof v / 4; ++i) v[i] = (float)tu_rng_normal(&r);
+    for (int i = 0; i < 4; ++i) sinks[i] = (float)tu_rng_normal(&r);
+    save("sq.npy", q, 4, (int64_t[]){2, 4, 3, 8});
+    save("sk.npy", k, 4, (int64_t[]){2, 2, 10, 8});
+    save("sv.npy", v, 4, (int64_t[]){2, 2, 10, 5});
+    save("ss.npy", sinks, 1, (int64_t[]){4});
+    const char *common = "decode\x1f--query\x1f%s\x1f--key-cache\x1f%s\x1f--value-cache\x1f%s"
+                         "\x1f--kv-len\x1f" "7,10\x1f--out\x1f%s%s";
+    clirun_result res;
+    char extra[600];
+    snprintf(extra, sizeof extra, "\x1f--sinks\x1f%s", path("ss.npy"));
+    char fmt[1200];
+    snprintf(fmt, sizeof fmt, "%s%s", common, extra);
+    clirunf(&res, fmt, path("sq.npy"), path("sk.npy"), path("sv.npy"), path("so.npy"),
+            "\x1f--cache-dtype\x1fint8\x1f--rope\x1fneox\x1f--rotary-dim\x1f" "4\x1f--window\x1f" "3,0"
+            "\x1f--softcap\x1f" "5\x1f--alibi-slopes\x1fgeometric\x1f--causal");
+    const int64_t lens[2] = {7, 10};
+    if (tu_check(&g, res.status == 0, "decode with the serving options: exit %d: %s", res.status, res.err))
+        tu_check(&g, expected_serving(q, k, v, lens, sinks, o) && file_equals("so.npy", o, 120),
+                 "decode with the serving options: output differs from the library's");
+    clirun_free(&res);
+    /* bare --causal = --causal bottom-right */
+    clirunf(&res, common, path("sq.npy"), path("sk.npy"), path("sv.npy"), path("c1.npy"), "\x1f--causal");
+    clirun_free(&res);
+    clirunf(&res, common, path("sq.npy"), path("sk.npy"), path("sv.npy"), path("c2.npy"),
+            "\x1f--causal\x1f" "bottom-right");
+    clirun_free(&res);
+    attn_array c1;
+    if (tu_check(&g, attn_npy_read(path("c1.npy"), &c1, NULL) == ATTN_OK, "read c1.npy")) {
+        tu_check(&g, file_equals("c2.npy", c1.t.data, 120), "--causal and --causal bottom-right differ");
+        attn_array_free(&c1);
+    }
+    clirunf(&res, common, path("sq.npy"), path("sk.npy"), path("sv.npy"), path("bad.npy"), "\x1f--causal\x1ftop-left");
+    tu_check(&g, res.status == 2 && strstr(res.err, "--causal top-left"), "--causal top-left: exit %d, '%s'", res.status, res.err);
+    clirun_free(&res);
+    clirunf(&res, common, path("sq.npy"), path("sk.npy"), path("sv.npy"), path("bad.npy"), "\x1f--cache-dtype\x1fint4");
+    tu_check(&g, res.status == 2 && strstr(res.err, "--cache-dtype"), "--cache-dtype int4: exit %d, '%s'", res.status, res.err);
+    clirun_free(&res);
+    clirunf(&res, "decode\x1f--help");
+    tu_check(&g, res.status == 0 && !strstr(res.out, "%%") && strstr(res.out, "Hq % Hkv"), "decode --help: '%s'", res.out);
+    clirun_free(&res);
+    tu_group_end(&g);
+}
+
 static void expect_usage(tu_group *g, const char *what, const char *needle, const char *args)
 {
     clirun_result res;
@@ -145,9 +235,15 @@ static void group_errors(tu_suite *s)
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "7,11\x1f--out\x1f%s", path("bad.npy"));
     expect_usage(&g, "length beyond the cache", "--kv-len: entry 1 has length 11", buf);
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "1,2,3\x1f--out\x1f%s", path("bad.npy"));
-    expect_usage(&g, "three lengths", "--kv-len: more than 2 lengths", buf);
+    expect_usage(&g, "three lengths", "--kv-len: more than 2 values", buf);
     snprintf(buf, sizeof buf, "\x1f--kv-len\x1f" "x\x1f--out\x1f%s", path("bad.npy"));
-    expect_usage(&g, "not a number", "--kv-len: expected non-negative integers", buf);
+    expect_usage(&g, "not a number", "--kv-len: expected integers from 0", buf);
+    static const char *const empty_fields[] = {"5,", ",5", "5,,6"};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(buf, sizeof buf, "\x1f--kv-len\x1f%s\x1f--out\x1f%s", empty_fields[i],
+                 path("bad.npy"));
+        expect_usage(&g, empty_fields[i], "(no empty fields)", buf);
+    }
     FILE *f = fopen(path("badlens.txt"), "w");
     fputs("4 five\n", f);
     fclose(f);
@@ -176,12 +272,12 @@ static void group_bench(tu_suite *s)
     tu_group_begin(&g, s, "bench");
     clirun_result res;
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "4\x1f"
-                  "--kv-heads\x1f" "2\x1f--dim\x1f" "32\x1f--runs\x1f" "1\x1f--warmup\x1f" "0");
+                  "--kv-heads\x1f" "2\x1f--dim\x1f" "32\x1f--runs\x1f" "1\x1f--warmup\x1f" "0\x1f--stream-mib\x1f" "8");
     tu_check(&g, res.status == 0 && strstr(res.out, "K/V") && strstr(res.out, "stream read"),
              "bench --mode decode: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "300\x1f--heads\x1f" "2\x1f"
-                  "--dim\x1f" "16\x1f--block-size\x1f" "16\x1f--runs\x1f" "1\x1f--json");
+                  "--dim\x1f" "16\x1f--block-size\x1f" "16\x1f--runs\x1f" "1\x1f--json\x1f--stream-mib\x1f" "8");
     tu_check(&g, res.status == 0 && strstr(res.out, "\"kv_gbs\"") && strstr(res.out, "\"paged\""),
              "bench --mode decode --json: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
@@ -189,6 +285,15 @@ static void group_bench(tu_suite *s)
                   "--runs\x1f" "1\x1f--causal");
     tu_check(&g, res.status == 0 && strstr(res.out, "ratio"),
              "bench --mode varlen: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "100\x1f--heads\x1f" "4\x1f--kv-heads\x1f" "2\x1f"
+                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "f32,int8,fp8\x1f--stream-mib\x1f" "8");
+    tu_check(&g, res.status == 0 && strstr(res.out, "int8") && strstr(res.out, "fp8") && strstr(res.out, "err max") &&
+                     strstr(res.out, "LLC"),
+             "bench --mode decode --cache-dtype: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--cache-dtype\x1f" "q4");
+    tu_check(&g, res.status == 2 && strstr(res.err, "--cache-dtype"), "bench --cache-dtype q4");
     clirun_free(&res);
     clirunf(&res, "bench\x1f--mode\x1f" "forward\x1f--block-size\x1f" "4");
     tu_check(&g, res.status == 2 && strstr(res.err, "--block-size"), "--block-size outside decode");
@@ -209,9 +314,11 @@ int main(int argc, char **argv)
     tu_suite s = {0};
     if (tu_group_selected(&opt, "decode")) group_decode(&s);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
+    if (tu_group_selected(&opt, "serving")) group_serving(&s);
     if (tu_group_selected(&opt, "bench")) group_bench(&s);
     const char *names[] = {"q.npy", "k.npy", "v.npy", "o.npy", "l.npy", "o2.npy", "q3.npy",
-                           "k3.npy", "v3.npy", "o3.npy", "lens.txt", "badlens.txt", "k4.npy"};
+                           "k3.npy", "v3.npy", "o3.npy", "lens.txt", "badlens.txt", "k4.npy",
+                           "sq.npy", "sk.npy", "sv.npy", "ss.npy", "so.npy", "c1.npy", "c2.npy"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) unlink(path(names[i]));
     rmdir(dir);
     return tu_suite_finish(&s);

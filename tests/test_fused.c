@@ -50,6 +50,9 @@ static int available_isas(isa_entry *out)
         out[n++] = (isa_entry){"avx2", &sdpa_kernels_avx2};
     if (__builtin_cpu_supports("avx512f")) out[n++] = (isa_entry){"avx512", &sdpa_kernels_avx512};
 #endif
+#if defined(SDPA_HAVE_NEON)
+    if (sdpa_isa_best() == SDPA_ISA_NEON) out[n++] = (isa_entry){"neon", &sdpa_kernels_neon};
+#endif
     return n;
 }
 
@@ -245,14 +248,19 @@ static void test_arch_override(tu_suite *s)
     set_arch("no-such-isa");
     tu_check(&g, !strcmp(attn_isa(), best), "unknown name: attn_isa() = %s, want %s", attn_isa(),
              best);
-    /* A requested ISA is honoured when available, else capped at the best. */
-    const char *want_avx2 = nisa >= 2 ? "avx2" : "generic";
+    /* A requested ISA is honoured when available, else capped at the best
+     * (on AArch64, where neon is the best, an x86 name gives neon). */
+    const char *want_avx2 = nisa >= 2 ? strcmp(best, "neon") == 0 ? "neon" : "avx2" : "generic";
     set_arch("avx2");
     tu_check(&g, !strcmp(attn_isa(), want_avx2), "avx2: attn_isa() = %s, want %s", attn_isa(),
              want_avx2);
     set_arch("avx512");
     tu_check(&g, !strcmp(attn_isa(), best), "avx512: attn_isa() = %s, want %s (never an ISA "
              "the CPU lacks)", attn_isa(), best);
+    const char *want_neon = strcmp(best, "neon") == 0 ? "neon" : best;
+    set_arch("neon");
+    tu_check(&g, !strcmp(attn_isa(), want_neon), "neon: attn_isa() = %s, want %s", attn_isa(),
+             want_neon);
     for (int k = 0; k < nisa; ++k) {
         set_arch(isas[k].name);
         tu_check(&g, sdpa_kernels_for(sdpa_isa_select()) == isas[k].kern,
@@ -1015,9 +1023,11 @@ static void test_gemm_max(tu_suite *s, const tu_options *opt)
     for (int x = 0; x < nisa; ++x) {
         const sdpa_kernels *kern = isas[x].kern;
         if (!kern->gemm_max) continue;
-        const int64_t vw = kern->npad / 2; /* lanes: a SIMD table's npad is two vectors */
+        /* lanes: npad is two vectors on x86, four (a 6 × 16 microtile) on neon */
+        const int64_t vw = kern->npad / (strcmp(kern->name, "neon") == 0 ? 4 : 2);
         bool ok = true;
-        for (int64_t n = vw; n <= N && ok; n += vw) /* a last half panel when n / vw is odd */
+        const int64_t half = kern->npad / 2;
+        for (int64_t n = half; n <= N && ok; n += half) /* a last half panel when n / half is odd */
             for (int64_t m = 1; m <= M && ok; ++m)
                 {
                     for (int i = 0; i < M * SDPA_MAX_VW; ++i)

@@ -59,6 +59,9 @@ static int available_engines(engine *out)
         tables[nt++] = &sdpa_kernels_avx2;
     if (__builtin_cpu_supports("avx512f")) tables[nt++] = &sdpa_kernels_avx512;
 #endif
+#if defined(SDPA_HAVE_NEON)
+    if (sdpa_isa_best() == SDPA_ISA_NEON) tables[nt++] = &sdpa_kernels_neon;
+#endif
     static char names[3][2][40];
     for (int t = 0; t < nt; ++t) {
         snprintf(names[t][0], sizeof names[t][0], "packed-%s", tables[t]->name);

@@ -533,7 +533,7 @@ static void group_overlaps(tu_suite *s, const tu_options *opt)
     }
     /* KV cache attend: lse inside out */
     {
-        attn_kvcache_config cfg = {B, H, 16, D, 0, 0, 0, ATTN_F32};
+        attn_kvcache_config cfg = {.batch = B, .kv_heads = H, .capacity = 16, .head_dim = D};
         attn_kvcache *cache = NULL;
         if (tu_check(&g, attn_kvcache_create(&cfg, &cache, &e) == ATTN_OK &&
                              attn_kvcache_append(cache, &K, &V, NULL, &e) == ATTN_OK,

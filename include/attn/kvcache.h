@@ -33,6 +33,28 @@ extern "C" {
  *     attn_kvcache_set_block_table lets the caller choose instead. Blocks
  *     are never shared between entries.
  */
+/*
+ * Quantized storage (attn_kvcache_config.quant), written by append and read
+ * by attend in place, dequantized inside the decode kernel:
+ *   ATTN_KV_INT8      one int8 per element and one float32 scale per
+ *                     (token, kv head) row, symmetric: s = max|x| / 127,
+ *                     q = round_half_even(x / s) (0 when s = 0); the value
+ *                     is s·q. A row holding inf or NaN reads back as NaN.
+ *   ATTN_KV_FP8_E4M3  one fp8 e4m3 byte per element (the OCP "e4m3fn"
+ *                     format: bias 7, no infinities, ±448 largest, NaN
+ *                     0x7f/0xff) of x / scale_h with a per-kv-head scale
+ *                     (k_scale, v_scale; 1 by default), saturating at ±448
+ *                     and rounding to nearest even (vLLM's fp8 KV cache); the
+ *                     value is scale_h·e4m3. NaN stays NaN.
+ * Bytes per token and kv head: int8 D + 4 (keys) and Dv + 4 (values);
+ * fp8 D and Dv.
+ */
+typedef enum {
+    ATTN_KV_FLOAT = 0,    /* floats of attn_kvcache_config.dtype */
+    ATTN_KV_INT8 = 1,
+    ATTN_KV_FP8_E4M3 = 2,
+} attn_kv_quant;
+
 typedef struct {
     int64_t batch;      /* B >= 1 */
     int64_t kv_heads;   /* Hkv >= 1 */
@@ -42,6 +64,11 @@ typedef struct {
     int64_t block_size; /* 0: contiguous; > 0: paged, tokens per block */
     int64_t num_blocks; /* paged pool size; 0 = B·ceil(capacity / block_size) */
     attn_dtype dtype;   /* storage: ATTN_F32 (0, the default), ATTN_BF16 or ATTN_F16 */
+    attn_kv_quant quant; /* ATTN_KV_FLOAT (0): dtype; else quantized (dtype must be ATTN_F32) */
+    /* ATTN_KV_FP8_E4M3: (Hkv) per-kv-head scales of keys and values, each
+     * finite and > 0; NULL = 1. Copied at creation (get_config points at
+     * the copies). Ignored by the other storages. */
+    const float *k_scale, *v_scale;
 } attn_kvcache_config;
 
 typedef struct attn_kvcache attn_kvcache;
@@ -93,10 +120,19 @@ attn_status attn_kvcache_set_block_table(attn_kvcache *cache, int64_t b, const i
                                          int64_t n, attn_error *err);
 
 /*
- * Contiguous only: views of entry b's current keys (1, Hkv, length_b, D) and
+ * Contiguous float storage only: views of entry b's current keys (1, Hkv, length_b, D) and
  * values (1, Hkv, length_b, Dv) into the storage (either may be NULL).
  */
 attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor *k,
+                              attn_tensor *v, attn_error *err);
+
+/*
+ * Copies entry b's current keys into k (1, Hkv, length_b, D) and values into
+ * v (1, Hkv, length_b, Dv) (either may be NULL), any float dtype: the values
+ * attention reads, dequantized (scale·q) for a quantized cache and converted
+ * as attn_tensor_convert. Works on every layout and storage.
+ */
+attn_status attn_kvcache_read(const attn_kvcache *cache, int64_t b, attn_tensor *k,
                               attn_tensor *v, attn_error *err);
 
 /*
@@ -121,6 +157,23 @@ attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor 
 attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
                                 attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
                                 attn_error *err);
+
+/*
+ * flash_attn_with_kvcache in one call: appends k_new (B, Hkv, n, D) and
+ * v_new (B, Hkv, n, Dv) as attn_kvcache_append (counts as there; both NULL:
+ * nothing appended), then attends q (B, Hq, Nq, D) as attn_kvcache_attend.
+ * With rope (may be NULL), the new keys are rotated before they are stored,
+ * token t of entry b at position length_b + t, and the queries before they
+ * attend, query i at position length_b + i (length_b: the entry's length
+ * before this call, FlashAttention's cache_seqlens); the caller's tensors
+ * are not modified. Every argument is checked before the cache changes;
+ * the append is not undone if attending fails for want of memory.
+ */
+attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q,
+                                       const attn_tensor *k_new, const attn_tensor *v_new,
+                                       const int64_t *counts, const attn_rope *rope,
+                                       attn_tensor *out, attn_tensor *lse,
+                                       const attn_sdpa_opts *opts, attn_error *err);
 
 #ifdef __cplusplus
 }

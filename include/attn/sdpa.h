@@ -101,24 +101,43 @@ typedef struct {
  *          FlashAttention). Rows that see nothing: (-inf, 0).
  */
 /*
- * How a forward multiplies bfloat16 inputs.
+ * How the fused paths multiply.
  *   ATTN_PRECISION_EXACT (0, the default): 16-bit inputs are widened
  *     exactly and all arithmetic is float32, so the result is the float32
  *     call's on the same values, bit for bit, on every CPU.
- *   ATTN_PRECISION_BF16_DOT: when Q, K and V are all bfloat16 and the CPU
- *     has AVX512_BF16, the fused forward's Q·Kᵀ and P·V run as bfloat16 pair
- *     dot products (vdpbf16ps) with float32 accumulation, P rounded to
- *     bfloat16 first, as PyTorch's and FlashAttention's bfloat16 kernels
- *     do. The result stays within the bfloat16 bound of README "bfloat16
- *     and float16" but is no longer the float32 call's bits (nor those of a
- *     CPU without the instructions, which runs the exact path). Subnormal
- *     products count as zero. The backward and decoding shapes are exact
- *     float32 either way, and so are the scores of the weights output
- *     (normalised by the row statistics of the out and lse returned, which
- *     never depend on whether the weights are requested); a backward then
- *     recomputes the forward's probabilities to rounding, not to the bit.
+ *   ATTN_PRECISION_BF16: the products run on bfloat16 operands with
+ *     float32 accumulation, as PyTorch's and FlashAttention's bfloat16
+ *     kernels do: forward Q·Kᵀ and P·V (P rounded to bfloat16; the online
+ *     softmax, its statistics and the LSE stay float32), backward the
+ *     recomputed Q·Kᵀ, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q
+ *     (float32 gradient accumulators). Inputs of any dtype are rounded to
+ *     bfloat16 (to nearest even) as they are packed. Every option composes.
+ *     The products run on the CPU's matrix engine (attn_engine(): AMX, else
+ *     AVX512_BF16); where there is none ("f32") the call is the exact one.
+ *     Error: README "bfloat16 products" (at most twice a plain bfloat16
+ *     implementation's, plus a small slack, against a float64 oracle on the
+ *     same bfloat16 inputs). Results are deterministic and independent of
+ *     the thread count, but differ between engines (each sums in its own
+ *     order; AMX and AVX512_BF16 count subnormal operands as zero), and
+ *     decoding shapes (a few query rows per kv head) keep float32 products.
+ *     The weights output holds the probabilities of the same scores,
+ *     normalised by the row statistics of the out and lse returned (which
+ *     never depend on whether the weights are requested).
+ *   ATTN_PRECISION_BF16_DOT: the former name of ATTN_PRECISION_BF16 (which
+ *     took only bfloat16 Q, K and V, and only in the forward).
  */
-typedef enum { ATTN_PRECISION_EXACT = 0, ATTN_PRECISION_BF16_DOT = 1 } attn_precision;
+typedef enum {
+    ATTN_PRECISION_EXACT = 0,
+    ATTN_PRECISION_BF16 = 1,
+    ATTN_PRECISION_BF16_DOT = ATTN_PRECISION_BF16,
+} attn_precision;
+
+/* The engine an ATTN_PRECISION_BF16 call runs its products on, given the
+ * CPU, ATTN_ARCH and ATTN_ENGINE: "amx", "avx512bf16", "amx-model" (the
+ * AMX kernel on a plain-C model of the tile instructions: slow, for tests;
+ * only by ATTN_ENGINE) or "f32" (none: the exact float32 path).
+ * ATTN_ENGINE=amx|avx512bf16|f32|amx-model forces one where it can run. */
+const char *attn_engine(void);
 
 typedef struct {
     float scale;
@@ -290,6 +309,35 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
                                       const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk,
                                       attn_tensor *dv, const attn_sdpa_opts *opts,
                                       attn_error *err);
+
+/* ------------------------------------------------------ rotary embeddings */
+
+/*
+ * Rotary position embeddings (RoPE, Su et al.), as flash_attn_with_kvcache's
+ * rotary_cos / rotary_sin / rotary_interleaved. The first rotary_dim
+ * features of a row at position p are rotated in pairs by angles
+ * a_i = (p / position_scale)·theta^(-2i / rotary_dim), i < rotary_dim / 2
+ * (or a_i with cos a_i = cos[p, i], sin a_i = sin[p, i] from tables):
+ *   (x, y) -> (x·cos a_i - y·sin a_i, x·sin a_i + y·cos a_i)
+ * with the pair (i, i + rotary_dim/2) for ATTN_ROPE_NEOX (GPT-NeoX, Llama:
+ * halves) and (2i, 2i + 1) for ATTN_ROPE_GPTJ (interleaved). Features past
+ * rotary_dim are left alone. Angles are computed in double, cos and sin
+ * rounded to float, the rotation in float.
+ */
+typedef enum { ATTN_ROPE_NONE = 0, ATTN_ROPE_NEOX = 1, ATTN_ROPE_GPTJ = 2 } attn_rope_style;
+
+typedef struct {
+    attn_rope_style style;
+    int64_t rotary_dim;        /* even, <= D; 0 = D */
+    double theta;              /* base; 0 = 10000 */
+    double position_scale;     /* linear position scaling (positions divided by it); 0 = 1 */
+    const attn_tensor *cos, *sin; /* optional (P, rotary_dim/2) float32 tables by position */
+} attn_rope;
+
+/* Rotates x (B, H, N, D), any float dtype, in place: token n of batch
+ * entry b sits at position positions[b] + n (positions NULL: n). */
+attn_status attn_rope_apply(const attn_rope *rope, attn_tensor *x, const int64_t *positions,
+                            attn_error *err);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@ const char *attn_sgemm_engine(void)
     const char *isa = sdpa_kernels_for(sdpa_isa_select())->name;
     return strcmp(isa, "avx512") == 0 ? "packed-avx512"
            : strcmp(isa, "avx2") == 0 ? "packed-avx2"
+           : strcmp(isa, "neon") == 0 ? "packed-neon"
                                       : "packed-generic";
 }
 

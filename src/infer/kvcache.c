@@ -1,76 +1,17 @@
 /*
- * A key/value cache for decoding (attn.h, "KV cache"): storage, lengths,
- * appends, the paged block pool, and attention read from the cache in place.
- *
- * Storage (floats):
- *   contiguous  K (B, Hkv, capacity, D), V (B, Hkv, capacity, Dv)
- *   paged       K (Hkv, num_blocks·block_size, D), V (Hkv, ..., Dv): pool
- *               block p of kv head h holds tokens [p·bs, (p+1)·bs) of that
- *               head's rows, so blocks with consecutive pool indices form one
- *               contiguous (Hkv, n, D) view with strides (pool rows·D, D, 1).
- *
- * Attention. A contiguous entry b is attn_sdpa on the view
- * (1, Hkv, length_b, D). A paged entry is cut into runs of consecutive pool
- * blocks; one run is a single view (the contiguous bits); several are
- * attended one by one (each run an attn_sdpa call writing its output and
- * softmax statistics (m, ll)) and merged, first run to last, in double:
- *   M = max_r m_r,  w_r = exp(m_r - M + ll_r),  out = Σ w_r out_r / Σ w_r,
- *   lse = M + log Σ w_r
- * (a sink starts the sums with m = sink, w = 1, out 0). For a run [j0, j1)
- * of an entry of length L, bottom-right causality is the window
- * (left -1, right L - j1) in the run's own coordinates; with a window or
- * ALiBi the run gets a float mask holding the ALiBi bias at global distances
- * and -inf where hidden, which is exactly the bias attn_sdpa would add.
- *
- * Threads. Contiguous entries of equal length are one attn_sdpa call over
- * the batch. Otherwise entries are scheduled as attn_sdpa_varlen schedules
- * sequences (attend_entries): big ones alone on all threads, the rest side
- * by side on one thread each; no result depends on the schedule.
+ * A key/value cache for decoding (attn/kvcache.h): creation, appends (which
+ * quantize, quant.c), lengths, the paged block pool and block tables, views
+ * and read-back. The storage layout is described in cache.h; attention over
+ * the cache is attend.c and decode.c.
  */
 #include "../core/half.h"
-#include "../core/internal.h"
+#include "cache.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-struct attn_kvcache {
-    attn_kvcache_config cfg;
-    void *k, *v;        /* storage elements of cfg.dtype */
-    size_t elem;        /* bytes per element */
-    int64_t *len;       /* (B) current lengths */
-    /* paged */
-    int64_t max_blocks; /* per entry: ceil(capacity / block_size) */
-    int32_t *table;     /* (B, max_blocks) pool index of each logical block */
-    int64_t *nblk;      /* (B) blocks mapped */
-    int32_t *owner;     /* (num_blocks) entry using the block, -1 = free */
-};
-
-enum { MASK_KEYS = 2048 }; /* keys per masked paged call (bounds the mask buffer) */
-
-static bool paged(const attn_kvcache *c) { return c->cfg.block_size > 0; }
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* Rows of one kv head in the pool. */
-static int64_t pool_rows(const attn_kvcache *c) { return c->cfg.num_blocks * c->cfg.block_size; }
-
-/* Key (value when v) row of entry b, head h, position pos. */
-static void *row_at(const attn_kvcache *c, bool v, int64_t b, int64_t h, int64_t pos)
-{
-    const attn_kvcache_config *g = &c->cfg;
-    const int64_t width = v ? g->value_dim : g->head_dim;
-    char *base = v ? c->v : c->k;
-    const int64_t blk = paged(c) ? c->table[b * c->max_blocks + pos / g->block_size] : 0;
-    const int64_t row = paged(c) ? h * pool_rows(c) + blk * g->block_size + pos % g->block_size
-                                 : (b * g->kv_heads + h) * g->capacity + pos;
-    return base + row * width * (int64_t)c->elem;
-}
-
-/* A (1, Hkv, n, width) view of the storage at data. */
+/* A (1, Hkv, n, width) view of float storage at data. */
 static attn_tensor storage_view(const attn_kvcache *c, void *data, int64_t n, int64_t width)
 {
     return attn_tensor_make(data, c->cfg.dtype, 4, (int64_t[]){1, c->cfg.kv_heads, n, width});
@@ -96,6 +37,10 @@ void attn_kvcache_free(attn_kvcache *cache)
     free(cache->table);
     free(cache->nblk);
     free(cache->owner);
+    free(cache->k_rs);
+    free(cache->v_rs);
+    free(cache->k_hs);
+    free(cache->v_hs);
     free(cache);
 }
 
@@ -121,10 +66,23 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     RETURN_IF(g.dtype != ATTN_F32 && g.dtype != ATTN_BF16 && g.dtype != ATTN_F16, err,
               ATTN_ERR_DTYPE, "dtype: the cache stores float32, bfloat16 or float16, not %s",
               attn_dtype_name(g.dtype));
-    const size_t elem = attn_dtype_size(g.dtype);
+    RETURN_IF(g.quant != ATTN_KV_FLOAT && g.quant != ATTN_KV_INT8 && g.quant != ATTN_KV_FP8_E4M3,
+              err, ATTN_ERR_ARG, "quant: %d is not an attn_kv_quant", (int)g.quant);
+    RETURN_IF(g.quant != ATTN_KV_FLOAT && g.dtype != ATTN_F32, err, ATTN_ERR_DTYPE,
+              "dtype: a quantized cache takes ATTN_F32 (0) as dtype, not %s",
+              attn_dtype_name(g.dtype));
+    const bool fp8 = g.quant == ATTN_KV_FP8_E4M3;
+    for (int which = 0; which < 2 && fp8; ++which) {
+        const float *sc = which ? g.v_scale : g.k_scale;
+        for (int64_t h = 0; sc && h < g.kv_heads; ++h)
+            RETURN_IF(!(sc[h] > 0.0f) || !isfinite(sc[h]), err, ATTN_ERR_ARG,
+                      "%s[%lld]: an fp8 scale must be finite and > 0, got %g",
+                      which ? "v_scale" : "k_scale", (long long)h, (double)sc[h]);
+    }
+    const size_t elem = g.quant != ATTN_KV_FLOAT ? 1 : attn_dtype_size(g.dtype);
     int64_t max_blocks = 0;
     if (g.block_size > 0) {
-        max_blocks = ceil_div(g.capacity, g.block_size);
+        max_blocks = kv_ceil_div(g.capacity, g.block_size);
         int64_t want;
         RETURN_IF(!attn_mul_ok(g.batch, max_blocks, &want), err, ATTN_ERR_OVERFLOW,
                   "num_blocks: batch x blocks per entry overflows");
@@ -143,17 +101,39 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     const int64_t copies = g.block_size > 0 ? 1 : g.batch;
     RETURN_IF(!attn_mul_ok(per_head, g.kv_heads, &rows) || !attn_mul_ok(rows, copies, &rows) ||
                   !attn_mul_ok(rows, g.head_dim, &nk) || !attn_mul_ok(rows, g.value_dim, &nv) ||
-                  nk > (int64_t)(SIZE_MAX / elem) || nv > (int64_t)(SIZE_MAX / elem),
+                  (uint64_t)nk > SIZE_MAX / elem || (uint64_t)nv > SIZE_MAX / elem,
               err, ATTN_ERR_OVERFLOW, "capacity: storage size overflows");
     attn_kvcache *c = calloc(1, sizeof *c);
     RETURN_IF(!c, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
     c->cfg = g;
+    c->fmt = g.quant == ATTN_KV_INT8       ? KV_I8
+             : g.quant == ATTN_KV_FP8_E4M3 ? KV_E4M3
+             : g.dtype == ATTN_BF16        ? KV_BF16
+             : g.dtype == ATTN_F16         ? KV_F16
+                                           : KV_F32;
     c->max_blocks = max_blocks;
     c->elem = elem;
     c->k = calloc((size_t)nk, elem);
     c->v = calloc((size_t)nv, elem);
     c->len = calloc((size_t)g.batch, sizeof *c->len);
     bool ok = c->k && c->v && c->len;
+    if (ok && c->fmt == KV_I8) {
+        c->k_rs = calloc((size_t)rows, sizeof *c->k_rs);
+        c->v_rs = calloc((size_t)rows, sizeof *c->v_rs);
+        ok = c->k_rs && c->v_rs;
+    }
+    c->cfg.k_scale = c->cfg.v_scale = NULL;
+    if (ok && fp8) {
+        c->k_hs = malloc((size_t)g.kv_heads * sizeof *c->k_hs);
+        c->v_hs = malloc((size_t)g.kv_heads * sizeof *c->v_hs);
+        ok = c->k_hs && c->v_hs;
+        for (int64_t h = 0; ok && h < g.kv_heads; ++h) {
+            c->k_hs[h] = g.k_scale ? g.k_scale[h] : 1.0f;
+            c->v_hs[h] = g.v_scale ? g.v_scale[h] : 1.0f;
+        }
+        c->cfg.k_scale = c->k_hs;
+        c->cfg.v_scale = c->v_hs;
+    }
     if (ok && max_blocks > 0) {
         c->table = calloc((size_t)(g.batch * max_blocks), sizeof *c->table);
         c->nblk = calloc((size_t)g.batch, sizeof *c->nblk);
@@ -186,11 +166,15 @@ static void zero_block(attn_kvcache *c, int64_t p)
 {
     const attn_kvcache_config *g = &c->cfg;
     for (int64_t h = 0; h < g->kv_heads; ++h) {
-        const int64_t row = h * pool_rows(c) + p * g->block_size;
+        const int64_t row = h * kv_pool_rows(c) + p * g->block_size;
         memset((char *)c->k + row * g->head_dim * (int64_t)c->elem, 0,
                (size_t)(g->block_size * g->head_dim) * c->elem);
         memset((char *)c->v + row * g->value_dim * (int64_t)c->elem, 0,
                (size_t)(g->block_size * g->value_dim) * c->elem);
+        if (c->k_rs) {
+            memset(c->k_rs + row, 0, (size_t)g->block_size * sizeof *c->k_rs);
+            memset(c->v_rs + row, 0, (size_t)g->block_size * sizeof *c->v_rs);
+        }
     }
 }
 
@@ -218,7 +202,7 @@ static int64_t blocks_needed(const attn_kvcache *c, const int64_t *new_len)
 {
     int64_t need = 0;
     for (int64_t b = 0; b < c->cfg.batch; ++b) {
-        const int64_t want = ceil_div(new_len[b], c->cfg.block_size);
+        const int64_t want = kv_ceil_div(new_len[b], c->cfg.block_size);
         if (want > c->nblk[b]) need += want - c->nblk[b];
     }
     return need;
@@ -245,7 +229,12 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
                   (long long)vw[d]);
     }
     int64_t *next = malloc((size_t)g->batch * sizeof *next);
-    RETURN_IF(!next, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
+    float *x = malloc((size_t)(g->head_dim > g->value_dim ? g->head_dim : g->value_dim) *
+                      sizeof *x); /* one row in float32, then stored in the cache's format */
+    if (!next || !x) {
+        free(next), free(x);
+        return attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
+    }
     attn_status s = ATTN_OK;
     for (int64_t b = 0; b < g->batch && s == ATTN_OK; ++b) {
         const int64_t cnt = counts ? counts[b] : n;
@@ -260,7 +249,7 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
         else
             next[b] = cache->len[b] + cnt;
     }
-    if (s == ATTN_OK && paged(cache)) {
+    if (s == ATTN_OK && kv_paged(cache)) {
         const int64_t need = blocks_needed(cache, next), avail = free_blocks(cache);
         if (need > avail)
             s = attn_fail(err, ATTN_ERR_ARG, "append: needs %lld new blocks, the pool has %lld free",
@@ -268,25 +257,25 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
     }
     if (s == ATTN_OK) {
         for (int64_t b = 0; b < g->batch; ++b) {
-            if (paged(cache)) grow_blocks(cache, b, ceil_div(next[b], g->block_size));
+            if (kv_paged(cache)) grow_blocks(cache, b, kv_ceil_div(next[b], g->block_size));
             for (int64_t h = 0; h < g->kv_heads; ++h)
                 for (int64_t t = cache->len[b]; t < next[b]; ++t) {
                     const int64_t src = t - cache->len[b];
                     const int64_t ks = b * k->stride[0] + h * k->stride[1] + src * k->stride[2];
                     const int64_t vs = b * v->stride[0] + h * v->stride[1] + src * v->stride[2];
-                    void *kd = row_at(cache, false, b, h, t), *vd = row_at(cache, true, b, h, t);
+                    const int64_t row = kv_row(cache, b, h, t);
                     for (int64_t d = 0; d < g->head_dim; ++d)
-                        attn_store_float(kd, g->dtype, d,
-                                         attn_load_float(k->data, k->dtype, ks + d * k->stride[3]));
+                        x[d] = attn_load_float(k->data, k->dtype, ks + d * k->stride[3]);
+                    cache->k_nonfinite |= kv_store_row(cache, false, row, h, x, g->head_dim);
                     for (int64_t d = 0; d < g->value_dim; ++d)
-                        attn_store_float(vd, g->dtype, d,
-                                         attn_load_float(v->data, v->dtype, vs + d * v->stride[3]));
+                        x[d] = attn_load_float(v->data, v->dtype, vs + d * v->stride[3]);
+                    cache->v_nonfinite |= kv_store_row(cache, true, row, h, x, g->value_dim);
                 }
             cache->len[b] = next[b];
         }
         attn_ok(err);
     }
-    free(next);
+    free(next), free(x);
     return s;
 }
 
@@ -300,20 +289,20 @@ attn_status attn_kvcache_set_lengths(attn_kvcache *cache, const int64_t *lengths
         RETURN_IF(lengths[b] < 0 || lengths[b] > g->capacity, err, ATTN_ERR_ARG,
                   "lengths[%lld]: %lld is outside [0, capacity %lld]", (long long)b,
                   (long long)lengths[b], (long long)g->capacity);
-    if (paged(cache)) {
+    if (kv_paged(cache)) {
         /* blocks freed by shrinking entries are available to growing ones */
         int64_t need = blocks_needed(cache, lengths), avail = free_blocks(cache);
         for (int64_t b = 0; b < g->batch; ++b) {
-            const int64_t want = ceil_div(lengths[b], g->block_size);
+            const int64_t want = kv_ceil_div(lengths[b], g->block_size);
             if (want < cache->nblk[b]) avail += cache->nblk[b] - want;
         }
         RETURN_IF(need > avail, err, ATTN_ERR_ARG,
                   "lengths: need %lld new blocks, the pool has %lld free", (long long)need,
                   (long long)avail);
         for (int64_t b = 0; b < g->batch; ++b)
-            shrink_blocks(cache, b, ceil_div(lengths[b], g->block_size));
+            shrink_blocks(cache, b, kv_ceil_div(lengths[b], g->block_size));
         for (int64_t b = 0; b < g->batch; ++b)
-            grow_blocks(cache, b, ceil_div(lengths[b], g->block_size));
+            grow_blocks(cache, b, kv_ceil_div(lengths[b], g->block_size));
     }
     for (int64_t b = 0; b < g->batch; ++b) cache->len[b] = lengths[b];
     attn_ok(err);
@@ -325,7 +314,7 @@ attn_status attn_kvcache_block_table(const attn_kvcache *cache, int64_t b, int32
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     RETURN_IF(!count, err, ATTN_ERR_NULL, "count: pointer is NULL");
-    RETURN_IF(!paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
+    RETURN_IF(!kv_paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
     RETURN_IF(b < 0 || b >= cache->cfg.batch, err, ATTN_ERR_ARG,
               "b: entry %lld is outside [0, %lld)", (long long)b, (long long)cache->cfg.batch);
     RETURN_IF(max < 0 || (max > 0 && !table), err, ATTN_ERR_ARG,
@@ -342,11 +331,11 @@ attn_status attn_kvcache_set_block_table(attn_kvcache *cache, int64_t b, const i
                                          int64_t n, attn_error *err)
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
-    RETURN_IF(!paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
+    RETURN_IF(!kv_paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
     const attn_kvcache_config *g = &cache->cfg;
     RETURN_IF(b < 0 || b >= g->batch, err, ATTN_ERR_ARG, "b: entry %lld is outside [0, %lld)",
               (long long)b, (long long)g->batch);
-    const int64_t need = ceil_div(cache->len[b], g->block_size);
+    const int64_t need = kv_ceil_div(cache->len[b], g->block_size);
     RETURN_IF(n < need || n > cache->max_blocks, err, ATTN_ERR_ARG,
               "table: %lld blocks, entry %lld needs %lld to %lld", (long long)n, (long long)b,
               (long long)need, (long long)cache->max_blocks);
@@ -384,7 +373,9 @@ attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor 
                               attn_tensor *v, attn_error *err)
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
-    RETURN_IF(paged(cache), err, ATTN_ERR_ARG, "cache: paged caches have no single view");
+    RETURN_IF(kv_paged(cache), err, ATTN_ERR_ARG, "cache: paged caches have no single view");
+    RETURN_IF(kv_quantized(cache), err, ATTN_ERR_ARG,
+              "cache: a quantized cache has no float view (attn_kvcache_read dequantizes)");
     const attn_kvcache_config *g = &cache->cfg;
     RETURN_IF(b < 0 || b >= g->batch, err, ATTN_ERR_ARG, "b: entry %lld is outside [0, %lld)",
               (long long)b, (long long)g->batch);
@@ -392,7 +383,8 @@ attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor 
         attn_tensor *t = which ? v : k;
         if (!t) continue;
         const int64_t w = which ? g->value_dim : g->head_dim;
-        *t = storage_view(cache, row_at(cache, which, b, 0, 0), cache->len[b], w);
+        *t = storage_view(cache, kv_row_data(cache, which, kv_row(cache, b, 0, 0)),
+                          cache->len[b], w);
         t->stride[0] = 0;
         t->stride[1] = g->capacity * w;
     }
@@ -400,397 +392,41 @@ attn_status attn_kvcache_view(const attn_kvcache *cache, int64_t b, attn_tensor 
     return ATTN_OK;
 }
 
-/* ------------------------------------------------------------- attention */
-
-/* Keys [j0, j0 + n) of entry b as (1, Hkv, n, D) / (1, Hkv, n, Dv); for a
- * paged cache the positions must lie in consecutive pool blocks. */
-static void key_views(const attn_kvcache *c, int64_t b, int64_t j0, int64_t n, attn_tensor *k,
-                      attn_tensor *v)
-{
-    const attn_kvcache_config *g = &c->cfg;
-    const int64_t head_rows = paged(c) ? pool_rows(c) : g->capacity;
-    const int64_t at = j0 < c->len[b] ? j0 : 0; /* an empty view still needs valid data */
-    *k = storage_view(c, n > 0 || c->len[b] > 0 ? row_at(c, false, b, 0, at) : c->k, n,
-                      g->head_dim);
-    *v = storage_view(c, n > 0 || c->len[b] > 0 ? row_at(c, true, b, 0, at) : c->v, n,
-                      g->value_dim);
-    k->stride[0] = v->stride[0] = 0;
-    k->stride[1] = head_rows * g->head_dim;
-    v->stride[1] = head_rows * g->value_dim;
-}
-
-/* Entry b of a (B, ...) view as (1, ...). */
-static attn_tensor entry(const attn_tensor *t, int64_t b)
-{
-    attn_tensor e = *t;
-    e.data = (char *)t->data + b * t->stride[0] * (int64_t)attn_dtype_size(t->dtype);
-    e.shape[0] = 1;
-    return e;
-}
-
-/* Everything one attend call shares. */
-typedef struct {
-    const attn_kvcache *c;
-    const attn_tensor *q, *out, *lse, *stats, *slopes;
-    attn_sdpa_opts opts; /* the caller's, sanitised */
-    int64_t Hq, Nq, Dv;
-} attend_call;
-
-/* One worker's merge scratch (paged entries with several runs) and the
- * threads its calls use. */
-typedef struct {
-    float *part_o, *part_st, *mask;
-    double *acc_o, *acc_m, *acc_s;
-    int threads;
-} attend_scratch;
-
-/* attn_sdpa on keys [j0, j0 + n) of entry b with the caller's options (used
- * when those keys are all the entry has, i.e. one view). */
-static attn_status attend_whole(const attend_call *a, int64_t b, int threads, attn_error *err)
-{
-    attn_tensor k, v, q = entry(a->q, b), out = entry(a->out, b), lse, stats, slopes;
-    key_views(a->c, b, 0, a->c->len[b], &k, &v);
-    attn_sdpa_opts o = a->opts;
-    o.num_threads = threads;
-    if (a->lse) lse = entry(a->lse, b);
-    if (a->stats) {
-        stats = entry(a->stats, b);
-        o.softmax_stats = &stats;
-    }
-    if (a->slopes && a->slopes->ndim == 2) {
-        slopes = entry(a->slopes, b);
-        o.alibi_slopes = &slopes;
-    }
-    return attn_sdpa(&q, &k, &v, &out, a->lse ? &lse : NULL, NULL, &o, err);
-}
-
-/* The slope of head h for entry b. */
-static float slope_of(const attend_call *a, int64_t b, int64_t h)
-{
-    const attn_tensor *s = a->slopes;
-    const float *d = s->data;
-    return s->ndim == 2 ? d[b * s->stride[0] + h * s->stride[1]] : d[h * s->stride[0]];
-}
-
-/* One part: keys [j0, j0 + n) of entry b (consecutive pool blocks) into
- * part_o (1,Hq,Nq,Dv) and part_st (1,Hq,Nq,2), aligned as in the whole. */
-static attn_status attend_part(const attend_call *a, attend_scratch *w, int64_t b, int64_t j0,
-                               int64_t n, attn_error *err)
-{
-    const int64_t L = a->c->len[b], Nq = a->Nq, Hq = a->Hq;
-    attn_tensor k, v, q = entry(a->q, b);
-    key_views(a->c, b, j0, n, &k, &v);
-    attn_tensor out = attn_tensor_4d(w->part_o, 1, Hq, Nq, a->Dv);
-    attn_tensor st = attn_tensor_4d(w->part_st, 1, Hq, Nq, 2);
-    attn_sdpa_opts o = a->opts;
-    o.num_threads = w->threads;
-    o.softmax_stats = &st;
-    o.sinks = NULL; /* the merge adds the sink once */
-    o.causal = ATTN_CAUSAL_NONE;
-    o.window.enabled = false;
-    o.alibi_slopes = NULL;
-    attn_tensor mask;
-    if (a->slopes || a->opts.window.enabled) {
-        /* the bias attn_sdpa would add at the global distance d = i + L - Nq - j */
-        const int64_t mh = a->slopes ? Hq : 1;
-        const attn_window win = a->opts.window;
-        for (int64_t h = 0; h < mh; ++h) {
-            const float slope = a->slopes ? slope_of(a, b, h) : 0.0f;
-            for (int64_t i = 0; i < Nq; ++i)
-                for (int64_t c = 0; c < n; ++c) {
-                    const int64_t d = i + L - Nq - (j0 + c);
-                    bool seen = a->opts.causal == ATTN_CAUSAL_NONE || d >= 0;
-                    if (win.enabled && win.left >= 0 && d > win.left) seen = false;
-                    if (win.enabled && win.right >= 0 && -d > win.right) seen = false;
-                    float x = a->slopes ? -slope * (float)(d < 0 ? -d : d) : 0.0f;
-                    w->mask[(h * Nq + i) * n + c] = seen ? x : -INFINITY;
-                }
-        }
-        mask = attn_tensor_3d(w->mask, mh, Nq, n);
-        o.mask[0] = &mask;
-    } else if (a->opts.causal == ATTN_CAUSAL_BOTTOM_RIGHT) {
-        o.window.enabled = true;
-        o.window.left = -1;
-        o.window.right = L - (j0 + n);
-    }
-    return attn_sdpa(&q, &k, &v, &out, NULL, NULL, &o, err);
-}
-
-/* Folds one row's partial attention (output o over its keys, softmax
- * statistics m and ll) into the running (M, S, O): O and S are the sums of
- * exp(m_r - M + ll_r)·o_r and exp(m_r - M + ll_r) over the parts so far,
- * rescaled whenever M grows. A part the row saw nothing of (m = -inf) adds
- * nothing; a NaN makes the row NaN (S = NaN). */
-static void merge_part(double *M, double *S, double *O, double m, double ll, const float *o,
-                       int64_t Dv)
-{
-    if (m == -INFINITY) return;
-    if (isnan(m) || isnan(ll) || isnan(*S)) {
-        *S = NAN;
-        return;
-    }
-    if (m > *M) {
-        const double f = exp(*M - m);
-        *S *= f;
-        for (int64_t d = 0; d < Dv; ++d) O[d] *= f;
-        *M = m;
-    }
-    const double w = exp(m - *M + ll);
-    *S += w;
-    for (int64_t d = 0; d < Dv; ++d) O[d] += w * (double)o[d];
-}
-
-/* Entry b as parts merged in order (see the header comment). */
-static attn_status attend_merged(const attend_call *a, attend_scratch *w, int64_t b,
-                                 attn_error *err)
-{
-    const attn_kvcache *c = a->c;
-    const int64_t Hq = a->Hq, Nq = a->Nq, Dv = a->Dv, rows = Hq * Nq, L = c->len[b];
-    const int64_t bs = c->cfg.block_size;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float sink = a->opts.sinks
-                               ? ((const float *)a->opts.sinks->data)[(r / Nq) * a->opts.sinks->stride[0]]
-                               : -INFINITY;
-        w->acc_m[r] = sink;
-        w->acc_s[r] = sink == -INFINITY ? 0.0 : 1.0;
-    }
-    memset(w->acc_o, 0, (size_t)(rows * Dv) * sizeof(double));
-    const bool masked = a->slopes || a->opts.window.enabled;
-    const int32_t *tab = c->table + b * c->max_blocks;
-    for (int64_t blk = 0; blk * bs < L;) {
-        /* a run of consecutive pool blocks, at most MASK_KEYS keys when masked */
-        int64_t end = blk + 1;
-        while (end * bs < L && tab[end] == tab[end - 1] + 1 && (!masked || (end + 1 - blk) * bs <= MASK_KEYS))
-            end++;
-        const int64_t j0 = blk * bs, n = (end * bs < L ? end * bs : L) - j0;
-        /* a masked part may still exceed MASK_KEYS when one block does: cut it */
-        for (int64_t p0 = 0; p0 < n;) {
-            const int64_t pn = masked && n - p0 > MASK_KEYS ? MASK_KEYS : n - p0;
-            RETURN_IF_ERROR(attend_part(a, w, b, j0 + p0, pn, err));
-            for (int64_t r = 0; r < rows; ++r)
-                merge_part(&w->acc_m[r], &w->acc_s[r], w->acc_o + r * Dv, w->part_st[2 * r],
-                           w->part_st[2 * r + 1], w->part_o + r * Dv, Dv);
-            p0 += pn;
-        }
-        blk = end;
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t h = r / Nq, i = r % Nq;
-        const double s = w->acc_s[r];
-        const bool nan = s != s, empty = s == 0.0;
-        const int64_t dst = b * a->out->stride[0] + h * a->out->stride[1] + i * a->out->stride[2];
-        for (int64_t d = 0; d < Dv; ++d)
-            attn_store_float(a->out->data, a->out->dtype, dst + d * a->out->stride[3],
-                             nan ? NAN : empty ? 0.0f : (float)(w->acc_o[r * Dv + d] / s));
-        const float m = nan ? NAN : empty ? -INFINITY : (float)w->acc_m[r];
-        const float ll = nan ? NAN : empty ? 0.0f : (float)log(s);
-        if (a->lse)
-            ((float *)a->lse->data)[b * a->lse->stride[0] + h * a->lse->stride[1] +
-                                    i * a->lse->stride[2]] =
-                nan ? NAN : empty ? -INFINITY : (float)(w->acc_m[r] + log(s));
-        if (a->stats) {
-            float *st = (float *)a->stats->data + b * a->stats->stride[0] +
-                        h * a->stats->stride[1] + i * a->stats->stride[2];
-            st[0] = m;
-            st[a->stats->stride[3]] = ll;
-        }
-    }
-    return ATTN_OK;
-}
-
-/* A (B, Hq, Nq[, last]) output of the call: float32, or (half_ok, the
- * output itself) bfloat16 / float16 too. */
-static attn_status check_output(const attn_tensor *t, const char *name, int ndim,
-                                const int64_t *want, bool half_ok, attn_error *err)
-{
-    RETURN_IF_ERROR(half_ok ? attn_check_float_tensor(t, name, ndim, true, err)
-                            : attn_check_tensor(t, name, ndim, ATTN_F32, true, err));
-    static const char *const dims[4] = {"batch", "heads", "sequence", "feature"};
-    for (int d = 0; d < ndim; ++d)
-        RETURN_IF(t->shape[d] != want[d], err, ATTN_ERR_SHAPE, "%s: %s size is %lld, expected %lld",
-                  name, dims[d], (long long)t->shape[d], (long long)want[d]);
-    return ATTN_OK;
-}
-
-/* True when entry b's blocks are consecutive in the pool (one view). */
-static bool one_run(const attn_kvcache *c, int64_t b)
-{
-    if (!paged(c)) return true;
-    const int32_t *tab = c->table + b * c->max_blocks;
-    for (int64_t i = 1; i * c->cfg.block_size < c->len[b]; ++i)
-        if (tab[i] != tab[i - 1] + 1) return false;
-    return true;
-}
-
-/* One entry on `threads` threads with worker scratch w. */
-static attn_status attend_entry(const attend_call *a, attend_scratch *w, int64_t b, int threads,
-                                attn_error *err)
-{
-    w->threads = threads;
-    return one_run(a->c, b) ? attend_whole(a, b, threads, err) : attend_merged(a, w, b, err);
-}
-
-typedef struct {
-    int64_t cost, b;
-} entry_cost;
-
-static int by_cost_desc(const void *x, const void *y)
-{
-    const entry_cost *p = x, *q = y;
-    if (p->cost != q->cost) return p->cost > q->cost ? -1 : 1;
-    return p->b < q->b ? -1 : p->b > q->b;
-}
-
-/*
- * Every entry, as attn_sdpa_varlen schedules its sequences: entries worth
- * more than a fair share of what is left run alone on all threads, the rest
- * side by side, one thread each, largest first. attn_sdpa's bits do not
- * depend on its thread count and each entry writes its own rows, so the
- * schedule never changes a result. On failure, the error of the
- * lowest-numbered failing entry.
- */
-static attn_status attend_entries(const attend_call *a, attend_scratch *ws, int threads,
-                                  attn_error *err)
-{
-    const int64_t B = a->c->cfg.batch;
-    entry_cost *order = malloc((size_t)B * sizeof *order);
-    RETURN_IF(!order, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate the schedule");
-    double remaining = 0.0;
-    for (int64_t b = 0; b < B; ++b) {
-        order[b].cost = (a->c->len[b] + 1) * a->Nq;
-        order[b].b = b;
-        remaining += (double)order[b].cost;
-    }
-    qsort(order, (size_t)B, sizeof *order, by_cost_desc);
-    attn_status status = ATTN_OK;
-    int64_t first = 0;
-    while (first < B && (threads == 1 || (double)order[first].cost * threads > remaining)) {
-        status = attend_entry(a, &ws[0], order[first].b, threads, err);
-        if (status != ATTN_OK) break;
-        remaining -= (double)order[first].cost;
-        first++;
-    }
-    if (status == ATTN_OK && first < B) {
-        int64_t failed_b = INT64_MAX;
-        attn_error failed_err = {ATTN_OK, ""};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-        for (int64_t i = first; i < B; ++i) {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
-            attn_error e = {ATTN_OK, ""};
-            const attn_status st = attend_entry(a, &ws[tid], order[i].b, 1, &e);
-            if (st != ATTN_OK) {
-#pragma omp critical(attn_kvcache_error)
-                if (order[i].b < failed_b) {
-                    failed_b = order[i].b;
-                    failed_err = e;
-                    failed_err.status = st;
-                }
-            }
-        }
-        if (failed_b != INT64_MAX) {
-            status = failed_err.status;
-            if (err) *err = failed_err;
-        }
-    }
-    free(order);
-    return status;
-}
-
-attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
-                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
-                                attn_error *err)
+attn_status attn_kvcache_read(const attn_kvcache *cache, int64_t b, attn_tensor *k,
+                              attn_tensor *v, attn_error *err)
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     const attn_kvcache_config *g = &cache->cfg;
-    attend_call a;
-    memset(&a, 0, sizeof a);
-    a.c = cache;
-    a.opts = opts ? *opts : attn_sdpa_opts_default();
-    for (int i = 0; i < ATTN_SDPA_MAX_MASKS; ++i)
-        RETURN_IF(a.opts.mask[i], err, ATTN_ERR_UNSUPPORTED,
-                  "mask[%d]: masks are not supported by the KV cache", i);
-    RETURN_IF(a.opts.causal == ATTN_CAUSAL_TOP_LEFT, err, ATTN_ERR_ARG,
-              "causal: the KV cache aligns new tokens bottom-right (ATTN_CAUSAL_BOTTOM_RIGHT)");
-    RETURN_IF(a.opts.dropout_p != 0.0f, err, ATTN_ERR_UNSUPPORTED,
-              "dropout_p: not supported by the KV cache (inference only)");
-    RETURN_IF(a.opts.grad_sinks, err, ATTN_ERR_ARG, "grad_sinks: an output of the backward only");
-    RETURN_IF(a.opts.workspace, err, ATTN_ERR_UNSUPPORTED,
-              "workspace: the KV cache allocates per call; pass NULL");
-    /* q, heads, features and every option by attn_sdpa's rules, on an
-     * empty stand-in of the keys */
-    RETURN_IF_ERROR(attn_check_float_tensor(q, "query", 4, false, err));
-    RETURN_IF(q->shape[0] != g->batch, err, ATTN_ERR_SHAPE,
-              "query: batch size is %lld, the cache has %lld", (long long)q->shape[0],
-              (long long)g->batch);
-    attn_tensor k0, v0;
-    key_views(cache, 0, 0, 0, &k0, &v0);
-    k0.shape[0] = v0.shape[0] = g->batch;
-    attn_sdpa_opts probe = a.opts;
-    probe.softmax_stats = NULL;
-    size_t bytes;
-    RETURN_IF_ERROR(attn_sdpa_workspace_size(q, &k0, &v0, false, &probe, &bytes, err));
-    a.q = q;
-    a.Hq = q->shape[1];
-    a.Nq = q->shape[2];
-    a.Dv = g->value_dim;
-    RETURN_IF(!out, err, ATTN_ERR_NULL, "out: tensor is NULL");
-    const int64_t want[4] = {g->batch, a.Hq, a.Nq, a.Dv}, swant[4] = {g->batch, a.Hq, a.Nq, 2};
-    RETURN_IF_ERROR(check_output(out, "out", 4, want, true, err));
-    if (lse) RETURN_IF_ERROR(check_output(lse, "lse", 3, want, false, err));
-    if (a.opts.softmax_stats)
-        RETURN_IF_ERROR(check_output(a.opts.softmax_stats, "softmax_stats", 4, swant, false, err));
-    /* whole tensors: an entry's call sees only its own rows */
-    const attn_tensor *outs[3] = {out, lse, a.opts.softmax_stats};
-    static const char *const out_names[3] = {"out", "lse", "softmax_stats"};
-    const attn_tensor *ins[3] = {q, a.opts.alibi_slopes, a.opts.sinks};
-    static const char *const in_names[3] = {"query", "alibi_slopes", "sinks"};
-    RETURN_IF_ERROR(attn_check_call_memory(outs, out_names, 3, ins, in_names, 3, a.opts.workspace,
-                                           a.opts.workspace_size, err));
-    a.out = out;
-    a.lse = lse;
-    a.stats = a.opts.softmax_stats;
-    a.slopes = a.opts.alibi_slopes;
-
-    /* Contiguous with equal lengths: one call over the whole batch. */
-    bool equal = !paged(cache);
-    for (int64_t b = 1; b < g->batch && equal; ++b) equal = cache->len[b] == cache->len[0];
-    if (equal) {
-        attn_tensor k, v;
-        key_views(cache, 0, 0, cache->len[0], &k, &v);
-        k.shape[0] = v.shape[0] = g->batch;
-        k.stride[0] = g->kv_heads * g->capacity * g->head_dim;
-        v.stride[0] = g->kv_heads * g->capacity * g->value_dim;
-        return attn_sdpa(q, &k, &v, out, lse, NULL, &a.opts, err);
+    RETURN_IF(b < 0 || b >= g->batch, err, ATTN_ERR_ARG, "b: entry %lld is outside [0, %lld)",
+              (long long)b, (long long)g->batch);
+    const int64_t L = cache->len[b];
+    for (int which = 0; which < 2; ++which) {
+        const attn_tensor *t = which ? v : k;
+        if (!t) continue;
+        const char *name = which ? "value" : "key";
+        const int64_t want[4] = {1, g->kv_heads, L, which ? g->value_dim : g->head_dim};
+        RETURN_IF_ERROR(attn_check_float_tensor(t, name, 4, true, err));
+        for (int d = 0; d < 4; ++d)
+            RETURN_IF(t->shape[d] != want[d], err, ATTN_ERR_SHAPE,
+                      "%s: dimension %d is %lld, entry %lld needs %lld", name, d,
+                      (long long)t->shape[d], (long long)b, (long long)want[d]);
     }
-    bool need_merge = false;
-    for (int64_t b = 0; b < g->batch; ++b) need_merge |= !one_run(cache, b);
-    const int threads = attn_resolve_threads(a.opts.num_threads);
-    attend_scratch *ws = calloc((size_t)threads, sizeof *ws);
-    RETURN_IF(!ws, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate merge scratch");
-    attn_status s = ATTN_OK;
-    for (int t = 0; t < threads && need_merge && s == ATTN_OK; ++t) {
-        const int64_t rows = a.Hq * a.Nq;
-        const bool masked = a.slopes || a.opts.window.enabled;
-        attend_scratch *w = &ws[t];
-        w->part_o = malloc((size_t)(rows * a.Dv) * sizeof(float));
-        w->part_st = malloc((size_t)(rows * 2) * sizeof(float));
-        w->acc_o = malloc((size_t)(rows * a.Dv) * sizeof(double));
-        w->acc_m = malloc((size_t)rows * sizeof(double));
-        w->acc_s = malloc((size_t)rows * sizeof(double));
-        w->mask = masked ? malloc((size_t)(rows * MASK_KEYS) * sizeof(float)) : NULL;
-        if (!w->part_o || !w->part_st || !w->acc_o || !w->acc_m || !w->acc_s || (masked && !w->mask))
-            s = attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate merge scratch");
+    const int64_t w = g->head_dim > g->value_dim ? g->head_dim : g->value_dim;
+    float *x = malloc((size_t)w * sizeof *x);
+    RETURN_IF(!x, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
+    for (int which = 0; which < 2; ++which) {
+        attn_tensor *t = which ? v : k;
+        if (!t) continue;
+        const int64_t n = t->shape[3];
+        for (int64_t h = 0; h < g->kv_heads; ++h)
+            for (int64_t j = 0; j < L; ++j) {
+                kv_load_row(cache, which, kv_row(cache, b, h, j), h, x, n);
+                const int64_t at = h * t->stride[1] + j * t->stride[2];
+                for (int64_t d = 0; d < n; ++d)
+                    attn_store_float(t->data, t->dtype, at + d * t->stride[3], x[d]);
+            }
     }
-    if (s == ATTN_OK) s = attend_entries(&a, ws, threads, err);
-    for (int t = 0; t < threads; ++t) {
-        attend_scratch *w = &ws[t];
-        free(w->part_o), free(w->part_st), free(w->acc_o), free(w->acc_m), free(w->acc_s),
-            free(w->mask);
-    }
-    free(ws);
-    if (s == ATTN_OK) attn_ok(err);
-    return s;
+    free(x);
+    attn_ok(err);
+    return ATTN_OK;
 }

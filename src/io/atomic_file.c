@@ -1,5 +1,6 @@
 /* Outputs staged in a temporary file and moved into place. */
 #include "atomic_file.h"
+#include "byteorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -176,7 +177,7 @@ attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
     if (numel == 0) return ATTN_OK;
 
     const bool is_bool = t->dtype == ATTN_BOOL;
-    const size_t elsize = attn_dtype_size(t->dtype); /* little-endian host, as the formats */
+    const size_t elsize = attn_dtype_size(t->dtype);
     const int nd = t->ndim;
     /* 0-d: one element; otherwise the last dimension is the inner loop. */
     const int64_t inner = nd > 0 ? t->shape[nd - 1] : 1;
@@ -200,6 +201,7 @@ attn_status attn_atomic_write_tensor(attn_atomic_file *f, const attn_tensor *t,
                 return f->status;
             }
             memcpy(chunk + used, src, elsize);
+            attn_host_to_le(chunk + used, elsize, 1); /* the formats' order */
             used += elsize;
             if (used == sizeof chunk) {
                 RETURN_IF_ERROR(attn_atomic_write(f, chunk, used, err));

@@ -46,8 +46,8 @@ attn_status attn_atomic_write(attn_atomic_file *f, const void *data, size_t byte
 
 /*
  * Writes the elements of a strided view in C order (last index fastest), 4
- * bytes per ATTN_F32 element (host order, little-endian on every supported
- * target) or 1 byte per ATTN_BOOL element. Bool elements other than 0/1 fail
+ * bytes per ATTN_F32 element, 2 per 16-bit float (little-endian on every
+ * host, io/byteorder.h) or 1 byte per ATTN_BOOL element. Bool elements other than 0/1 fail
  * with ATTN_ERR_ARG; `what` (may be NULL) names the tensor in that message.
  * The view must have been validated (attn_check_tensor).
  */

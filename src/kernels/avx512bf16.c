@@ -2,12 +2,14 @@
  * (24 accumulators, 2 B vectors, 1 broadcast pair), the shape of avx512.c's
  * float32 microtile with two features per instruction. */
 #include "bf16dot.h"
+#include "bf16_engine.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 
-bool sdpa_bf16dot_available(void)
+static bool bf16dot_probe(void)
 {
 #if defined(__GNUC__) || defined(__clang__)
     return sdpa_isa_best() >= SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
@@ -15,6 +17,17 @@ bool sdpa_bf16dot_available(void)
 #else
     return false;
 #endif
+}
+
+bool sdpa_bf16dot_available(void)
+{
+    static atomic_int cached = -1; /* a hardware constant: asked once (packers ask per row) */
+    int ok = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (ok < 0) {
+        ok = bf16dot_probe();
+        atomic_store_explicit(&cached, ok, memory_order_relaxed);
+    }
+    return ok;
 }
 
 #if defined(__clang__)
@@ -180,6 +193,55 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
     return !bad && !bad_tail;
 }
 
+/* 16 floats to bfloat16 (vcvtneps2bf16), each in the low half of a 32-bit lane. */
+static inline __m512i bf16_lanes(__m512 v)
+{
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+}
+
+void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+                                 uint32_t *dst, int64_t ld)
+{
+    for (int64_t l = 0; 2 * l < k; ++l) {
+        const float *r0 = src + 2 * l * rs, *r1 = 2 * l + 1 < k ? r0 + rs : NULL;
+        uint32_t *d = dst + l * ld;
+        int64_t x = 0;
+        for (; x + 16 <= n; x += 16) {
+            const __m512i lo = bf16_lanes(_mm512_loadu_ps(r0 + x));
+            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_loadu_ps(r1 + x)), 16)
+                                  : _mm512_setzero_si512();
+            _mm512_storeu_si512(d + x, _mm512_or_si512(lo, hi));
+        }
+        if (x < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - x)) - 1);
+            const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, r0 + x));
+            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_maskz_loadu_ps(m, r1 + x)), 16)
+                                  : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(d + x, m, _mm512_or_si512(lo, hi));
+        }
+        for (x = n; x < ld; ++x) d[x] = 0;
+    }
+}
+
+void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
+                              uint32_t *dst, int64_t dld)
+{
+    int64_t r = 0;
+    for (; r + 16 <= rows; r += 16) {
+        int64_t c = 0;
+        for (; c + 16 <= cols; c += 16) {
+            __m512i in[16], out[16];
+            for (int i = 0; i < 16; ++i) in[i] = _mm512_loadu_si512(src + (r + i) * sld + c);
+            transpose16(in, out);
+            for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (c + i) * dld + r, out[i]);
+        }
+        for (; c < cols; ++c)
+            for (int i = 0; i < 16; ++i) dst[c * dld + r + i] = src[(r + i) * sld + c];
+    }
+    for (; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * dld + r] = src[r * sld + c];
+}
+
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 {
     int64_t i = 0;
@@ -200,6 +262,14 @@ void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
 #pragma GCC pop_options
+#endif
+
+#if defined(__x86_64__)
+const sdpa_bf16_engine sdpa_engine_avx512bf16 = {
+    .name = "avx512bf16",
+    .npad = NR,
+    .gemm = sdpa_bf16dot_gemm,
+};
 #endif
 
 #else /* not x86: the mode falls back to the exact path */
@@ -226,5 +296,15 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 {
     (void)src, (void)n, (void)dst;
+}
+void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+                                 uint32_t *dst, int64_t ld)
+{
+    (void)src, (void)rs, (void)k, (void)n, (void)dst, (void)ld;
+}
+void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
+                              uint32_t *dst, int64_t dld)
+{
+    (void)src, (void)sld, (void)rows, (void)cols, (void)dst, (void)dld;
 }
 #endif

@@ -1,5 +1,5 @@
 /*
- * Kernels of the opt-in ATTN_PRECISION_BF16_DOT forward: bfloat16 pair dot
+ * Kernels of the avx512bf16 engine (bf16_engine.h): bfloat16 pair dot
  * products (AVX512_BF16 vdpbf16ps) for Q·Kᵀ and P·V, float32 accumulation.
  *
  * Operands are "pair" matrices of uint32: each element holds two bfloat16
@@ -45,5 +45,13 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
 /* dst[i] = src[i] rounded to bfloat16, to nearest even (vcvtne2ps2bf16:
  * subnormals become zero), for i < n. */
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst);
+
+/* sdpa_pairs_keys of float32 rows (unit stride). */
+void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+                                 uint32_t *dst, int64_t ld);
+
+/* dst[c*dld + r] = src[r*sld + c] for r < rows, c < cols (32-bit elements). */
+void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
+                              uint32_t *dst, int64_t dld);
 
 #endif

@@ -21,9 +21,29 @@ static bool cpu_has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
 }
 #endif
+#if defined(SDPA_HAVE_NEON) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#endif
+
+/* Advanced SIMD is part of the ARMv8-A baseline; Linux still reports it
+ * (HWCAP_ASIMD), other systems on AArch64 (macOS) always have it. */
+static bool cpu_has_neon(void)
+{
+#if defined(SDPA_HAVE_NEON) && defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#elif defined(SDPA_HAVE_NEON)
+    return true;
+#else
+    return false;
+#endif
+}
 
 static sdpa_isa isa_from_cpuid(void)
 {
+    if (cpu_has_neon()) return SDPA_ISA_NEON;
 #if defined(SDPA_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
     /* __builtin_cpu_supports also checks that the OS saves the registers (XCR0). */
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
@@ -56,17 +76,25 @@ sdpa_isa sdpa_isa_select(void)
     else if (strcmp(env, "generic") == 0) want = SDPA_ISA_GENERIC;
     else if (strcmp(env, "avx2") == 0) want = SDPA_ISA_AVX2;
     else if (strcmp(env, "avx512") == 0) want = SDPA_ISA_AVX512;
+    else if (strcmp(env, "neon") == 0) want = SDPA_ISA_NEON;
     else return best; /* unknown names are ignored */
-    /* Never run an instruction set the CPU lacks: cap at the best one. */
+    /* Never run an instruction set the CPU lacks: cap at the best one (the
+     * x86 tables are ordered; neon runs only where it is the best). */
+    if (want == SDPA_ISA_NEON || best == SDPA_ISA_NEON)
+        return want == SDPA_ISA_GENERIC ? want : best;
     return want < best ? want : best;
 }
 
 const sdpa_kernels *sdpa_kernels_for(sdpa_isa isa)
 {
     if (isa == SDPA_ISA_REFERENCE) isa = sdpa_isa_best();
+#if defined(SDPA_HAVE_NEON)
+    if (isa == SDPA_ISA_NEON && sdpa_isa_best() == SDPA_ISA_NEON) return &sdpa_kernels_neon;
+#endif
 #if defined(SDPA_HAVE_X86)
     if (isa == SDPA_ISA_AVX512 && sdpa_isa_best() >= SDPA_ISA_AVX512) return &sdpa_kernels_avx512;
-    if (isa >= SDPA_ISA_AVX2 && sdpa_isa_best() >= SDPA_ISA_AVX2) return &sdpa_kernels_avx2;
+    if ((isa == SDPA_ISA_AVX2 || isa == SDPA_ISA_AVX512) && sdpa_isa_best() >= SDPA_ISA_AVX2)
+        return &sdpa_kernels_avx2;
 #endif
     return &sdpa_kernels_generic;
 }

@@ -30,8 +30,11 @@ static inline float exp_generic(float x)
 {
     const bool special = (x != x) | (x < SDPA_EXP_MIN) | (x > SDPA_EXP_MAX); /* NaN, 0, inf */
     const float xr = special ? 0.0f : x;
-    /* nearbyintf: adding 1.5·2^23 rounds to an integer (|x·log2e| < 128). */
-    const float n = (xr * SDPA_LOG2E + 12582912.0f) - 12582912.0f;
+    /* nearbyintf: adding 1.5·2^23 rounds to an integer (|x·log2e| < 128)
+     * when the sum is rounded to float: the assignment does that also where
+     * float arithmetic runs in double (FLT_EVAL_METHOD 1, s390x in ISO C). */
+    const float shifted = xr * SDPA_LOG2E + 12582912.0f;
+    const float n = shifted - 12582912.0f;
     /* fmaf(-n, hi, x): n·hi is exact (8 + 15 significant bits). fmaf(-n, lo,
      * r1): in double n·lo is exact and so is r1 - n·lo (all its bits lie in
      * [2^-43, 2^-1), 42 < 53), so the one rounding is fmaf's. */
@@ -92,7 +95,7 @@ gemm_block(int rows, int64_t k, const float *a, int64_t a_rs, int64_t a_cs, cons
             const float s = mode == SDPA_GEMM_SCALE_ADD ? row_scale[r] : 1.0f;
             acc[r][v] = mode == SDPA_GEMM_SET   ? (gemm_v4){0.0f, 0.0f, 0.0f, 0.0f}
                         : mode == SDPA_GEMM_ADD ? v4_load(c + r * ldc + 4 * v)
-                                                : v4_load(c + r * ldc + 4 * v) * s;
+                                                : v4_load(c + r * ldc + 4 * v) * (gemm_v4){s, s, s, s};
         }
     for (int64_t l = 0; l < k; ++l) {
         gemm_v4 bl[GEMM_NV];

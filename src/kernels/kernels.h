@@ -7,7 +7,9 @@
  *   generic.c  portable C (the readable definition of each primitive)
  *   avx2.c     AVX2 + FMA      } one SIMD body, kernels/simd_body.h,
  *   avx512.c   AVX-512F        } instantiated per vector width
- * dispatch.c picks one at run time from CPUID and ATTN_ARCH.
+ *   neon.c     AArch64 NEON    }
+ * dispatch.c picks one at run time from CPUID (x86), the OS's hardware
+ * capabilities (AArch64) and ATTN_ARCH.
  *
  * Layout conventions shared by all primitives:
  *   - "n" column counts handed to sdpa_gemm_fn are multiples of the table's
@@ -242,7 +244,7 @@ typedef bool (*sdpa_finite_fn)(const float *src, int64_t ld, int64_t rows, int64
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
 
 typedef struct {
-    const char *name; /* "generic", "avx2", "avx512" */
+    const char *name; /* "generic", "avx2", "avx512", "neon" */
     int npad;         /* gemm column counts are multiples of this */
     sdpa_gemm_fn gemm;
     sdpa_gemm16_fn gemm16;
@@ -287,9 +289,35 @@ extern const sdpa_kernels sdpa_kernels_avx2;
 extern const sdpa_kernels sdpa_kernels_avx512;
 #endif
 
-typedef enum { SDPA_ISA_REFERENCE, SDPA_ISA_GENERIC, SDPA_ISA_AVX2, SDPA_ISA_AVX512 } sdpa_isa;
+/* Whether kern is the AVX-512 table (which the bfloat16 pair dot products
+ * of bf16dot.h accompany); false on other architectures, where that table
+ * does not exist. */
+static inline bool sdpa_kernels_is_avx512(const sdpa_kernels *kern)
+{
+#if defined(SDPA_HAVE_X86)
+    return kern == &sdpa_kernels_avx512;
+#else
+    (void)kern;
+    return false;
+#endif
+}
 
-/* What this CPU runs (CPUID), capped by ATTN_ARCH; ATTN_ARCH=reference gives
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+#define SDPA_HAVE_NEON 1
+extern const sdpa_kernels sdpa_kernels_neon;
+#endif
+
+/* The x86 tables in increasing order (each CPU with one runs the ones
+ * before it); NEON is another family: generic or neon on AArch64. */
+typedef enum {
+    SDPA_ISA_REFERENCE,
+    SDPA_ISA_GENERIC,
+    SDPA_ISA_AVX2,
+    SDPA_ISA_AVX512,
+    SDPA_ISA_NEON,
+} sdpa_isa;
+
+/* What this CPU runs (CPUID, AArch64 HWCAP), capped by ATTN_ARCH; ATTN_ARCH=reference gives
  * SDPA_ISA_REFERENCE. An ATTN_ARCH the CPU lacks is never honoured: the best
  * supported ISA is used instead. Reads the environment on every call (no
  * cached state); the CPUID query itself is cached by the compiler runtime. */

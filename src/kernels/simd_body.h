@@ -19,8 +19,15 @@
  *   v_hmax_rows(x), v_hsum_rows(x)   horizontal max / sum of each of the VW
  *                              vectors x[], lane i of the result for x[i]
  *                              (a fixed tree per row)
- *   v_hsum4(a, b, c, d)        the four horizontal sums in one __m128, each by
+ *   v_hsum4(a, b, c, d)        the four horizontal sums in one v4f, each by
  *                              the same fixed tree
+ *   v4f, V4_STORE(p, v)        a 4-float vector (v_hsum4's result), and
+ *   v8f, SIMD(load8), SIMD(transpose8_rows)   an 8-float row of an 8 × 8
+ *                              block transpose: the x86 ones below (__m128,
+ *                              __m256), unless the ISA file defines
+ *                              SIMD_HAVE_BLOCK8 and its own
+ *   EXP_K, WIDE_ROWS, SCORES_KEYS   register blocking (defaults below, sized
+ *                              for 16 ymm / 32 zmm), when the ISA file sets them
  *   v_bool_bias(const uint8_t *p)   VW mask bytes -> 0 (true) / -inf (false)
  *   v_hidden_bits(vf), v_nonzero_visible_bits(vf)   lane bitmasks
  *
@@ -96,11 +103,13 @@ SIMD(microtile)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const voi
  * 2·NV B vectors and a broadcast fit the register file (32 zmm, 16 ymm). A
  * few rows then read B twice as wide per broadcast of A, with twice the
  * independent sums in flight (a decoding step's P·V: 4 rows). */
+#ifndef WIDE_ROWS
 #define WIDE_ROWS (VW == 16 ? 4 : 2)
+#endif
 
 /* One microtile of `rows` rows with the smallest instance that holds them
- * (1, 2, 4 or MR rows of accumulators) and nv vectors (NV, or 1 for a last
- * half panel): a decoding step's one to four stacked rows do not pay for MR. */
+ * (1, 2, 4 or MR rows of accumulators) and nv vectors (NV, or NV/2 for a
+ * last half panel): a decoding step's one to four stacked rows do not pay for MR. */
 static inline __attribute__((always_inline)) void
 SIMD(microtile_fit)(int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const void *b,
                     attn_dtype bt, int64_t ldb, float *c, int64_t ldc, int64_t rows,
@@ -162,7 +171,7 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
                                      mode, vmax, j0 == 0);
         }
     for (int64_t j = j0; j < n; j += NR) {
-        const bool half = n - j < NR; /* the last VW columns: one vector per row */
+        const bool half = n - j < NR; /* the last NR/2 columns: NV/2 vectors per row */
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
@@ -174,13 +183,13 @@ SIMD(gemm_b)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int6
                                     mode, vm, j == 0, NV);
             else if (a_cs == 1)
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, 1, bj, bt, ldb, cij, ldc, rows, rs,
-                                    mode, vm, j == 0, 1);
+                                    mode, vm, j == 0, NV / 2);
             else if (!half)
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, cij, ldc, rows, rs,
                                     mode, vm, j == 0, NV);
             else
                 SIMD(microtile_fit)(k, a + i * a_rs, a_rs, a_cs, bj, bt, ldb, cij, ldc, rows, rs,
-                                    mode, vm, j == 0, 1);
+                                    mode, vm, j == 0, NV / 2);
         }
     }
 }
@@ -283,7 +292,9 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
 
 /* Vectors one step of a probability row exponentiates together
  * (v_exp_nonpos_k): as many as the register file holds without spilling. */
+#ifndef EXP_K
 #define EXP_K (VW == 16 ? 4 : 2)
+#endif
 
 /* K vectors of a probability row from column c: p = exp(LOGIT(col) - vm)
  * stored in place, even vectors (counted from the row's first column, c
@@ -789,6 +800,11 @@ static int64_t SIMD(mask_row)(float *bias, const void *src, int64_t cs, attn_dty
     return last;
 }
 
+#ifndef SIMD_HAVE_BLOCK8
+typedef __m128 v4f;
+#define V4_STORE(p, v) _mm_storeu_ps((p), (v))
+typedef __m256 v8f;
+
 /* 8 × 8 block transpose in registers (AVX, available under both SIMD
  * targets): o[i][j] = r[j][i]. */
 static inline __attribute__((always_inline)) void SIMD(transpose8_regs)(const __m256 r[8],
@@ -812,7 +828,7 @@ static inline __attribute__((always_inline)) void SIMD(transpose8_regs)(const __
 }
 
 /* The same, stored: dst[i*ld + j] = r[j][i]. */
-static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t ld)
+static inline void SIMD(transpose8_rows)(const v8f r[8], float *dst, int64_t ld)
 {
     __m256 o[8];
     SIMD(transpose8_regs)(r, o);
@@ -820,7 +836,7 @@ static inline void SIMD(transpose8_rows)(const __m256 r[8], float *dst, int64_t 
 }
 
 /* Eight consecutive values of a float32 or 16-bit row, widened exactly. */
-static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, const void *p,
+static inline __attribute__((always_inline)) v8f SIMD(load8)(attn_dtype t, const void *p,
                                                                  int64_t at)
 {
     if (t == ATTN_F32) return _mm256_loadu_ps((const float *)p + at);
@@ -828,6 +844,7 @@ static inline __attribute__((always_inline)) __m256 SIMD(load8)(attn_dtype t, co
     return t == ATTN_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
                           : _mm256_cvtph_ps(h);
 }
+#endif /* SIMD_HAVE_BLOCK8 */
 
 /* The cache lines of `rows` rows (row_bytes each, rs apart), walked in
  * ascending order a few at a time: the feature loop spreads its prefetches
@@ -857,7 +874,9 @@ static inline __attribute__((always_inline)) void prefetch_lines(line_walk *w, i
 
 /* Keys per group of scores_group: its m·g accumulators, g K vectors and a
  * Q vector fit the register file (32 zmm, 16 ymm). */
+#ifndef SCORES_KEYS
 #define SCORES_KEYS (VW == 16 ? 4 : 2)
+#endif
 
 /* K's features [l, l+VW/2) widened into the low half of a vector, the high
  * half 0 (the last step when D is an odd multiple of VW/2). */
@@ -912,13 +931,13 @@ SIMD(scores_group)(attn_dtype t, const void *k, int64_t rs, int64_t j, int64_t D
     /* accumulator i = r·g + x is the score of row r, key j + x */
     for (int i = 0; i < m * g; i += 4) {
         const vf z = V_ZERO();
-        const __m128 sum = v_hsum4(acc[i], i + 1 < m * g ? acc[i + 1] : z,
+        const v4f sum = v_hsum4(acc[i], i + 1 < m * g ? acc[i + 1] : z,
                                    i + 2 < m * g ? acc[i + 2] : z, i + 3 < m * g ? acc[i + 3] : z);
         if (g == 4) {
-            _mm_storeu_ps(s + (i / 4) * lds + j, sum);
+            V4_STORE(s + (i / 4) * lds + j, sum);
         } else {
             float out[4];
-            _mm_storeu_ps(out, sum);
+            V4_STORE(out, sum);
             for (int x = 0; x < 4 && i + x < m * g; ++x)
                 s[(i + x) / g * lds + j + (i + x) % g] = out[x];
         }
@@ -985,8 +1004,8 @@ static void SIMD(scores_rows)(attn_dtype t, const void *k, int64_t rs, int64_t n
 /* dst[i*ld + j] = src[j*rs + i] for an 8 × 8 block. */
 static inline void SIMD(transpose8)(const float *src, int64_t rs, float *dst, int64_t ld)
 {
-    __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+    v8f r[8];
+    for (int i = 0; i < 8; ++i) r[i] = SIMD(load8)(ATTN_F32, src, i * rs);
     SIMD(transpose8_rows)(r, dst, ld);
 }
 
@@ -1015,7 +1034,7 @@ static void SIMD(pack_transposed16)(attn_dtype t, const uint16_t *src, int64_t r
     const int64_t n8 = n - n % 8, d8 = cs == 1 ? D - D % 8 : 0;
     for (int64_t c = 0; c < n8; c += 8)
         for (int64_t d = 0; d < d8; d += 8) {
-            __m256 r[8];
+            v8f r[8];
             for (int i = 0; i < 8; ++i) r[i] = SIMD(load8)(t, src, (c + i) * rs + d);
             SIMD(transpose8_rows)(r, dst + d * ld + c, ld);
         }

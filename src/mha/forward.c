@@ -58,9 +58,6 @@ attn_status mha_forward_pass(const attn_mha *m, mha_call *c, attn_tensor *out,
      * requested. */
     mha_acts act;
     RETURN_IF_ERROR(mha_acts_init(c, opts, false, &act, err));
-    /* (attn_sdpa_workspace_size knows nothing of a weights output, which
-     * may change the attention's tiling: then it allocates its own.) */
-    if (w) act.sdpa_ws = NULL, act.sdpa_ws_size = 0;
 
     attn_tensor heads_w, *sdpa_w = NULL;
     float *avg = NULL;

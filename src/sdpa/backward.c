@@ -32,6 +32,7 @@
  */
 #include "fused_util.h"
 #include "profile.h"
+#include "../kernels/bf16_engine.h"
 
 
 enum {
@@ -157,7 +158,47 @@ typedef struct {
     uint8_t *own_nf;
     uint8_t *dq_zeroed; /* per head of the group and block of BWD_ROWS rows: its dQ
                          * partial rows zeroed by this task yet (dq_row) */
+    const sdpa_bf16_engine *eng; /* bfloat16 products (bwd_product), or NULL */
+    uint32_t *pairs;             /* their operands (sdpa_pair_gemm_f32) */
+    /* with eng, the key tile's B operands as pairs, packed once per tile:
+     * Kᵀ (ceil(D/2) × bcp), Vᵀ (ceil(Dv/2) × bcp), K's key pairs (BWD_KEYS/2 × dp) */
+    uint32_t *ktp, *vtp, *krp;
 } bwd_scratch;
+
+/* The engine of a bfloat16 backward, NULL for float32 products: the
+ * forward's rule (no bfloat16 products for direct scores), so that the
+ * recomputed scores are the forward's. */
+static const sdpa_bf16_engine *backward_engine(const sdpa_problem *p, const sdpa_kernels *kern)
+{
+    return p->bf16_products && !sdpa_scores_direct(p, kern) ? sdpa_engine_select(kern) : NULL;
+}
+
+/* Pair operands of the largest product: m <= 96 rows (query rows or keys),
+ * n <= the widest padded row, k <= the widest contraction. */
+static int64_t pair_words(const sdpa_problem *p, const bwd_dims *d)
+{
+    const int64_t m = BWD_ROWS > BWD_KEYS ? BWD_ROWS : BWD_KEYS;
+    int64_t n = d->dp > d->dvp ? d->dp : d->dvp, k = p->D > p->Dv ? p->D : p->Dv;
+    n = n > d->bcp ? n : d->bcp;
+    k = k > d->bcp ? k : d->bcp;
+    return sdpa_pair_scratch(m, k > BWD_ROWS ? k : BWD_ROWS, n);
+}
+
+/* C ⊕= A·B as gemm_fn fn (sdpa_gemm_fn's arguments, no row scale): on the
+ * bfloat16 engine when there is one, except the zero-skipping product
+ * (tiles whose hidden keys or empty rows meet non-finite operands stay
+ * float32). */
+static void bwd_product(const bwd_scratch *w, sdpa_gemm_fn fn, int64_t m, int64_t n, int64_t k,
+                        const float *a, int64_t a_rs, int64_t a_cs, const float *b, int64_t ldb,
+                        const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
+                        sdpa_gemm_mode mode)
+{
+    if (w->eng && fn != sdpa_gemm_skip_zeros)
+        sdpa_pair_gemm_f32(w->eng, w->pairs, m, n, k, a, a_rs, a_cs, b, ldb, bp, ldbp, c, ldc,
+                           NULL, mode);
+    else
+        fn(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, NULL, mode);
+}
 
 static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
 {
@@ -179,6 +220,11 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, BWD_ROWS, 3, sizeof(float));      /* own_di, own_rm, own_rll */
     sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
     sdpa_size_add(&s, p->group, row_tiles(p), 1);       /* dq_zeroed */
+    sdpa_size_add(&s, p->bf16_products ? pair_words(p, d) : 0, 1, sizeof(uint32_t)); /* pairs */
+    const bool bf = p->bf16_products;
+    sdpa_size_add(&s, bf ? (p->D + 1) / 2 : 0, d->bcp, sizeof(uint32_t));  /* ktp */
+    sdpa_size_add(&s, bf ? (p->Dv + 1) / 2 : 0, d->bcp, sizeof(uint32_t)); /* vtp */
+    sdpa_size_add(&s, bf ? (BWD_KEYS + 1) / 2 : 0, d->dp, sizeof(uint32_t)); /* krp */
     return s;
 }
 
@@ -203,6 +249,12 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS;
     w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
     w.dq_zeroed = sdpa_take(&base, p->group * row_tiles(p), 1);
+    w.pairs = sdpa_take(&base, p->bf16_products ? pair_words(p, d) : 0, sizeof(uint32_t));
+    const bool bf = p->bf16_products;
+    w.ktp = sdpa_take(&base, bf ? (p->D + 1) / 2 * d->bcp : 0, sizeof(uint32_t));
+    w.vtp = sdpa_take(&base, bf ? (p->Dv + 1) / 2 * d->bcp : 0, sizeof(uint32_t));
+    w.krp = sdpa_take(&base, bf ? (BWD_KEYS + 1) / 2 * d->dp : 0, sizeof(uint32_t));
+    w.eng = NULL; /* set by the caller */
     return w;
 }
 
@@ -514,6 +566,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            &ldk);
                     kern->pack_transposed((const float *)p->v + AT4(p->vs, b, hk, j0, 0), p->vs[2], p->vs[3], nj,
                                           p->Dv, w->vt, d->bcp);
+                    if (w->eng) { /* the B operands of S, dP and dQ as pairs */
+                        sdpa_pairs_keys_f32(w->kt, d->bcp, p->D, d->bcp, w->ktp, d->bcp);
+                        sdpa_pairs_keys_f32(w->vt, d->bcp, p->Dv, d->bcp, w->vtp, d->bcp);
+                        sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
+                    }
                     packed = true;
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
@@ -544,8 +601,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            (bd.c1[e] < nj ? bd.c1[e] : nj) - b0, bn - b0, p->D,
                                            qb + r0 * ldq, ldq, 1, rb, sb + b0, d->bcp, NULL, NULL);
                     else if (bn > b0)
-                        kern->gemm(rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1, w->kt + b0, d->bcp,
-                                   sb + b0, d->bcp, NULL, SDPA_GEMM_SET);
+                        bwd_product(w, kern->gemm, rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1,
+                                    w->kt + b0, d->bcp, w->ktp + b0, d->bcp, sb + b0, d->bcp,
+                                    SDPA_GEMM_SET);
                     kern->probs(rb, b0, bn, &lg, sb, d->bcp, rv.rm + x0 + r0, rv.rll + x0 + r0,
                                 w->dfac ? w->dfac + r0 * d->bcp : NULL);
                     zero_outside(sb, d->bcp, rb, c0, cn, b0, bn);
@@ -564,10 +622,10 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */
                 if (p->dv)
                     for (int64_t e = 0; e < bd.nk; ++e)
-                        gemm_dv(bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
-                                pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                dob + bd.r0[e] * lddo, lddo, w->dv + bd.k0[e] * d->dvp, d->dvp,
-                                NULL, SDPA_GEMM_ADD);
+                        bwd_product(w, gemm_dv, bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
+                                    pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
+                                    dob + bd.r0[e] * lddo, lddo, NULL, 0,
+                                    w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
                     p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
@@ -580,8 +638,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     float *db = w->dps + r0 * d->bcp;
                     /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
                     if (bn > b0)
-                        kern->gemm(rb, bn - b0, p->Dv, dob + r0 * lddo, lddo, 1, w->vt + b0,
-                                   d->bcp, db + b0, d->bcp, NULL, SDPA_GEMM_SET);
+                        bwd_product(w, kern->gemm, rb, bn - b0, p->Dv, dob + r0 * lddo, lddo, 1,
+                                    w->vt + b0, d->bcp, w->vtp + b0, d->bcp, db + b0, d->bcp,
+                                    SDPA_GEMM_SET);
                     if (w->z)
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
@@ -597,16 +656,20 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
                      * band's keys (its other dS are 0). */
                     if (p->dq && b1 > b0)
-                        gemm_dq(rb, dn, b1 - b0, db + b0, d->bcp, 1, kr + b0 * ldk, ldk,
-                                dq_rows + r0 * d->dp, d->dp, NULL, SDPA_GEMM_ADD);
+                        bwd_product(w, gemm_dq, rb, dn, b1 - b0, db + b0, d->bcp, 1,
+                                    kr + b0 * ldk, ldk,
+                                    /* an odd count packs its own last pair: the
+                                     * tile's next key may hold anything */
+                                    (b1 - b0) % 2 ? NULL : w->krp + b0 / 2 * d->dp, d->dp,
+                                    dq_rows + r0 * d->dp, d->dp, SDPA_GEMM_ADD);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
                     for (int64_t e = 0; e < bd.nk; ++e)
-                        gemm_dk(bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
-                                w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                qb + bd.r0[e] * ldq, ldq, w->dk + bd.k0[e] * d->dp, d->dp, NULL,
-                                SDPA_GEMM_ADD);
+                        bwd_product(w, gemm_dk, bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
+                                    w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
+                                    qb + bd.r0[e] * ldq, ldq, NULL, 0, w->dk + bd.k0[e] * d->dp,
+                                    d->dp, SDPA_GEMM_ADD);
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
@@ -662,6 +725,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
     char *scratch = sdpa_take(&cursor, (int64_t)per_thread * p->threads, 1);
     const int threads = p->threads;
+    const sdpa_bf16_engine *eng = backward_engine(p, kern);
 
     /* O and the row statistics: the caller's, or from the fused forward into
      * our workspace. */
@@ -711,6 +775,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     {
         SDPA_PROF_START(t_setup);
         bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
+        w.eng = eng;
         SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
         int me, team;
         sdpa_team(&me, &team);

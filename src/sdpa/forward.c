@@ -43,7 +43,7 @@
  */
 #include "fused_util.h"
 #include "profile.h"
-#include "../kernels/bf16dot.h"
+#include "../kernels/bf16_engine.h"
 
 
 enum {
@@ -68,7 +68,8 @@ _Static_assert(FWD_DIRECT_KEYS <= FWD_KEYS, "the scratch holds FWD_KEYS keys");
 typedef struct {
     bool stacked;     /* a unit holds the rows of several heads of a group */
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
-    bool dot;         /* bfloat16 pair dot products (p->bf16_dot, where the CPU has them) */
+    bool dot;         /* bfloat16 products on eng (p->bf16_products, where an engine runs) */
+    const sdpa_bf16_engine *eng;
     bool prepacked;   /* every Kᵀ tile packed once per call, shared by all tasks */
     int64_t keys;     /* keys per tile: FWD_KEYS, or FWD_DIRECT_KEYS (direct) */
     int64_t q_rs;     /* Q's row stride within a unit */
@@ -97,6 +98,7 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
     d.direct = d.dot = false; /* set by the caller, which knows the kernels */
+    d.eng = NULL;
     d.keys = FWD_KEYS;
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
                         : (p->Nq + FWD_ROWS - 1) / FWD_ROWS * p->group;
@@ -140,14 +142,23 @@ typedef struct {
     const uint16_t *v16; /* direct decoding: a 16-bit V tile read in place (vop NULL until widened) */
     int64_t ldv16;
     int v_finite;     /* of the current V tile: 1, 0, or -1 not yet known */
-    /* dot: the task's Q rows (FWD_UNITS·FWD_ROWS rows of D bfloat16), a
-     * band's probabilities rounded to bfloat16 (FWD_ROWS × bcp), and
-     * whether v holds the tile's V as key pairs (else widened: a tile with
-     * non-finite values, whose hidden keys' zero probabilities must skip
-     * them, takes the float32 product) */
-    uint16_t *q16, *p16;
+    /* dot: the task's Q rows as feature pairs (FWD_UNITS·FWD_ROWS rows of
+     * ceil(D/2)), a band's probabilities rounded to bfloat16 (FWD_ROWS ×
+     * bcp), and whether v holds the tile's V as key pairs (else widened: a
+     * tile with non-finite values, whose hidden keys' zero probabilities
+     * must skip them, takes the float32 product); kt then holds Kᵀ as
+     * feature pairs. */
+    uint32_t *qp;
+    uint16_t *p16;
     bool v_pairs;
+    const sdpa_bf16_engine *eng;
 } fwd_scratch;
+
+/* Feature pairs of a Q row (bfloat16 products). */
+static int64_t q_pairs(const sdpa_problem *p)
+{
+    return (p->D + 1) / 2;
+}
 
 /* Query rows of one task's units: the accumulators a thread needs. */
 static int64_t task_rows(const fwd_dims *d)
@@ -174,9 +185,9 @@ static sdpa_size forward_thread_bytes(const sdpa_problem *p, const fwd_dims *d)
      * rows then serves every call with fewer (the ring's sub-calls rely on it) */
     sdpa_size_add(&s, p->D, SDPA_SCORES_ROWS, sizeof(float));
     if (p->qt != ATTN_F32) sdpa_size_add(&s, rows, p->D, sizeof(float)); /* qf */
-    if (p->bf16_dot) {
-        sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, p->D, sizeof(uint16_t)); /* q16 */
-        sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(uint16_t));           /* p16 */
+    if (p->bf16_products) {
+        sdpa_size_add(&s, FWD_UNITS * FWD_ROWS, q_pairs(p), sizeof(uint32_t)); /* qp */
+        sdpa_size_add(&s, FWD_ROWS, d->bcp, sizeof(uint16_t));                /* p16 */
     }
     return s;
 }
@@ -198,9 +209,11 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.end = sdpa_take(&base, FWD_ROWS, sizeof(int32_t));
     w.qb = sdpa_take(&base, p->D * SDPA_SCORES_ROWS, sizeof(float));
     w.qf = p->qt != ATTN_F32 ? sdpa_take(&base, rows * p->D, sizeof(float)) : NULL;
-    w.q16 = w.p16 = NULL;
-    if (p->bf16_dot) {
-        w.q16 = sdpa_take(&base, FWD_UNITS * FWD_ROWS * p->D, sizeof(uint16_t));
+    w.qp = NULL;
+    w.p16 = NULL;
+    w.eng = d->eng;
+    if (p->bf16_products) {
+        w.qp = sdpa_take(&base, FWD_UNITS * FWD_ROWS * q_pairs(p), sizeof(uint32_t));
         w.p16 = sdpa_take(&base, FWD_ROWS * d->bcp, sizeof(uint16_t));
     }
     return w;
@@ -343,9 +356,9 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (d->dot) { /* Kᵀ as feature pairs (D/2 × bcp uint32: half of kt) */
-        sdpa_bf16dot_pack_kt((const uint16_t *)p->k + ko, p->ks[2], nj, p->D, (uint32_t *)w->kt,
-                             d->bcp);
+    if (d->dot) { /* Kᵀ as feature pairs (ceil(D/2) × bcp uint32: at most kt's size) */
+        sdpa_pairs_kt(p->kt, (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt), p->ks[2],
+                      p->ks[3], nj, p->D, (uint32_t *)w->kt, d->bcp);
         w->ktp = w->kt;
     } else if (d->direct && p->ks[3] == 1) {
         w->kr = (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt);
@@ -375,8 +388,8 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     w->v16 = NULL;
     w->v_pairs = false;
     /* key pairs (ceil(nj/2) × dvp uint32: half of v), unless a value is not finite */
-    if (d->dot && sdpa_bf16dot_pack_v((const uint16_t *)p->v + vo, p->vs[2], nj, p->Dv,
-                                      (uint32_t *)w->v, d->dvp)) {
+    if (d->dot && sdpa_pairs_keys(p->vt, (const char *)p->v + (size_t)vo * attn_dtype_size(p->vt),
+                                  p->vs[2], p->vs[3], nj, p->Dv, (uint32_t *)w->v, d->dvp)) {
         w->v_pairs = true;
         w->v_finite = 1;
         w->ldv = d->dvp;
@@ -408,14 +421,11 @@ static const void *key_row(const fwd_scratch *w, int64_t c)
 /* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
  * log-sum ll: exp(x - m - ll). (exp(x - lse) would round lse = m + ll first
  * and lose |lse| ulps.) A NaN lse marks a NaN-poisoned row. */
-static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *dims,
+static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                           int64_t b, int64_t h, int64_t i0, int64_t mi, const float *q,
-                          int64_t q_rs, int64_t q_cs, const float *rowmax, const float *rowll,
-                          const float *lse, fwd_scratch *w)
+                          int64_t q_rs, int64_t q_cs, const uint32_t *qp, const float *rowmax,
+                          const float *rowll, const float *lse, fwd_scratch *w)
 {
-    fwd_dims exact = *dims; /* the weights' scores are float32 products, whatever O's */
-    exact.dot = false;
-    const fwd_dims *d = &exact;
     /* A NaN row (lse NaN, though its max may not be: a row whose visible
      * logits are all NaN looks empty) takes a NaN max: NaN on its visible
      * keys, 0 on hidden ones (probs). */
@@ -435,6 +445,10 @@ static void write_weights(const sdpa_problem *p, const sdpa_kernels *kern, const
                 sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
                                    (t.cols < nj ? t.cols : nj) - c0, cn - c0, p->D, q, q_rs,
                                    q_cs, mi, w->s + c0, d->bcp, NULL, w->qb);
+            else if (d->dot) /* the forward's scores: Q's pairs, Kᵀ's pairs */
+                d->eng->gemm(mi, cn - c0, q_pairs(p), qp, q_pairs(p),
+                             (const uint32_t *)w->ktp + c0, d->bcp, w->s + c0, d->bcp, NULL,
+                             SDPA_GEMM_SET);
             else
                 kern->gemm(mi, cn - c0, p->D, q, q_rs, q_cs, w->ktp + c0, d->bcp, w->s + c0,
                            d->bcp, NULL, SDPA_GEMM_SET);
@@ -508,13 +522,10 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
 {
     if (w->v_pairs) { /* P rounded to bfloat16, a zero past an odd end to fill the last pair */
         const int64_t kp = (c1 - c0 + 1) / 2;
-        for (int64_t r = 0; r < rows; ++r) {
-            uint16_t *dst = w->p16 + r * ldp + c0;
-            sdpa_bf16dot_narrow(pb + r * ldp + c0, c1 - c0, dst);
-            if ((c1 - c0) % 2) dst[c1 - c0] = 0;
-        }
-        sdpa_bf16dot_gemm(rows, n, kp, (const uint32_t *)(w->p16 + c0), ldp / 2,
-                          (const uint32_t *)w->v + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
+        for (int64_t r = 0; r < rows; ++r)
+            sdpa_pairs_narrow(pb + r * ldp + c0, c1 - c0, w->p16 + r * ldp + c0);
+        w->eng->gemm(rows, n, kp, (const uint32_t *)(w->p16 + c0), ldp / 2,
+                     (const uint32_t *)w->v + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
         return;
     }
     if (w->v16 && !t->ragged) {
@@ -623,19 +634,19 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     }
     bool o_set[FWD_UNITS] = {false}; /* unit e's O written by a tile yet */
     /* A 16-bit Q's unit rows, widened once per task into qf; for bfloat16
-     * dot products, copied contiguous into q16 instead (and widened too
-     * for the weights' float32 scores). */
-    for (int64_t e = 0; !p->q && e < nu; ++e) {
+     * products, any Q's as feature pairs in qp instead. */
+    for (int64_t e = 0; (!p->q || d->dot) && e < nu; ++e) {
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        const uint16_t *src = p->q16 + b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        if (!d->dot || p->w)
-            kern->widen(p->qt, src, d->q_rs, p->qs[3], mi, p->D, w->qf + e * FWD_ROWS * p->D,
-                        p->D);
-        if (!d->dot) continue;
-        for (int64_t r = 0; r < mi; ++r)
-            for (int64_t l = 0; l < p->D; ++l)
-                w->q16[(e * FWD_ROWS + r) * p->D + l] = src[r * d->q_rs + l * p->qs[3]];
+        const int64_t at = b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
+        if (d->dot)
+            sdpa_pairs_rows(p->q ? ATTN_F32 : p->qt,
+                            p->q ? (const void *)(p->q + at) : (const void *)(p->q16 + at),
+                            d->q_rs, p->qs[3], mi, p->D, w->qp + e * FWD_ROWS * q_pairs(p),
+                            q_pairs(p));
+        else
+            kern->widen(p->qt, p->q16 + at, d->q_rs, p->qs[3], mi, p->D,
+                        w->qf + e * FWD_ROWS * p->D, p->D);
     }
 
     /* Keys outside [kbeg, kend) are visible to none of the units' rows. The
@@ -718,10 +729,10 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                        q_cs, rb, w->s + r0 * d->bcp + c0, d->bcp,
                                        r0 == 0 && p->vs[3] == 1 ? &vpf : NULL, w->qb);
                 } else if (c1 > c0 && d->dot) {
-                    sdpa_bf16dot_gemm(rb, c1 - c0, p->D / 2,
-                                      (const uint32_t *)(w->q16 + (e * FWD_ROWS + r0) * p->D),
-                                      p->D / 2, (const uint32_t *)w->ktp + c0, d->bcp,
-                                      w->s + r0 * d->bcp + c0, d->bcp, NULL, SDPA_GEMM_SET);
+                    d->eng->gemm(rb, c1 - c0, q_pairs(p),
+                                 w->qp + (e * FWD_ROWS + r0) * q_pairs(p), q_pairs(p),
+                                 (const uint32_t *)w->ktp + c0, d->bcp, w->s + r0 * d->bcp + c0,
+                                 d->bcp, NULL, SDPA_GEMM_SET);
                 } else if (c1 > c0 && vmax) {
                     kern->gemm_max(rb, c1 - c0, p->D, qr, q_rs, q_cs, w->ktp + c0, d->bcp,
                                    w->s + r0 * d->bcp + c0, d->bcp, w->vmax);
@@ -804,7 +815,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 const int64_t g = i0 + r;
                 run = p->Nq - g % p->Nq < mi - r ? p->Nq - g % p->Nq : mi - r;
                 write_weights(p, kern, d, b, h + g / p->Nq, g % p->Nq, run, q + r * q_rs, q_rs,
-                              q_cs, w->rowmax + e * FWD_ROWS + r, rowll + r, lse_rows + r, w);
+                              q_cs, d->dot ? w->qp + (e * FWD_ROWS + r) * q_pairs(p) : NULL,
+                              w->rowmax + e * FWD_ROWS + r, rowll + r, lse_rows + r, w);
             }
         }
     }
@@ -837,11 +849,16 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
     finish_row(p, kern, b, h, i, o, m, l, &ll, &lse);
     if (!p->w) return;
     const int64_t at = AT4(p->qs, b, h, i, 0);
-    if (p->q) {
-        write_weights(p, kern, d, b, h, i, 1, p->q + at, 0, p->qs[3], &m, &ll, &lse, w);
+    if (d->dot) { /* the row's feature pairs, as its task packed them */
+        sdpa_pairs_rows(p->q ? ATTN_F32 : p->qt,
+                        p->q ? (const void *)(p->q + at) : (const void *)(p->q16 + at), 0,
+                        p->qs[3], 1, p->D, w->qp, q_pairs(p));
+        write_weights(p, kern, d, b, h, i, 1, NULL, 0, 0, w->qp, &m, &ll, &lse, w);
+    } else if (p->q) {
+        write_weights(p, kern, d, b, h, i, 1, p->q + at, 0, p->qs[3], NULL, &m, &ll, &lse, w);
     } else { /* a 16-bit Q: the row widened */
         kern->widen(p->qt, p->q16 + at, 0, p->qs[3], 1, p->D, w->qf, p->D);
-        write_weights(p, kern, d, b, h, i, 1, w->qf, 0, 1, &m, &ll, &lse, w);
+        write_weights(p, kern, d, b, h, i, 1, w->qf, 0, 1, NULL, &m, &ll, &lse, w);
     }
 }
 
@@ -854,9 +871,8 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
         d.keys = FWD_DIRECT_KEYS;
         d.bcp = sdpa_round_up(d.keys, SDPA_MAX_NPAD);
     }
-    d.dot = p->bf16_dot && !d.direct && kern == &sdpa_kernels_avx512 &&
-            sdpa_bf16dot_available() && p->q16 && p->kt == ATTN_BF16 && p->vt == ATTN_BF16 &&
-            p->D % 2 == 0 && p->ks[3] == 1 && p->vs[3] == 1;
+    d.eng = p->bf16_products && !d.direct ? sdpa_engine_select(kern) : NULL;
+    d.dot = d.eng != NULL; /* else (f32, decoding shapes): the exact float32 path */
     d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");

@@ -54,9 +54,9 @@ typedef struct {
     attn_dtype qt;
     const void *k, *v;
     attn_dtype kt, vt;
-    /* ATTN_PRECISION_BF16_DOT asked for and Q, K, V all bfloat16: the fused
-     * forward may take the pair dot products of kernels/bf16dot.h. */
-    bool bf16_dot;
+    /* ATTN_PRECISION_BF16 asked for: the fused paths' products may run on
+     * bfloat16 operands (kernels/bf16_engine.h), where an engine runs. */
+    bool bf16_products;
     int64_t qs[4], ks[4], vs[4];
     /* Forward outputs; lse, w and stats may be NULL. Backward reads o, lse
      * and stats (row max and log-sum, preferred over lse when given). The

@@ -183,10 +183,9 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(opts->path < ATTN_PATH_AUTO || opts->path > ATTN_PATH_FUSED, err, ATTN_ERR_ARG,
               "path: unknown value %d", (int)opts->path);
     p->path = opts->path;
-    RETURN_IF(opts->precision != ATTN_PRECISION_EXACT && opts->precision != ATTN_PRECISION_BF16_DOT,
+    RETURN_IF(opts->precision != ATTN_PRECISION_EXACT && opts->precision != ATTN_PRECISION_BF16,
               err, ATTN_ERR_ARG, "precision: unknown value %d", (int)opts->precision);
-    p->bf16_dot = opts->precision == ATTN_PRECISION_BF16_DOT && q->dtype == ATTN_BF16 &&
-                  k->dtype == ATTN_BF16 && v->dtype == ATTN_BF16;
+    p->bf16_products = opts->precision == ATTN_PRECISION_BF16;
     RETURN_IF(opts->num_threads < 0 || opts->num_threads > ATTN_MAX_THREADS, err, ATTN_ERR_ARG,
               "num_threads: must be from 0 (default) to %d, got %d", ATTN_MAX_THREADS,
               opts->num_threads);

@@ -20,6 +20,9 @@ int sj_paths(sj_path *out)
         out[n++] = (sj_path){"avx2", "avx2", ATTN_PATH_FUSED};
     if (__builtin_cpu_supports("avx512f")) out[n++] = (sj_path){"avx512", "avx512", ATTN_PATH_FUSED};
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+    out[n++] = (sj_path){"neon", "neon", ATTN_PATH_FUSED}; /* every AArch64 CPU has it */
+#endif
     return n;
 }
 

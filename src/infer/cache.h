@@ -1,0 +1,122 @@
+/*
+ * The KV cache's storage, shared by the files of src/infer: kvcache.c
+ * (creation, appends, lengths, block tables), attend.c (validation and the
+ * attn_sdpa path of float caches), decode.c + decode_rows*.c (the kernel
+ * that reads quantized storage in place), quant.c (the formats) and
+ * update.c (append and attend in one call, with rotary embeddings).
+ *
+ * Storage rows (one token of one kv head, D or Dv elements):
+ *   contiguous  K (B, Hkv, capacity, D), V (B, Hkv, capacity, Dv)
+ *   paged       K (Hkv, num_blocks·block_size, D), V (Hkv, ..., Dv): pool
+ *               block p of kv head h holds tokens [p·bs, (p+1)·bs) of that
+ *               head's rows, so blocks with consecutive pool indices form one
+ *               contiguous (Hkv, n, D) view with strides (pool rows·D, D, 1).
+ * An int8 cache keeps one float32 scale per row beside the rows (k_rs, v_rs,
+ * indexed by row number); an fp8 cache one scale per kv head (k_hs, v_hs).
+ */
+#ifndef ATTN_INFER_CACHE_H
+#define ATTN_INFER_CACHE_H
+
+#include "../core/internal.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What one storage row holds, as the decode kernel reads it. KV_E4M3_FINITE
+ * is e4m3 known to hold no NaN code, read as value·2^-8 (a float16 with the
+ * same bits shifted: cheaper than the exact widening; the caller multiplies
+ * the scale by 2^8). */
+typedef enum { KV_F32, KV_BF16, KV_F16, KV_I8, KV_E4M3, KV_E4M3_FINITE } kv_format;
+
+struct attn_kvcache {
+    attn_kvcache_config cfg;
+    kv_format fmt;
+    void *k, *v;        /* storage rows */
+    size_t elem;        /* bytes per element */
+    float *k_rs, *v_rs; /* int8: one scale per row */
+    float *k_hs, *v_hs; /* fp8: (Hkv) per-head scales (cfg.k_scale/v_scale point here) */
+    int64_t *len;       /* (B) current lengths */
+    bool k_nonfinite, v_nonfinite; /* an append stored an inf or NaN key / value (sticky) */
+    /* paged */
+    int64_t max_blocks; /* per entry: ceil(capacity / block_size) */
+    int32_t *table;     /* (B, max_blocks) pool index of each logical block */
+    int64_t *nblk;      /* (B) blocks mapped */
+    int32_t *owner;     /* (num_blocks) entry using the block, -1 = free */
+};
+
+static inline bool kv_paged(const attn_kvcache *c) { return c->cfg.block_size > 0; }
+
+static inline int64_t kv_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Rows of one kv head in the pool. */
+static inline int64_t kv_pool_rows(const attn_kvcache *c)
+{
+    return c->cfg.num_blocks * c->cfg.block_size;
+}
+
+/* Rows from one kv head to the next in the storage. */
+static inline int64_t kv_head_rows(const attn_kvcache *c)
+{
+    return kv_paged(c) ? kv_pool_rows(c) : c->cfg.capacity;
+}
+
+/* Storage row of entry b, kv head h, position pos. */
+static inline int64_t kv_row(const attn_kvcache *c, int64_t b, int64_t h, int64_t pos)
+{
+    const attn_kvcache_config *g = &c->cfg;
+    if (!kv_paged(c)) return (b * g->kv_heads + h) * g->capacity + pos;
+    const int64_t blk = c->table[b * c->max_blocks + pos / g->block_size];
+    return h * kv_pool_rows(c) + blk * g->block_size + pos % g->block_size;
+}
+
+/* Start of storage row `row` of K (v false) or V. */
+static inline void *kv_row_data(const attn_kvcache *c, bool v, int64_t row)
+{
+    const int64_t width = v ? c->cfg.value_dim : c->cfg.head_dim;
+    return (char *)(v ? c->v : c->k) + row * width * (int64_t)c->elem;
+}
+
+static inline bool kv_quantized(const attn_kvcache *c) { return c->fmt >= KV_I8; }
+
+/* ---- quant.c: the formats ---- */
+
+/* Stores one row of n floats x at storage row `row` of K or V in the
+ * cache's format (rounding as attn/kvcache.h states); returns whether x
+ * holds an inf or NaN. */
+bool kv_store_row(attn_kvcache *c, bool v, int64_t row, int64_t head, const float *x, int64_t n);
+/* The values attention reads from storage row `row` (dequantized). */
+void kv_load_row(const attn_kvcache *c, bool v, int64_t row, int64_t head, float *x, int64_t n);
+/* fp8 e4m3 (e4m3fn): encode x (saturating at ±448, nearest even, NaN kept)
+ * and decode. */
+uint8_t kv_e4m3_encode(float x);
+float kv_e4m3_decode(uint8_t b);
+
+/* ---- decode.c: attention read in place, every storage ---- */
+
+/* Everything one attend call shares (attend.c validates it). */
+typedef struct {
+    const attn_kvcache *c;
+    const attn_tensor *q, *out, *lse, *stats, *slopes;
+    attn_sdpa_opts opts; /* the caller's, sanitised */
+    int64_t Hq, Nq, Dv;
+} kv_attend_call;
+
+attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err);
+/* attn_kvcache_attend's checks, filling *call (attend.c). */
+attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, attn_tensor *out,
+                              attn_tensor *lse, const attn_sdpa_opts *opts, kv_attend_call *call,
+                              attn_error *err);
+
+/* Folds one row's partial attention (output o over its keys, softmax
+ * statistics m and ll) into the running (M, S, O) in double (attend.c). */
+void kv_merge_part(double *M, double *S, double *O, double m, double ll, const float *o,
+                   int64_t Dv);
+/* Writes row (b, h, i) of the call's outputs from a merged (M, S, O). */
+void kv_store_merged(const kv_attend_call *a, int64_t b, int64_t h, int64_t i, double M,
+                     double S, const double *O);
+/* The sink logit of query head h, -inf without sinks. */
+float kv_sink(const kv_attend_call *a, int64_t h);
+/* The ALiBi slope of query head h of entry b. */
+float kv_slope(const kv_attend_call *a, int64_t b, int64_t h);
+
+#endif /* ATTN_INFER_CACHE_H */

@@ -1,0 +1,71 @@
+/*
+ * decode_rows.h's primitives in portable C (the readable definition), and
+ * the choice of a table for the CPU.
+ */
+#include "decode_rows.h"
+
+#include "../core/half.h"
+#include "../kernels/kernels.h"
+
+/* Element d of a raw row of format f (scales not applied). */
+static inline float raw_at(kv_format f, const void *row, int64_t d)
+{
+    switch (f) {
+    case KV_F32: return ((const float *)row)[d];
+    case KV_BF16: return attn_bf16_to_f32(((const uint16_t *)row)[d]);
+    case KV_F16: return attn_f16_to_f32(((const uint16_t *)row)[d]);
+    case KV_I8: return (float)((const int8_t *)row)[d];
+    case KV_E4M3: return kv_e4m3_decode(((const uint8_t *)row)[d]);
+    default: return kv_e4m3_decode(((const uint8_t *)row)[d]) * 0x1p-8f;
+    }
+}
+
+static size_t elem_bytes(kv_format f)
+{
+    return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1;
+}
+
+static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
+                           const float *q, int m, float *s, int64_t lds)
+{
+    const size_t row_bytes = (size_t)D * elem_bytes(f);
+    for (int64_t t = 0; t < n; ++t) {
+        const void *x = (const char *)rows + (size_t)t * row_bytes;
+        for (int r = 0; r < m; ++r) {
+            float sum = 0.0f;
+            for (int64_t d = 0; d < D; ++d) sum += q[r * D + d] * raw_at(f, x, d);
+            s[r * lds + t] = sum;
+        }
+    }
+    for (int r = 0; r < m; ++r)
+        for (int64_t t = n; t < n_out; ++t) s[r * lds + t] = 0.0f;
+}
+
+static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t Dv,
+                               const float *p, int64_t ldp, int m, float *acc, int64_t ldacc,
+                               bool skip_zero)
+{
+    const size_t row_bytes = (size_t)Dv * elem_bytes(f);
+    for (int64_t t = 0; t < n; ++t) {
+        const void *x = (const char *)rows + (size_t)t * row_bytes;
+        for (int r = 0; r < m; ++r) {
+            const float pr = p[r * ldp + t];
+            if (skip_zero && pr == 0.0f) continue;
+            for (int64_t d = 0; d < Dv; ++d) acc[r * ldacc + d] += pr * raw_at(f, x, d);
+        }
+    }
+}
+
+const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic};
+
+const kv_row_kernels *kv_row_kernels_select(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+#if defined(__GNUC__) || defined(__clang__)
+    if (sdpa_isa_select() >= SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return &kv_rows_avx512;
+#endif
+#endif
+    return &kv_rows_generic;
+}

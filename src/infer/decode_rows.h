@@ -1,0 +1,40 @@
+/*
+ * The two row primitives of the decode kernel (decode.c), per instruction
+ * set, for every storage format: a few query rows against consecutive cache
+ * rows, which are read once and dequantized in registers (the raw format
+ * value: int8 as an integer, e4m3 as its value; the per-row or per-head
+ * scales are applied by the caller, outside the inner loops).
+ *
+ *   scores      s[r*lds + t] = Σ_d q[r*D + d]·x_t[d]     r < m, t < n
+ *               s[r*lds + t] = 0                         n <= t < n_out
+ *   accumulate  acc[r*ldacc + d] += Σ_t p[r*ldp + t]·x_t[d]   r < m, d < Dv
+ *
+ * x_t is cache row t (rows D, resp. Dv, elements apart from `rows`), m in
+ * 1..KV_ROWS. Sums are float32 in a fixed order (independent of the thread
+ * count). accumulate with skip_zero never multiplies a row by a zero
+ * probability (0·NaN would be NaN): for caches that may hold NaN.
+ */
+#ifndef ATTN_INFER_DECODE_ROWS_H
+#define ATTN_INFER_DECODE_ROWS_H
+
+#include "cache.h"
+
+enum { KV_ROWS = 4 };
+
+typedef struct {
+    const char *name;
+    void (*scores)(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
+                   const float *q, int m, float *s, int64_t lds);
+    void (*accumulate)(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
+                       int64_t ldp, int m, float *acc, int64_t ldacc, bool skip_zero);
+} kv_row_kernels;
+
+extern const kv_row_kernels kv_rows_generic;
+#if defined(__x86_64__) || defined(__i386__)
+extern const kv_row_kernels kv_rows_avx512;
+#endif
+
+/* The table for this CPU and ATTN_ARCH (as the SDPA kernels choose). */
+const kv_row_kernels *kv_row_kernels_select(void);
+
+#endif /* ATTN_INFER_DECODE_ROWS_H */

@@ -1,0 +1,208 @@
+/*
+ * decode_rows.h's primitives with AVX-512 (F, BW, VL): 16 features per
+ * vector, each cache row loaded once per call and widened in registers
+ * (bfloat16 by a shift, float16 by vcvtph2ps, int8 by sign extension, e4m3
+ * by moving its exponent and mantissa into a float's and rescaling by
+ * 2^120, exact for normals and subnormals alike), then multiplied against up
+ * to KV_ROWS query rows.
+ *   scores:     two keys at a time, one accumulator per (key, row), lanes
+ *               added by _mm512_reduce_add_ps.
+ *   accumulate: per 16-feature slice, KV_ROWS accumulators in registers for
+ *               even keys and KV_ROWS for odd ones (two dependency chains).
+ */
+#include "decode_rows.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <math.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,f16c,fma"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,f16c,fma")
+#endif
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE int64_t esize(kv_format f) { return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1; }
+
+/* Elements [d, d + 16) of a raw row (those of mask k only; the others 0). */
+INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
+{
+    switch (f) {
+    case KV_F32:
+        return _mm512_maskz_loadu_ps(k, (const float *)row + d);
+    case KV_BF16: {
+        const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)row + d);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case KV_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)row + d));
+    case KV_I8:
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, (const int8_t *)row + d)));
+    case KV_E4M3_FINITE: { /* s eeee mmm -> float16 bits s 0eeee mmm0000000: value·2^-8 */
+        const __m256i b = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(k, (const uint8_t *)row + d));
+        return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbfff)));
+    }
+    default: { /* e4m3: s eeee mmm -> float bits s 0000eeee mmm0..., times 2^(127-7) */
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, (const uint8_t *)row + d));
+        const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+        const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+        const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(mag, 20), sign);
+        const __m512 x = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+        const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+        return _mm512_mask_mov_ps(x, nan, _mm512_set1_ps(NAN));
+    }
+    }
+}
+
+INLINE __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
+
+/* Adds each 128-bit quarter of v0..v3 pairwise: block i of the result
+ * holds 4 partial sums of v_i. */
+INLINE __m512 fold4(__m512 v0, __m512 v1, __m512 v2, __m512 v3)
+{
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xee));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xee));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xdd));
+}
+
+/* The lane sums of acc[r][j] (row r, key j; 16 vectors) as one vector,
+ * lane 4r + j: a transposing tree of 33 operations instead of 16 full
+ * reductions. */
+INLINE __m512 sum16(__m512 acc[KV_ROWS][4])
+{
+    __m512 u[4];
+    for (int j = 0; j < 4; ++j) u[j] = fold4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
+    /* block r of u[j]: 4 partials of row r, key j */
+    const __m512 w0 = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+    const __m512 w1 = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(w0, w1, 0x44), _mm512_shuffle_ps(w0, w1, 0xee));
+}
+
+/* Four keys at a time against m rows: 4·m accumulators, then sum16. Keys
+ * past n read row n - 1 again and are not stored. */
+INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t n_out, int64_t D,
+                        const float *q, const int m, float *s, int64_t lds)
+{
+    const int64_t rb = D * esize(f);
+    for (int64_t t = 0; t < n; t += 4) {
+        const char *x[4];
+        for (int j = 0; j < 4; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
+        __m512 acc[KV_ROWS][4];
+        for (int r = 0; r < KV_ROWS; ++r)
+            for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            const __mmask16 k = lanes(D - d);
+            __m512 kv[4];
+            for (int j = 0; j < 4; ++j) kv[j] = load16(f, x[j], d, k);
+            for (int r = 0; r < m; ++r) {
+                const __m512 qv = _mm512_maskz_loadu_ps(k, q + r * D + d);
+                for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
+            }
+        }
+        const __m512 sums = sum16(acc);
+        const __mmask16 keep = lanes(n - t);
+        /* row r's four sums are lanes 4r..4r+3 */
+        _mm_mask_storeu_ps(s + t, (__mmask8)(keep & 0xf), _mm512_castps512_ps128(sums));
+        if (m > 1) _mm_mask_storeu_ps(s + lds + t, (__mmask8)(keep & 0xf), _mm512_extractf32x4_ps(sums, 1));
+        if (m > 2) _mm_mask_storeu_ps(s + 2 * lds + t, (__mmask8)(keep & 0xf), _mm512_extractf32x4_ps(sums, 2));
+        if (m > 3) _mm_mask_storeu_ps(s + 3 * lds + t, (__mmask8)(keep & 0xf), _mm512_extractf32x4_ps(sums, 3));
+    }
+    for (int r = 0; r < m; ++r)
+        for (int64_t c = n; c < n_out; ++c) s[r * lds + c] = 0.0f;
+}
+
+INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
+                            const float *p, int64_t ldp, const int m, float *acc, int64_t ldacc)
+{
+    const int64_t rb = Dv * esize(f);
+    for (int64_t d = 0; d < Dv; d += 16) {
+        const __mmask16 k = lanes(Dv - d);
+        __m512 a0[KV_ROWS], a1[KV_ROWS];
+        for (int r = 0; r < m; ++r) {
+            a0[r] = _mm512_maskz_loadu_ps(k, acc + r * ldacc + d);
+            a1[r] = _mm512_setzero_ps();
+        }
+        int64_t t = 0;
+        for (; t + 2 <= n; t += 2) {
+            const __m512 x0 = load16(f, rows + t * rb, d, k), x1 = load16(f, rows + (t + 1) * rb, d, k);
+            for (int r = 0; r < m; ++r) {
+                a0[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t]), x0, a0[r]);
+                a1[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t + 1]), x1, a1[r]);
+            }
+        }
+        if (t < n) {
+            const __m512 x0 = load16(f, rows + t * rb, d, k);
+            for (int r = 0; r < m; ++r)
+                a0[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t]), x0, a0[r]);
+        }
+        for (int r = 0; r < m; ++r)
+            _mm512_mask_storeu_ps(acc + r * ldacc + d, k, _mm512_add_ps(a0[r], a1[r]));
+    }
+}
+
+/* One instance per (format, rows, feature count): the switches pick it once
+ * per call; 64 and 128 features get fully unrolled loops. */
+#define BY_ROWS(body, f, w, ...)                                                                   \
+    switch (m) {                                                                                   \
+    case 1: body(f, rows, n, w, __VA_ARGS__, 1, out, ld); break;                                   \
+    case 2: body(f, rows, n, w, __VA_ARGS__, 2, out, ld); break;                                   \
+    case 3: body(f, rows, n, w, __VA_ARGS__, 3, out, ld); break;                                   \
+    default: body(f, rows, n, w, __VA_ARGS__, 4, out, ld); break;                                  \
+    }
+#define BY_WIDTH(body, f, ...)                                                                     \
+    if (width == 128) BY_ROWS(body, f, 128, __VA_ARGS__)                                           \
+    else if (width == 64) BY_ROWS(body, f, 64, __VA_ARGS__)                                        \
+    else BY_ROWS(body, f, width, __VA_ARGS__)
+#define BY_FORMAT(body, ...)                                                                       \
+    switch (f) {                                                                                   \
+    case KV_F32: BY_WIDTH(body, KV_F32, __VA_ARGS__) break;                                        \
+    case KV_BF16: BY_WIDTH(body, KV_BF16, __VA_ARGS__) break;                                      \
+    case KV_F16: BY_WIDTH(body, KV_F16, __VA_ARGS__) break;                                        \
+    case KV_I8: BY_WIDTH(body, KV_I8, __VA_ARGS__) break;                                          \
+    case KV_E4M3: BY_WIDTH(body, KV_E4M3, __VA_ARGS__) break;                                      \
+    default: BY_WIDTH(body, KV_E4M3_FINITE, __VA_ARGS__) break;                                    \
+    }
+
+/* scores_body with n_out moved after the width, to share the macros */
+INLINE void scores_call(const kv_format f, const char *rows, int64_t n, int64_t D, int64_t n_out,
+                        const float *q, const int m, float *s, int64_t lds)
+{
+    scores_body(f, rows, n, n_out, D, q, m, s, lds);
+}
+
+static void scores_avx512(kv_format f, const void *rows_, int64_t n, int64_t n_out, int64_t D,
+                          const float *q, int m, float *out, int64_t ld)
+{
+    const char *rows = rows_;
+    const int64_t width = D;
+    BY_FORMAT(scores_call, n_out, q)
+}
+
+static void accumulate_avx512(kv_format f, const void *rows_, int64_t n, int64_t Dv,
+                              const float *p, int64_t ldp, int m, float *out, int64_t ld,
+                              bool skip_zero)
+{
+    const char *rows = rows_;
+    if (skip_zero) { /* rare (a cache holding NaN): the portable loop */
+        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, out, ld, true);
+        return;
+    }
+    const int64_t width = Dv;
+    BY_FORMAT(accumulate_body, p, ldp)
+}
+
+const kv_row_kernels kv_rows_avx512 = {"avx512", scores_avx512, accumulate_avx512};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+#endif

@@ -1,0 +1,459 @@
+/*
+ * test_kvquant — quantized KV caches (attn_kvcache_config.quant).
+ *
+ * Groups:
+ *   fp8      every finite e4m3 value, the midpoints between neighbours (ties
+ *            go to the even code), just off the midpoints, subnormals,
+ *            values past ±448 and ±inf (saturate), NaN, through append and
+ *            attn_kvcache_read, against this file's own e4m3 table (values
+ *            from the format's definition, nearest by search); per-head
+ *            scales divide on the way in and multiply on the way out.
+ *   int8     rows of random, zero and non-finite values: the read-back is
+ *            s·q with s = max|x|/127 and q = rint(x / s) (computed here),
+ *            |x - s·q| <= s/2.
+ *   attend   random cases (int8 and fp8; contiguous and paged, block sizes
+ *            1..64, shuffled block tables; GQA; Nq 1..8; bottom-right
+ *            causal, window, ALiBi, softcap, sinks; lengths up to 2500 so
+ *            several decode splits merge): the output and LSE against the
+ *            float64 oracle (tests/support/ref64_variants) over the
+ *            dequantized cache, by issue 8's criterion; the same bits for
+ *            1, 2 and 3 threads.
+ *   nan      an fp8 / int8 cache holding a NaN key and value at position 0:
+ *            hidden by the window, the output is finite and within float
+ *            rounding of the same cache without the NaN (the exact e4m3
+ *            widening and the zero-skipping P·V run then); seen, it is NaN.
+ *   errors   a quantized dtype other than float32, bad fp8 scales, an
+ *            unknown quant, view of a quantized cache.
+ *
+ * Usage: test_kvquant [--seed S] [--cases N] [--group NAME] [--quick] [-v]
+ */
+#include "attn.h"
+#include "ref64_variants.h"
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SEED 0x9a47c0deull
+
+/* ------------------------------------------------------------------- fp8 */
+
+/* e4m3fn from its definition: bias 7, exponent 0 subnormal, S.1111.111 NaN. */
+static double e4m3_value(int code)
+{
+    const int e = code >> 3 & 15, m = code & 7;
+    const double sign = code & 0x80 ? -1.0 : 1.0;
+    if (e == 15 && m == 7) return NAN;
+    return sign * (e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7));
+}
+
+/* The e4m3 value x rounds to: the nearest finite value, ties to the even
+ * code, |x| >= 448 saturating, NaN staying NaN. */
+static double e4m3_expected(double x)
+{
+    if (isnan(x)) return NAN;
+    if (fabs(x) >= 448.0) return x < 0 ? -448.0 : 448.0;
+    int best = -1;
+    double best_err = INFINITY;
+    for (int c = 0; c < 0x7f; ++c) { /* non-negative finite codes, increasing */
+        const double err = fabs(fabs(x) - e4m3_value(c));
+        if (err < best_err || (err == best_err && (c & 1) == 0)) {
+            best_err = err;
+            best = c;
+        }
+    }
+    return x < 0 || (x == 0 && signbit(x)) ? -e4m3_value(best) : e4m3_value(best);
+}
+
+/* Appends n values as one row each of a (1, 1, n, 1) cache and reads them back. */
+static bool roundtrip(attn_kv_quant quant, float scale, const float *x, int64_t n, float *back)
+{
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = n, .head_dim = 1,
+                               .quant = quant, .k_scale = &scale, .v_scale = &scale};
+    attn_kvcache *c = NULL;
+    attn_error err;
+    if (attn_kvcache_create(&cfg, &c, &err) != ATTN_OK) return false;
+    attn_tensor k = attn_tensor_4d((float *)x, 1, 1, n, 1);
+    attn_tensor kb = attn_tensor_4d(back, 1, 1, n, 1);
+    bool ok = attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK &&
+              attn_kvcache_read(c, 0, &kb, NULL, &err) == ATTN_OK;
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static void group_fp8(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "fp8");
+    enum { N = 4096 };
+    static float x[N], back[N];
+    int64_t n = 0;
+    for (int c = 0; c < 0x7f; ++c) {
+        const double v = e4m3_value(c), next = c + 1 < 0x7f ? e4m3_value(c + 1) : 464.0;
+        const double mid = 0.5 * (v + next);
+        const double cand[] = {v, -v, mid, -mid, nextafter(mid, 0.0), nextafter(mid, 1e9)};
+        for (int i = 0; i < 6; ++i) x[n++] = (float)cand[i];
+    }
+    const float extra[] = {448.0f, 449.0f, 463.9f, 464.0f, 500.0f, 1e30f, INFINITY, -INFINITY,
+                           -1e30f, 0.0f, -0.0f, 1e-30f, -1e-30f, 0x1p-10f, 0x1p-9f, 3e-3f, NAN};
+    for (size_t i = 0; i < sizeof extra / sizeof *extra; ++i) x[n++] = extra[i];
+    tu_rng r;
+    tu_rng_seed(&r, DEFAULT_SEED);
+    while (n < N) x[n++] = (float)(tu_rng_normal(&r) * ldexp(1.0, (int)tu_rng_int(&r, -12, 9)));
+    for (int si = 0; si < 3; ++si) {
+        const float scale = si == 0 ? 1.0f : si == 1 ? 0.25f : 3.0f;
+        float xs[N];
+        for (int64_t i = 0; i < n; ++i) xs[i] = x[i] * scale; /* x·scale / scale = x exactly for 0.25 */
+        if (!tu_check(&g, roundtrip(ATTN_KV_FP8_E4M3, scale, xs, n, back), "fp8 round trip failed"))
+            break;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n && bad < 5; ++i) {
+            const double want = (double)scale * e4m3_expected((double)(xs[i] / scale));
+            const bool same = isnan(want) ? isnan(back[i]) : (double)back[i] == want &&
+                                                                 !signbit(back[i]) == !signbit(want);
+            if (!same) {
+                tu_group_fail(&g, "fp8 scale %g: x = %a reads back %a, expected %a", (double)scale,
+                              (double)xs[i], (double)back[i], want);
+                bad++;
+            }
+        }
+        if (!bad) tu_group_pass(&g);
+    }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------------ int8 */
+
+static void group_int8(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "int8");
+    enum { D = 37, T = 64 };
+    static float x[T * D], back[T * D];
+    tu_rng r;
+    tu_rng_seed(&r, DEFAULT_SEED + 1);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+            double v = tu_rng_normal(&r) * ldexp(1.0, (int)tu_rng_int(&r, -20, 20));
+            if (t == 1) v = 0.0;
+            if (t == 2 && d == 5) v = INFINITY;
+            if (t == 3 && d == 0) v = NAN;
+            if (t == 4) v = d == 3 ? 1e-3 : 0.0;
+            x[t * D + d] = (float)v;
+        }
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
+                               .quant = ATTN_KV_INT8, .block_size = 16};
+    attn_kvcache *c = NULL;
+    attn_error err;
+    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
+    if (tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
+        tu_check(&g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
+        tu_check(&g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message)) {
+        int64_t bad = 0;
+        for (int64_t t = 0; t < T; ++t) {
+            float amax = 0.0f;
+            bool finite = true;
+            for (int64_t d = 0; d < D; ++d) {
+                finite &= isfinite(x[t * D + d]);
+                amax = fmaxf(amax, fabsf(x[t * D + d]));
+            }
+            const float sc = amax / 127.0f;
+            for (int64_t d = 0; d < D && bad < 5; ++d) {
+                const float xv = x[t * D + d], got = back[t * D + d];
+                const float want = !finite ? NAN : sc > 0.0f ? sc * rintf(xv / sc) : 0.0f;
+                const bool same = isnan(want) ? isnan(got) : got == want;
+                const bool close = !finite || fabsf(xv - got) <= 0.5f * sc * (1.0f + 1e-6f);
+                if (!same || !close) {
+                    tu_group_fail(&g, "int8 row %" PRId64 " [%" PRId64 "]: x = %a reads back %a, expected %a",
+                                  t, d, (double)xv, (double)got, (double)want);
+                    bad++;
+                }
+            }
+        }
+        if (!bad) tu_group_pass(&g);
+    }
+    attn_kvcache_free(c);
+    tu_group_end(&g);
+}
+
+/* ---------------------------------------------------------------- attend */
+
+typedef struct {
+    int64_t B, Hq, Hkv, D, Dv, cap, Nq, block_size;
+    attn_kv_quant quant;
+    attn_causal causal;
+    attn_window window;
+    float softcap;
+    bool alibi, sinks, shuffle, outliers;
+} qcase;
+
+static qcase random_case(tu_rng *r)
+{
+    qcase c;
+    memset(&c, 0, sizeof c);
+    c.quant = tu_rng_chance(r, 0.5) ? ATTN_KV_INT8 : ATTN_KV_FP8_E4M3;
+    c.B = tu_rng_int(r, 1, 3);
+    c.Hkv = tu_rng_int(r, 1, 3);
+    c.Hq = c.Hkv * tu_rng_int(r, 1, 5);
+    static const int64_t dims[] = {1, 8, 16, 33, 64, 128};
+    c.D = tu_rng_pick(r, dims, 6);
+    c.Dv = tu_rng_chance(r, 0.7) ? c.D : tu_rng_pick(r, dims, 6);
+    c.cap = tu_rng_chance(r, 0.3) ? tu_rng_int(r, 1000, 2500) : tu_rng_int(r, 1, 300);
+    c.Nq = tu_rng_int(r, 1, 8);
+    static const int64_t blocks[] = {0, 0, 1, 3, 16, 64};
+    c.block_size = tu_rng_pick(r, blocks, 6);
+    c.shuffle = c.block_size > 0 && tu_rng_chance(r, 0.5);
+    c.causal = tu_rng_chance(r, 0.6) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+    if (tu_rng_chance(r, 0.2)) {
+        c.window.enabled = true;
+        c.window.left = tu_rng_chance(r, 0.3) ? -1 : tu_rng_int(r, 0, 400);
+        c.window.right = tu_rng_chance(r, 0.3) ? -1 : tu_rng_int(r, 0, 10);
+    }
+    if (tu_rng_chance(r, 0.15)) c.softcap = (float)tu_rng_range(r, 1.0, 20.0);
+    c.alibi = tu_rng_chance(r, 0.2);
+    c.sinks = tu_rng_chance(r, 0.15);
+    c.outliers = tu_rng_chance(r, 0.5);
+    return c;
+}
+
+/* One case: fill, attend with 1, 2, 3 threads, compare with the oracle over
+ * the read-back (dequantized) cache. */
+static void run_case(tu_group *g, uint64_t seed)
+{
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    const qcase c = random_case(&r);
+    char rp[160];
+    snprintf(rp, sizeof rp, "seed 0x%016" PRIx64 " quant %d B %" PRId64 " Hq %" PRId64 " Hkv %" PRId64
+             " D %" PRId64 " Nq %" PRId64 " cap %" PRId64 " bs %" PRId64,
+             seed, (int)c.quant, c.B, c.Hq, c.Hkv, c.D, c.Nq, c.cap, c.block_size);
+    float ks[8], vs[8];
+    for (int64_t h = 0; h < c.Hkv; ++h) {
+        ks[h] = (float)tu_rng_range(&r, 0.01, 2.0);
+        vs[h] = (float)tu_rng_range(&r, 0.01, 2.0);
+    }
+    attn_kvcache_config cfg = {.batch = c.B, .kv_heads = c.Hkv, .capacity = c.cap, .head_dim = c.D,
+                               .value_dim = c.Dv, .block_size = c.block_size, .quant = c.quant,
+                               .k_scale = ks, .v_scale = vs};
+    attn_kvcache *cache = NULL;
+    attn_error err;
+    if (!tu_check(g, attn_kvcache_create(&cfg, &cache, &err) == ATTN_OK, "create: %s (%s)",
+                  err.message, rp))
+        return;
+    /* every entry filled to a random length in one append (counts) */
+    int64_t counts[3];
+    for (int64_t b = 0; b < c.B; ++b) counts[b] = tu_rng_int(&r, 0, c.cap);
+    const int64_t nk = c.B * c.Hkv * c.cap;
+    float *k = malloc(sizeof(float) * (size_t)(nk * c.D)), *v = malloc(sizeof(float) * (size_t)(nk * c.Dv));
+    for (int64_t e = 0; e < nk * c.D; ++e) {
+        double x = tu_rng_normal(&r);
+        if (c.outliers && e % c.D == 3 % c.D) x *= 20.0; /* an outlier channel */
+        k[e] = (float)x;
+    }
+    for (int64_t e = 0; e < nk * c.Dv; ++e) v[e] = (float)tu_rng_normal(&r);
+    attn_tensor K = attn_tensor_4d(k, c.B, c.Hkv, c.cap, c.D), V = attn_tensor_4d(v, c.B, c.Hkv, c.cap, c.Dv);
+    bool ok = tu_check(g, attn_kvcache_append(cache, &K, &V, counts, &err) == ATTN_OK, "append: %s (%s)",
+                       err.message, rp);
+    if (ok && c.shuffle) /* entry 0's blocks in reverse order of the pool: not one run */
+        for (int64_t b = 0; b < c.B && ok; ++b) {
+            int32_t tab[4096];
+            int64_t nb = 0;
+            attn_kvcache_block_table(cache, b, tab, 4096, &nb, &err);
+            for (int64_t i = 0; i < nb / 2; ++i) {
+                const int32_t t = tab[i];
+                tab[i] = tab[nb - 1 - i];
+                tab[nb - 1 - i] = t;
+            }
+            ok = tu_check(g, attn_kvcache_set_block_table(cache, b, tab, nb, &err) == ATTN_OK,
+                          "set_block_table: %s (%s)", err.message, rp);
+        }
+    const int64_t nq = c.B * c.Hq * c.Nq;
+    float *q = malloc(sizeof(float) * (size_t)(nq * c.D)), *slopes = malloc(sizeof(float) * (size_t)c.Hq),
+          *sinks = malloc(sizeof(float) * (size_t)c.Hq);
+    double *q64 = malloc(sizeof(double) * (size_t)(nq * c.D));
+    for (int64_t e = 0; e < nq * c.D; ++e) q64[e] = q[e] = (float)tu_rng_normal(&r);
+    for (int64_t h = 0; h < c.Hq; ++h) {
+        slopes[h] = (float)tu_rng_range(&r, 0.0, 0.5);
+        sinks[h] = (float)tu_rng_range(&r, -2.0, 2.0);
+    }
+    float *out[3], *lse[3];
+    attn_tensor sl = attn_tensor_1d(slopes, c.Hq), sk = attn_tensor_1d(sinks, c.Hq);
+    attn_tensor Q = attn_tensor_4d(q, c.B, c.Hq, c.Nq, c.D);
+    for (int t = 0; t < 3; ++t) {
+        out[t] = malloc(sizeof(float) * (size_t)(nq * c.Dv));
+        lse[t] = malloc(sizeof(float) * (size_t)nq);
+        if (!ok) continue;
+        attn_sdpa_opts o = attn_sdpa_opts_default();
+        o.causal = c.causal;
+        o.window = c.window;
+        o.softcap = c.softcap;
+        o.alibi_slopes = c.alibi ? &sl : NULL;
+        o.sinks = c.sinks ? &sk : NULL;
+        o.num_threads = t + 1;
+        attn_tensor O = attn_tensor_4d(out[t], c.B, c.Hq, c.Nq, c.Dv), L = attn_tensor_3d(lse[t], c.B, c.Hq, c.Nq);
+        ok = tu_check(g, attn_kvcache_attend(cache, &Q, &O, &L, &o, &err) == ATTN_OK, "attend: %s (%s)",
+                      err.message, rp);
+    }
+    for (int t = 1; t < 3 && ok; ++t)
+        ok = tu_check(g, !memcmp(out[0], out[t], sizeof(float) * (size_t)(nq * c.Dv)) &&
+                             !memcmp(lse[0], lse[t], sizeof(float) * (size_t)nq),
+                      "%d threads give other bits than 1 (%s)", t + 1, rp);
+    for (int64_t b = 0; b < c.B && ok; ++b) {
+        const int64_t L = counts[b];
+        float *kd = malloc(sizeof(float) * (size_t)(c.Hkv * L * c.D + 1));
+        float *vd = malloc(sizeof(float) * (size_t)(c.Hkv * L * c.Dv + 1));
+        attn_tensor KD = attn_tensor_4d(kd, 1, c.Hkv, L, c.D), VD = attn_tensor_4d(vd, 1, c.Hkv, L, c.Dv);
+        ok = tu_check(g, attn_kvcache_read(cache, b, &KD, &VD, &err) == ATTN_OK, "read: %s", err.message);
+        double *k64 = malloc(sizeof(double) * (size_t)(c.Hkv * L * c.D + 1));
+        double *v64 = malloc(sizeof(double) * (size_t)(c.Hkv * L * c.Dv + 1));
+        for (int64_t e = 0; e < c.Hkv * L * c.D; ++e) k64[e] = kd[e];
+        for (int64_t e = 0; e < c.Hkv * L * c.Dv; ++e) v64[e] = vd[e];
+        double sl64[64], sk64[64];
+        for (int64_t h = 0; h < c.Hq; ++h) sl64[h] = slopes[h], sk64[h] = sinks[h];
+        rv_problem p = {.B = 1, .Hq = c.Hq, .Hkv = c.Hkv, .Nq = c.Nq, .Nk = L, .D = c.D, .Dv = c.Dv,
+                        .scale = (double)(1.0f / sqrtf((float)c.D)), .causal = c.causal,
+                        .window = c.window, .softcap = c.softcap, .alibi = c.alibi ? sl64 : NULL,
+                        .sinks = c.sinks ? sk64 : NULL};
+        const int64_t no = c.Hq * c.Nq * c.Dv, nl = c.Hq * c.Nq;
+        double *buf = calloc((size_t)(5 * no + 5 * nl), sizeof(double));
+        double *ro = buf, *fo = ro + no, *mo = fo + no, *nat = mo + no, *go = nat + no;
+        double *rl = go + no, *fl = rl + nl, *ml = fl + nl, *natl = ml + nl, *gl = natl + nl;
+        const double *qb = q64 + b * c.Hq * c.Nq * c.D;
+        rv_forward64(&p, qb, k64, v64, ro, rl, NULL, NULL);
+        rv_forward32(&p, qb, k64, v64, fo, fl, NULL, NULL);
+        rv_forward32fma(&p, qb, k64, v64, mo, ml, NULL, NULL);
+        rv_natural(&p, qb, k64, v64, NULL, nat, natl, NULL, NULL, NULL, NULL, NULL);
+        for (int64_t e = 0; e < no; ++e) go[e] = out[0][b * no + e];
+        for (int64_t e = 0; e < nl; ++e) gl[e] = lse[0][b * nl + e];
+        rv_cmp cmp;
+        char msg[512];
+        if (ok && !rv_criterion(go, ro, fo, mo, nat, NULL, NULL, no, &cmp)) {
+            rv_cmp_describe(&cmp, "out", msg, sizeof msg);
+            tu_group_fail(g, "entry %" PRId64 " (length %" PRId64 "): %s (%s)", b, L, msg, rp);
+            ok = false;
+        } else if (ok && !rv_criterion(gl, rl, fl, ml, natl, NULL, NULL, nl, &cmp)) {
+            rv_cmp_describe(&cmp, "lse", msg, sizeof msg);
+            tu_group_fail(g, "entry %" PRId64 " (length %" PRId64 "): %s (%s)", b, L, msg, rp);
+            ok = false;
+        }
+        free(kd), free(vd), free(k64), free(v64), free(buf);
+    }
+    if (ok) tu_group_pass(g);
+    for (int t = 0; t < 3; ++t) free(out[t]), free(lse[t]);
+    free(k), free(v), free(q), free(q64), free(slopes), free(sinks);
+    attn_kvcache_free(cache);
+}
+
+static void group_attend(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "attend");
+    const int cases = opt->cases > 0 ? opt->cases : opt->quick ? 30 : 120;
+    for (int i = 0; i < cases; ++i) run_case(&g, tu_mix(opt->seed ^ (uint64_t)i));
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------------- nan */
+
+/* out (1, 2, 1, 16) of a (1, 1, 300, 16) cache whose token 0 is NaN (nan)
+ * or 0.5, the query seeing keys [first, 300). */
+static bool attend_nan(attn_kv_quant quant, bool nan, int64_t first, float *out)
+{
+    enum { L = 300, D = 16 };
+    static float k[L * D], v[L * D], q[2 * D];
+    tu_rng r;
+    tu_rng_seed(&r, 77);
+    for (int64_t e = 0; e < L * D; ++e) k[e] = (float)tu_rng_normal(&r), v[e] = (float)tu_rng_normal(&r);
+    for (int64_t e = 0; e < 2 * D; ++e) q[e] = (float)tu_rng_normal(&r);
+    k[3] = v[5] = nan ? NAN : 0.5f;
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = L, .head_dim = D, .quant = quant};
+    attn_kvcache *c = NULL;
+    attn_tensor K = attn_tensor_4d(k, 1, 1, L, D), V = attn_tensor_4d(v, 1, 1, L, D);
+    attn_tensor Q = attn_tensor_4d(q, 1, 2, 1, D), O = attn_tensor_4d(out, 1, 2, 1, D);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    o.window = (attn_window){.enabled = true, .left = L - 1 - first, .right = 0};
+    bool ok = attn_kvcache_create(&cfg, &c, NULL) == ATTN_OK &&
+              attn_kvcache_append(c, &K, &V, NULL, NULL) == ATTN_OK &&
+              attn_kvcache_attend(c, &Q, &O, NULL, &o, NULL) == ATTN_OK;
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static void group_nan(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "nan");
+    for (int fmt = 0; fmt < 2; ++fmt) {
+        const attn_kv_quant quant = fmt ? ATTN_KV_INT8 : ATTN_KV_FP8_E4M3;
+        float with[32], without[32], seen[32];
+        if (!tu_check(&g, attend_nan(quant, true, 1, with) && attend_nan(quant, false, 1, without) &&
+                              attend_nan(quant, true, 0, seen),
+                      "quant %d: attend failed", (int)quant))
+            continue;
+        double worst = 0.0;
+        bool finite = true;
+        for (int e = 0; e < 32; ++e) {
+            finite &= isfinite(with[e]);
+            worst = fmax(worst, fabs((double)with[e] - (double)without[e]));
+        }
+        tu_check(&g, finite && worst <= 1e-5, "quant %d: NaN at a hidden key: finite %d, |diff| %g",
+                 (int)quant, finite, worst);
+        tu_check(&g, isnan(seen[0]) && isnan(seen[16]), "quant %d: a seen NaN key gives %g, %g",
+                 (int)quant, (double)seen[0], (double)seen[16]);
+    }
+    tu_group_end(&g);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static void group_errors(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "errors");
+    attn_kvcache *c = NULL;
+    attn_error err;
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 2, .capacity = 8, .head_dim = 4,
+                               .quant = ATTN_KV_INT8, .dtype = ATTN_BF16};
+    tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_DTYPE && !c && strstr(err.message, "dtype"),
+             "int8 with a bfloat16 dtype: %s", err.message);
+    const float bad[2] = {1.0f, 0.0f};
+    cfg.dtype = ATTN_F32;
+    cfg.quant = ATTN_KV_FP8_E4M3;
+    cfg.v_scale = bad;
+    tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_ARG && !c && strstr(err.message, "v_scale[1]"),
+             "an fp8 scale of 0: %s", err.message);
+    cfg.v_scale = NULL;
+    cfg.quant = (attn_kv_quant)7;
+    tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_ARG && !c && strstr(err.message, "quant"),
+             "quant 7: %s", err.message);
+    cfg.quant = ATTN_KV_INT8;
+    if (tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message)) {
+        attn_tensor k;
+        tu_check(&g, attn_kvcache_view(c, 0, &k, NULL, &err) == ATTN_ERR_ARG && strstr(err.message, "quantized"),
+                 "view of an int8 cache: %s", err.message);
+        const attn_kvcache_config *got = attn_kvcache_get_config(c);
+        tu_check(&g, got->quant == ATTN_KV_INT8 && !got->k_scale, "get_config quant");
+    }
+    attn_kvcache_free(c);
+    tu_group_pass(&g);
+    tu_group_end(&g);
+}
+
+int main(int argc, char **argv)
+{
+    tu_prefer_passive_openmp(argv);
+    tu_install_crash_handler();
+    tu_options opt;
+    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
+    tu_suite s = {0};
+    s.verbose = opt.verbose;
+    if (tu_group_selected(&opt, "fp8")) group_fp8(&s);
+    if (tu_group_selected(&opt, "int8")) group_int8(&s);
+    if (tu_group_selected(&opt, "attend")) group_attend(&s, &opt);
+    if (tu_group_selected(&opt, "nan")) group_nan(&s);
+    if (tu_group_selected(&opt, "errors")) group_errors(&s);
+    return tu_suite_finish(&s);
+}
