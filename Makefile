@@ -19,7 +19,7 @@ build-quiet:
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Issue 8's stress suite in full mode: many more seeds and sizes than the
+# The stress suite in full mode: many more seeds and sizes than the
 # quick mode `make test` runs (N up to 8192 with backward); prints its run time.
 stress-full: build
 	@cd $(BUILD)/tests && ATTN_STRESS_FULL=1 OMP_WAIT_POLICY=passive ./test_stress

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where the fused forward and backward spend their time: runs one
 `attn bench` configuration under perf (time samples) or callgrind
-(instruction counts) and sums the functions into the parts issue 11 asks
-about. Prints a markdown table. Standard library only.
+(instruction counts) and sums the functions into the parts the benchmark
+tables speak of. Prints a markdown table. Standard library only.
 
     bench/breakdown.py --tool callgrind --isa avx2        # instructions; valgrind has no AVX-512
     bench/breakdown.py --tool perf --isa avx512 --threads 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ring attention benchmarks (issue 14): speed of 2 ranks x 1 thread against
+# Ring attention benchmarks: speed of 2 ranks x 1 thread against
 # one process x 1 thread (and against two independent processes at once,
 # the most two cores give here), communication wait, peak memory per rank,
 # and the P = 1..4 runs the scaling model (scripts/ring_model.py,

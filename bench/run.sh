@@ -7,7 +7,7 @@
 # one) are also rated against OpenBLAS forced to kernels of their own vector
 # ISA (the same-ISA roofline, below). Writes
 # bench/results/<stamp>.jsonl (one JSON object per measurement) and
-# bench/results/<stamp>.md (the issue-11 table and target checks, made by
+# bench/results/<stamp>.md (the tables and target checks, made by
 # bench/make_table.py), and prints the markdown.
 #
 #   bench/run.sh            full run (5 minutes of rows on a quiet 2-core Zen 5, ~12 on a Zen 4 VM)

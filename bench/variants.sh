@@ -1,5 +1,5 @@
 #!/bin/sh
-# Issue 9's variant costs: attn bench --mode forward|backward at N=8192,
+# The variants' costs: attn bench --mode forward|backward at N=8192,
 # H=8, D=64, B=1, 2 threads, for plain attention and each variant, in rounds
 # that interleave the variants (slow changes in the machine's state fall on
 # all of them alike). Prints a markdown table: each variant's median over the

@@ -1,5 +1,5 @@
 /*
- * test_fused — checks specific to the fused SDPA path (issue 3):
+ * test_fused — checks specific to the fused SDPA path:
  *   - the vectorised exp of every kernel table this CPU runs stays within
  *     its documented error bound (SDPA_EXP_MAX_ULP) over the whole range,
  *     and handles -inf / +inf / NaN / out-of-range inputs as documented;

@@ -1,11 +1,11 @@
 /*
- * test_kvcache — the KV cache (attn_kvcache_*, issue 10).
+ * test_kvcache — the KV cache (attn_kvcache_*).
  *
  * Groups:
  *   contiguous  random appends (per-entry counts, strided sources) then
  *               attend with Nq 1..16: equal bit for bit to attn_sdpa on the
  *               cache's own view and on an independent contiguous copy of the
- *               keys, and within issue 8's criterion of the float64 oracle
+ *               keys, and within the accuracy criterion of the float64 oracle
  *               (tests/support/ref64_variants) with bottom-right causality,
  *               window, ALiBi (Hq) / (B, Hq), softcap and sinks.
  *   paged       the same appends into paged caches (block sizes 1..64,

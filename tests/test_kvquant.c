@@ -16,7 +16,7 @@
  *            causal, window, ALiBi, softcap, sinks; lengths up to 2500 so
  *            several decode splits merge): the output and LSE against the
  *            float64 oracle (tests/support/ref64_variants) over the
- *            dequantized cache, by issue 8's criterion; the same bits for
+ *            dequantized cache, by the accuracy criterion; the same bits for
  *            1, 2 and 3 threads.
  *   nan      an fp8 / int8 cache holding a NaN key and value at position 0:
  *            hidden by the window, the output is finite and within float

@@ -1,5 +1,5 @@
 /*
- * test_lowp — bfloat16 and float16 storage (issue 10), on every path this
+ * test_lowp — bfloat16 and float16 storage, on every path this
  * machine has (reference, generic and each SIMD ISA via ATTN_ARCH).
  *
  * The contract (README "bfloat16 and float16"): 16-bit inputs are widened

@@ -1,5 +1,5 @@
 /*
- * test_lse_merge — attn_lse_merge (issue 10): merging partial attentions over
+ * test_lse_merge — attn_lse_merge: merging partial attentions over
  * disjoint key sets.
  *
  * Groups:

@@ -11,7 +11,7 @@
  *            by several update_attend calls with RoPE: the stored keys are
  *            the float64-rotated ones (within rounding, resp. within the
  *            int8 step), and each call's output is float64 attention of the
- *            float64-rotated queries over the stored keys, within issue 8's
+ *            float64-rotated queries over the stored keys, within the accuracy criterion's
  *            criterion plus the rotation's rounding.
  *   errors   bad styles, odd or too large rotary_dim, short tables, a
  *            k_new without v_new: errors that leave the cache unchanged.

@@ -1,5 +1,5 @@
 /*
- * test_sdpa — the table-driven SDPA harness (issue 2 §6, issue 3 accuracy).
+ * test_sdpa — the table-driven SDPA harness.
  *
  * Every case draws inputs from a seed, computes the float64 oracle
  * (tests/support/ref64.c, written from the math) and runs the library's
@@ -19,7 +19,7 @@
  * weights) must therefore be exactly 0, and an lse of -inf exactly -inf.
  * "Error units" below are |got - want| / (eps · kappa · mag).
  *
- * Accuracy target (issue 3): whenever the fused path runs, its error in
+ * Accuracy target: whenever the fused path runs, its error in
  * units must be <= 2 × the reference path's error on the same case (+ a
  * floor of FUSED_FLOOR_UNITS units), per case and averaged over the suite.
  *
@@ -715,7 +715,7 @@ static int64_t run_case(tu_group *g, const sdpa_case *c, replay_info rp)
         if (fused > 2.0 * ref + FUSED_FLOOR_UNITS)
             report_add(&rep[PATH_FUSED],
                        "accuracy: %s error %.3g units > 2 x reference error %.3g + %g "
-                       "(issue 3 target)",
+                       "(accuracy target)",
                        quantity_name[qi], fused, ref, FUSED_FLOOR_UNITS);
     }
     if (res[PATH_FUSED].ran_fwd || res[PATH_FUSED].ran_bwd) {
@@ -1594,7 +1594,7 @@ static void group_arguments(harness *h)
 
 /* ------------------------------------------------------------- accuracy */
 
-/* Issue 3: fused error <= 2 x reference error over the suite. Also prints
+/* Fused error <= 2 x reference error over the suite. Also prints
  * the reference path's error distribution (in units, see the top). */
 static void report_accuracy(harness *h)
 {

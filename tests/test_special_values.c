@@ -278,7 +278,7 @@ int main(int argc, char **argv)
                  "%s: 2^61 broadcast keys must be refused, got %s", path_names[pi],
                  attn_status_string(s));
         /* Feature size 2^57 on broadcast (stride-0) queries and keys: the
-         * workspace size products overflow (issue 12, defect 5). */
+         * workspace size products overflow (a known defect). */
         attn_tensor Q3 = Q, K3 = K;
         Q3.shape[3] = K3.shape[3] = (int64_t)1 << 57;
         Q3.stride[3] = K3.stride[3] = 0;
@@ -287,7 +287,7 @@ int main(int argc, char **argv)
                  "%s: D = 2^57 broadcast must be refused, got %s", path_names[pi],
                  attn_status_string(s));
     }
-    /* A finite scale whose scores overflow (issue 12, defect 6): the same
+    /* A finite scale whose scores overflow (a known defect): the same
      * answer on both paths, an overflowing logit is +-inf like any other. */
     {
         static float o2[2][B * H * NQ * D], l2[2][B * H * NQ];
@@ -322,7 +322,7 @@ int main(int argc, char **argv)
                  "scale 3e38: the case must overflow some rows and not others (%d of %d)",
                  overflowed, B * H * NQ);
     }
-    /* Outputs sharing memory with inputs are refused (issue 12, defect 7). */
+    /* Outputs sharing memory with inputs are refused (a known defect). */
     {
         static float dq[B * H * NQ * D], dk[B * H * NK * D], dv[B * H * NK * D];
         attn_tensor dQ = attn_tensor_4d(dq, B, H, NQ, D), dK = attn_tensor_4d(dk, B, H, NK, D),

@@ -1,5 +1,5 @@
 /*
- * test_stress — issue 8's stress suite: every path (reference, generic and
+ * test_stress — the stress suite: every path (reference, generic and
  * each SIMD ISA of this CPU, through ATTN_ARCH) against the float64 oracle
  * and a naive float32 implementation (tests/support/ref64_variants.c), by the
  * criterion FlashAttention's tests use:
@@ -26,7 +26,7 @@
  *   paths                      ATTN_ARCH selects what attn_isa() says
  *   oracle                     the float64 oracle vs tests/support/ref64.c
  *                              (test_variants proves it by finite differences)
- *   defect1 .. defect5         issue 8's five defects, the exact reproductions
+ *   defect1 .. defect5         five known defects, the exact reproductions
  *   masks                      float masks with -inf, -1e30, finfo.min, -1e6
  *                              and mixtures; bool masks leaving one key; fully
  *                              blocked rows; constant-mask rows
@@ -967,7 +967,7 @@ static void group_decode(tu_suite *s)
 
 /* Rows that see exactly one key (a float mask of finfo.min elsewhere, or a
  * bool mask) with large logits: P = 1, and dq, dk are zero by cancellation
- * (dS = P(dP - Σ P dP)). torch float32 gives exactly 0 there; issue 8's
+ * (dS = P(dP - Σ P dP)). torch float32 gives exactly 0 there; the accuracy criterion's
  * criterion judges such gradients against `natural` only (its 3·M is 0: the
  * naive float32 is exact), which admits the rounding of dP - D_i when D_i is
  * formed as rowsum(dO∘O) (FlashAttention's way) rather than Σ_j P_ij dP_ij.
@@ -1030,7 +1030,7 @@ static void lin32(bool fm, const double *x, int64_t T, int64_t I, const double *
  * g (mapped like the module's flat gradient buffer). */
 /* Sizes for the MHA naturals (gradients zero by cancellation, e.g. a row
  * with one visible key, must not be judged on noise): the attention-level
- * naturals of issue 8 pushed through the projections. */
+ * naturals of the accuracy criterion pushed through the projections. */
 typedef struct {
     double dq_attn;  /* scale·max_i|dA_i|_1·max|V|·max|K|: bounds each dq entry of a head */
     double dk_attn;  /* scale·Σ_i|dA_i|_1·max|V|·max|Q|: bounds each dk entry */
@@ -1201,7 +1201,7 @@ static void mha_res_free(mha_res *r)
  * float32 MHA (mha_naive_run, plain and fused multiply-adds):
  *   |attn − ref64| <= 3·max|fp32 − ref64| + 1e-6·natural
  * natural = max|ref64| of the tensor, or for dquery/dkey/dvalue and the
- * parameter gradients (if larger) issue 8's attention naturals pushed
+ * parameter gradients (if larger) the accuracy criterion's attention naturals pushed
  * through the projections (mha_nat), so gradients that are zero by
  * cancellation (rows with one visible key) are not judged on noise.
  * Masks are summed in float32 before the oracle sees them, as torch sums

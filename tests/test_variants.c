@@ -1,5 +1,5 @@
 /*
- * test_variants — issue 9's score variants (sliding window, ALiBi, logit
+ * test_variants — the score variants (sliding window, ALiBi, logit
  * softcap, attention sinks, dropout) and their combinations with GQA,
  * causality and masks, forward (out, lse, weights, softmax_stats) and
  * backward (dq, dk, dv, grad_sinks), on every path: the reference path, the
@@ -7,7 +7,7 @@
  *
  * Oracle: tests/support/ref64_variants.c, a float64 implementation written
  * from attn.h's formulas that materialises the dense bias (ALiBi + masks) and
- * the visibility (causal + window + masks); judged with issue 8's criterion
+ * the visibility (causal + window + masks); judged with the accuracy criterion
  * against its naive float32 twin (tests/support/sdpa_judge.c):
  *   |attn − ref64| <= 3·max|fp32 − ref64| + 1e-6·natural, no NaN/inf where
  *   ref64 is finite.

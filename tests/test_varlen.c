@@ -1,6 +1,6 @@
 /*
  * test_varlen — packed variable-length batches (attn_sdpa_varlen and its
- * backward, issue 10).
+ * backward).
  *
  * Every random case packs 1..7 sequences of mixed lengths (0 included) into
  * (total, H, D) buffers with random layouts (permuted, padded), and checks:
@@ -11,7 +11,7 @@
  *   - threads 1, 2 and 3 give the same bits;
  *   - int32 offsets give the same bits as int64 ones;
  *   - each sequence matches the float64 oracle (tests/support/ref64_variants)
- *     by issue 8's criterion, forward and backward (not under dropout, whose
+ *     by the accuracy criterion, forward and backward (not under dropout, whose
  *     keep mask the oracle would need).
  * Options drawn: causal (both alignments), window, ALiBi (Hq) and (nseq, Hq),
  * softcap, sinks, dropout, GQA, D != Dv.
@@ -293,7 +293,7 @@ static double *gather_seq(const attn_tensor *t, int64_t off, int64_t len)
     return out;
 }
 
-/* One quantity of sequence s against the oracle (issue 8's criterion). */
+/* One quantity of sequence s against the oracle (the accuracy criterion). */
 static bool judge(tu_group *g, const char *name, const double *got, const double *ref,
                   const double *f32, const double *f32b, const double *nat, int64_t n,
                   int64_t s, const char *rp)

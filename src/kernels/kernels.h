@@ -271,8 +271,8 @@ typedef struct {
 /* Keys per tile of the fused forward's GEMM path: softmax_online has an
  * instance for exactly this many columns, its loops unrolled. 128 rather
  * than 64: half the online-softmax rescales and P·V accumulator passes per
- * row, 1-4% less time for unmasked calls at N = 128…8192 (bench/README.md,
- * fifth session). */
+ * row, 1-4% less time for unmasked calls at N = 128…8192
+ * (docs/PERFORMANCE.md). */
 #define SDPA_KEY_TILE 128
 
 /* The GEMM of sdpa_gemm_fn that skips zero elements of A, so a hidden key

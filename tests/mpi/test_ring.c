@@ -1,5 +1,5 @@
 /*
- * test_ring — ring attention over MPI (issue 14), run by ctest as
+ * test_ring — ring attention over MPI, run by ctest as
  * `mpirun -np P test_ring` for P = 1, 2, 3, 4.
  *
  * Every rank draws the same full Q, K, V, dO (and key padding mask) from a

@@ -1,7 +1,7 @@
 /*
  * ref64_variants.h — float64 oracle AND naive float32 implementation of SDPA
- * with every score variant of attn_sdpa_opts (issue 8's stress criterion,
- * issue 9's variants), written from the documented formulas in attn.h, not
+ * with every score variant of attn_sdpa_opts (the stress criterion,
+ * the variants), written from the documented formulas in attn.h, not
  * from the library.
  *
  * Arrays are contiguous C order, float64 (the naive float32 path rounds every
@@ -85,7 +85,7 @@ void rv_backward32fma(const rv_problem *p, const double *q, const double *k, con
                       const double *dout, double *dq, double *dk, double *dv, double *dsinks);
 
 /*
- * "natural" magnitudes of issue 8's criterion, per element (any may be NULL):
+ * "natural" magnitudes of the accuracy criterion, per element (any may be NULL):
  *   out_e      max|V|                         (over finite V)
  *   lse_i      1 + |m_i| + S_i                (m_i the row max, 0 for empty rows;
  *                                             S_i = max_j scale·Σ_d|q_id k_jd|, the

@@ -1,4 +1,4 @@
-/* Every path, every output, issue 8's criterion. See sdpa_judge.h. */
+/* Every path, every output, the accuracy criterion. See sdpa_judge.h. */
 #include "sdpa_judge.h"
 
 #include "ref64.h"

@@ -2,7 +2,7 @@
  * sdpa_judge.h — runs one SDPA case on every path this machine has (the
  * reference path, the generic kernels and each SIMD ISA the CPU supports,
  * chosen through ATTN_ARCH) and judges every output and gradient with
- * issue 8's criterion against the float64 oracle and the naive float32
+ * the accuracy criterion against the float64 oracle and the naive float32
  * implementation of ref64_variants.h:
  *
  *   max|attn − ref64| <= 3·max|fp32 − ref64| + 1e-6·natural   (per element)
@@ -49,7 +49,7 @@ typedef struct {
     float scale; /* as passed (0 = 1/sqrt(D)) */
     attn_causal causal;
     const attn_tensor *mask[ATTN_SDPA_MAX_MASKS];
-    /* variants (issue 9) */
+    /* variants */
     attn_window window;
     float softcap;
     const double *alibi; /* alibi_ndim 1: (Hq); 2: (B,Hq) */
