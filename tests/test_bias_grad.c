@@ -348,11 +348,9 @@ static void group_cli(tu_suite *s)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite suite = {0};
+    tu_suite suite;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &suite)) return 2;
     if (tu_group_selected(&opt, "shapes")) group_shapes(&suite, &opt);
     if (tu_group_selected(&opt, "errors")) group_errors(&suite);
     if (tu_group_selected(&opt, "cli")) group_cli(&suite);

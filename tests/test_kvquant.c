@@ -444,12 +444,9 @@ static void group_errors(tu_suite *s)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (tu_group_selected(&opt, "fp8")) group_fp8(&s);
     if (tu_group_selected(&opt, "int8")) group_int8(&s);
     if (tu_group_selected(&opt, "attend")) group_attend(&s, &opt);

@@ -770,12 +770,9 @@ static void group_mha_bias_sum(tu_suite *s, const tu_options *opt)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (tu_group_selected(&opt, "workspace")) group_workspace(&s, &opt);
     if (tu_group_selected(&opt, "window")) group_window(&s, &opt);
     if (tu_group_selected(&opt, "weights")) group_weights(&s, &opt);

@@ -280,12 +280,9 @@ static void group_errors(tu_suite *s)
 
 int main(int argc, char **argv)
 {
-    tu_prefer_passive_openmp(argv);
-    tu_install_crash_handler();
     tu_options opt;
-    if (!tu_parse_options(argc, argv, DEFAULT_SEED, &opt)) return 2;
-    tu_suite s = {0};
-    s.verbose = opt.verbose;
+    tu_suite s;
+    if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (tu_group_selected(&opt, "apply")) group_apply(&s);
     if (tu_group_selected(&opt, "decode")) group_decode(&s, &opt);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
