@@ -60,6 +60,8 @@ def _rotary_tables(rotary_cos, rotary_sin, k, D):
                          "(k, v), as in flash-attn")
     tables = []
     for x, name in ((rotary_cos, "rotary_cos"), (rotary_sin, "rotary_sin")):
+        if _is_torch(x) and x.is_floating_point():  # bfloat16 has no NumPy dtype
+            x = x.float()
         a = _array(x, name)
         if a.dtype.kind != "f":
             raise TypeError(f"{name}: expected a floating-point table, got dtype {a.dtype}")
@@ -156,7 +158,7 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         rope = S.attn_rope(S.ROPE_GPTJ if rotary_interleaved else S.ROPE_NEOX,
                            2 * cos.shape[1], 0.0, 0.0, C.pointer(cos_view), C.pointer(sin_view))
         qa = _rotated(qa, (lambda r: r.swapaxes(1, 2)) if spread else
-                      (lambda r: r.reshape(B, Sq * H, 1, -1)), rope, positions)
+                      (lambda r: r.reshape(B, Sq * H, 1, r.shape[3])), rope, positions)
         ka = _rotated(ka, lambda r: r.swapaxes(1, 2), rope, positions)
     slopes = None if alibi_slopes is None else np.asarray(_array(alibi_slopes, "alibi_slopes"))
 

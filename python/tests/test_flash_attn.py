@@ -284,6 +284,9 @@ def test_kvcache_rotary(torch, rng, interleaved, rotary_dim, causal, paged, as_t
     args = [q, k_cache, v_cache, k, v, cos, sin]
     if as_torch:
         args = [torch.from_numpy(a) for a in args]
+        if rotary_dim == 8:  # bfloat16 tables (flash-attn's dtype for bfloat16 q), widened
+            args[5], args[6] = args[5].bfloat16(), args[6].bfloat16()
+            cos, sin = (a.float().numpy() for a in args[5:])
     q_in, k_in = (np.array(np.asarray(args[i])) for i in (0, 3))  # copies
     out = flash_attn_with_kvcache(*args[:5], rotary_cos=args[5], rotary_sin=args[6],
                                   cache_seqlens=seqlens, block_table=table, causal=causal,
@@ -388,6 +391,9 @@ def test_kvcache_rotary_refuses_bad_arguments(rng):
         flash_attn_with_kvcache(q, kc.copy(), kc.copy(), k, k, cos, cos, cache_seqlens=7,
                                 causal=True)
     flash_attn_with_kvcache(q, kc.copy(), kc.copy(), k, k, cos, cos, cache_seqlens=7)
+    empty = flash_attn_with_kvcache(q[:0], kc[:0], kc[:0], k[:0], k[:0], cos, cos,
+                                    cache_seqlens=np.zeros(0, np.int32))
+    assert empty.shape == (0, 2, 1, 16)
 
 
 # --------------------------------------------------------- merges and ALiBi
