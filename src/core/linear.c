@@ -47,6 +47,23 @@ void linear_backward_input(const linear_rows *dy, int64_t B, int64_t M, int64_t 
                    accumulate ? 1.0f : 0.0f, dx->data + b * dx->batch, dx->ld);
 }
 
+/* db += Σ_rows dy, each column summed in double over the rows in order
+ * (no dependence on the thread count) and rounded once: a float sum over
+ * L·B rows drifts beyond the accuracy contract. Columns in blocks, so dy is
+ * read row by row. */
+static void bias_grad_add(const float *dy, int64_t ld, int64_t rows, int64_t N, float *dbias,
+                          int64_t dbias_s)
+{
+    enum { COLS = 64 };
+    for (int64_t n0 = 0; n0 < N; n0 += COLS) {
+        const int64_t n = N - n0 < COLS ? N - n0 : COLS;
+        double sum[COLS] = {0};
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t c = 0; c < n; ++c) sum[c] += dy[i * ld + n0 + c];
+        for (int64_t c = 0; c < n; ++c) dbias[(n0 + c) * dbias_s] += (float)sum[c];
+    }
+}
+
 void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t B, int64_t M,
                             int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
                             int64_t dbias_s, linear_engine g)
@@ -58,10 +75,7 @@ void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t
         /* Forward y = x·Wᵀ, so dW += dyᵀ·x: (N,rows)·(rows,K), accumulated. */
         gemm(g, true, false, N, K, rows, 1.0f, dyb, dy->ld, x->data + b * x->batch, x->ld,
                    1.0f, dW, lddw);
-        /* Forward y = ... + b, so db += Σ_rows dy (rows in order: no
-         * dependence on the thread count). */
-        if (dbias)
-            for (int64_t i = 0; i < rows; ++i)
-                for (int64_t n = 0; n < N; ++n) dbias[n * dbias_s] += dyb[i * dy->ld + n];
+        /* Forward y = ... + b, so db += Σ_rows dy. */
+        if (dbias) bias_grad_add(dyb, dy->ld, rows, N, dbias, dbias_s);
     }
 }

@@ -1,9 +1,35 @@
 /* The plain SDPA path: one query row at a time, scores for the whole row in
  * a buffer, a textbook softmax. Obviously correct and always compiled: every
- * other path is tested against it. */
+ * other path is tested against it. Its long sums (over keys, over query rows)
+ * run in blocks: a plain float sum over 8192 terms drifts beyond the accuracy
+ * contract the other paths are held to. */
 #include "problem.h"
 
 #include <stdlib.h>
+
+/* A float sum in blocks of SUM_BLOCK terms: each block summed in order, the
+ * block sums added to the total, so the rounding error grows with
+ * SUM_BLOCK + n/SUM_BLOCK rather than n. Up to SUM_BLOCK terms it is the
+ * plain sum, bit for bit. */
+enum { SUM_BLOCK = 128 };
+typedef struct {
+    float total, block;
+    int64_t n;
+} block_sum;
+
+static void block_add(block_sum *s, float x)
+{
+    s->block += x;
+    if (++s->n % SUM_BLOCK == 0) {
+        s->total += s->block;
+        s->block = 0.0f;
+    }
+}
+
+static float block_value(const block_sum *s)
+{
+    return s->total + s->block;
+}
 
 #define AT4(s, a, b, c, d) ((a) * (s)[0] + (b) * (s)[1] + (c) * (s)[2] + (d) * (s)[3])
 
@@ -40,10 +66,10 @@ static float row_dot(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int
 {
     /* the fused forward's Q, K may be 16-bit */
     const int64_t qi = AT4(p->qs, b, h, i, 0), kj = AT4(p->ks, b, h / p->group, j, 0);
-    float dot = 0.0f;
+    block_sum dot = {0};
     for (int64_t d = 0; d < p->D; ++d)
-        dot += sdpa_q_at(p, qi + d * p->qs[3]) * attn_load_float(p->k, p->kt, kj + d * p->ks[3]);
-    return dot;
+        block_add(&dot, sdpa_q_at(p, qi + d * p->qs[3]) * attn_load_float(p->k, p->kt, kj + d * p->ks[3]));
+    return block_value(&dot);
 }
 
 /* Logit of (b,h,i,j), -inf when the key is hidden (kernels.h's definition). */
@@ -99,12 +125,13 @@ static bool row_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, fl
     }
     /* A hidden key (logit -inf) gets 0 whatever m and the sum are, NaN
      * among them: it never influences anything. */
-    float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
+    block_sum bs = {sink == -INFINITY ? 0.0f : expf(sink - m), 0.0f, 0};
     for (int64_t j = 0; j < p->Nk; ++j) {
         if (prob[j] == -INFINITY) continue;
         prob[j] = expf(prob[j] - m);
-        sum += prob[j];
+        block_add(&bs, prob[j]);
     }
+    const float sum = block_value(&bs);
     for (int64_t j = 0; j < p->Nk; ++j) prob[j] = prob[j] == -INFINITY ? 0.0f : prob[j] / sum;
     stats[0] = m;
     stats[1] = logf(sum);
@@ -164,10 +191,10 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
         for (int64_t j = 0; j < p->Nk; ++j) pz[j] = prob[j] * keep(p, b, h, i, j);
         for (int64_t d = 0; d < p->Dv; ++d) {
-            float acc = 0.0f;
+            block_sum acc = {0};
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) acc += pz[j] * vf[AT4(p->vs, b, hk, j, d)];
-            oi[d * p->os[3]] = acc;
+                if (prob[j] != 0.0f) block_add(&acc, pz[j] * vf[AT4(p->vs, b, hk, j, d)]);
+            oi[d * p->os[3]] = block_value(&acc);
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
         if (p->stats) {
@@ -179,6 +206,39 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
     }
     free(owned);
     return ATTN_OK;
+}
+
+/* Floats of one backward task's open blocks: dK and dV of its keys (blocks
+ * of query rows), then dQ of the current row (blocks of keys). */
+static bool block_floats(const sdpa_problem *p, int threads, int64_t *per_task, size_t *bytes)
+{
+    int64_t kv, all, total;
+    if (!attn_mul_ok(p->Nk, p->D + p->Dv, &kv) || !attn_add_ok(kv, p->D, per_task) ||
+        !attn_mul_ok(*per_task, threads, &all) || !attn_mul_ok(all, (int64_t)sizeof(float), &total) ||
+        (uint64_t)total > SIZE_MAX)
+        return false;
+    *bytes = (size_t)total;
+    return true;
+}
+
+/* total[e·ts] += block[e], block[e] = 0, e < n (a block_sum's flush, for
+ * vectors). */
+static void flush_block(float *total, int64_t ts, float *block, int64_t n)
+{
+    for (int64_t e = 0; e < n; ++e) {
+        total[e * ts] += block[e];
+        block[e] = 0.0f;
+    }
+}
+
+/* Flushes the open dK and dV blocks of every key of (b, kv head hk). */
+static void flush_key_blocks(const sdpa_problem *p, int64_t b, int64_t hk, float *dk_block,
+                             float *dv_block)
+{
+    for (int64_t j = 0; j < p->Nk; ++j) {
+        if (p->dk) flush_block(p->dk + AT4(p->dks, b, hk, j, 0), p->dks[3], dk_block + j * p->D, p->D);
+        if (p->dv) flush_block(p->dv + AT4(p->dvs, b, hk, j, 0), p->dvs[3], dv_block + j * p->Dv, p->Dv);
+    }
 }
 
 /*
@@ -193,13 +253,23 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
     const int threads = p->threads;
     const float *vf = p->v; /* float32: staged (sdpa.c) */
     float *owned, *ws;
+    int64_t per_task;
+    size_t block_bytes;
+    RETURN_IF(!block_floats(p, threads, &per_task, &block_bytes), err, ATTN_ERR_OVERFLOW,
+              "workspace: %lld keys overflow the gradient blocks", (long long)p->Nk);
     RETURN_IF_ERROR(row_buffers(p, threads, &owned, &ws, err));
+    float *blocks = malloc(block_bytes ? block_bytes : 1);
+    if (!blocks) {
+        free(owned);
+        return attn_fail(err, ATTN_ERR_ALLOC, "backward: cannot allocate %zu bytes of sums", block_bytes);
+    }
     /* Per-row sink gradients, summed per head in a fixed order at the end
      * (tasks are (batch, kv head), and a head's sum runs over batches). */
     double *dsink_rows = NULL;
     if (p->dsinks) {
         dsink_rows = calloc((size_t)(p->B * p->Hq * p->Nq) + 1, sizeof *dsink_rows);
         if (!dsink_rows) {
+            free(blocks);
             free(owned);
             return attn_fail(err, ATTN_ERR_ALLOC, "grad_sinks: cannot allocate row sums");
         }
@@ -210,6 +280,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
         float *prob = attn_thread_scratch(ws, (size_t)row_floats(p) * sizeof(float), false);
         float *dprob = prob + row_floats(p) / 2;
         const int64_t b = t / p->Hkv, hk = t % p->Hkv;
+        float *dk_block = attn_thread_scratch(blocks, (size_t)per_task * sizeof(float), true);
+        float *dv_block = dk_block + p->Nk * p->D, *dq_block = dv_block + p->Nk * p->Dv;
+        int64_t rows = 0; /* rows in the open dK/dV blocks */
         for (int64_t j = 0; j < p->Nk; ++j) {
             if (p->dk)
                 for (int64_t d = 0; d < p->D; ++d) p->dk[AT4(p->dks, b, hk, j, d)] = 0.0f;
@@ -231,9 +304,11 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
+                if (rows > 0 && rows % SUM_BLOCK == 0) flush_key_blocks(p, b, hk, dk_block, dv_block);
+                ++rows;
                 /* Forward: O_i = Σ_j P_ij z_ij V_j, so dV_j += P_ij z_ij dO_i and
                  * dP_ij = z_ij dO_i · V_j. */
-                float di = 0.0f;
+                block_sum di_sum = {0};
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (prob[j] == 0.0f) {
                         dprob[j] = 0.0f;
@@ -244,11 +319,12 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     for (int64_t d = 0; d < p->Dv; ++d) {
                         float dod = doi[d * p->dos[3]];
                         dpj += dod * vf[AT4(p->vs, b, hk, j, d)];
-                        if (p->dv) p->dv[AT4(p->dvs, b, hk, j, d)] += prob[j] * z * dod;
+                        dv_block[j * p->Dv + d] += prob[j] * z * dod;
                     }
                     dprob[j] = dpj * z;
-                    di += prob[j] * dprob[j];
+                    block_add(&di_sum, prob[j] * dprob[j]);
                 }
+                float di = block_value(&di_sum);
                 /* D_i = Σ_l P_il dP_il over all keys: over the given keys
                  * alone it is a part; the caller's O gives the whole, dO·O. */
                 if (given) {
@@ -266,6 +342,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * (f = scale, times 1 - tanh² under softcap), dQ_i += dS_ij k_j
                  * and dK_j += dS_ij q_i. */
                 for (int64_t j = 0; j < p->Nk; ++j) {
+                    if (dqi && j % SUM_BLOCK == 0 && j > 0) flush_block(dqi, p->dqs[3], dq_block, p->D);
                     /* P = 1: the softmax is this key alone, constant: dS = 0
                      * exactly (dP - D would be one sum rounded two ways) */
                     if (prob[j] == 0.0f || prob[j] == 1.0f) continue;
@@ -279,14 +356,17 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                      * over its broadcast dimensions by bias_grad.c). */
                     if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = prob[j] * (dprob[j] - di);
                     const float *kj = (const float *)p->k + AT4(p->ks, b, hk, j, 0);
-                    if (dqi)
-                        for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] += ds * kj[d * p->ks[3]];
-                    if (p->dk)
-                        for (int64_t d = 0; d < p->D; ++d)
-                            p->dk[AT4(p->dks, b, hk, j, d)] += ds * qi[d * p->qs[3]];
+                    for (int64_t d = 0; d < p->D; ++d) {
+                        dq_block[d] += ds * kj[d * p->ks[3]];
+                        dk_block[j * p->D + d] += ds * qi[d * p->qs[3]];
+                    }
                 }
+                if (dqi) flush_block(dqi, p->dqs[3], dq_block, p->D);
+                else
+                    for (int64_t d = 0; d < p->D; ++d) dq_block[d] = 0.0f;
             }
         }
+        flush_key_blocks(p, b, hk, dk_block, dv_block);
     }
     if (dsink_rows) {
         for (int64_t h = 0; h < p->Hq; ++h) {
@@ -297,6 +377,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
         }
         free(dsink_rows);
     }
+    free(blocks);
     free(owned);
     return ATTN_OK;
 }
