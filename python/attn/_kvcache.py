@@ -3,9 +3,16 @@ CPU tensors, written in place): append the new keys and values, then attend
 each entry's keys where they lie (contiguous caches: strided views, no copy;
 paged: a view when the entry's blocks are consecutive in the pool, else the
 blocks gathered). Entries of equal length in consecutive cache rows go to
-the library in one call."""
+the library in one call. Rotary embeddings rotate copies of q and k with the
+library's attn_rope_apply before the append."""
+import ctypes as C
+
 import numpy as np
 
+from . import _structs as S
+from . import _tensor as T
+from ._errors import check, new_error
+from ._lib import lib
 from ._sdpa_call import integer
 from .sdpa import scaled_dot_product_attention as _sdpa
 
@@ -44,12 +51,44 @@ def _index_vector(x, name, batch):
     return a.astype(np.int64)
 
 
+def _rotary_tables(rotary_cos, rotary_sin, k, D):
+    """The (seqlen_ro, rotary_dim / 2) cos and sin tables as float32 views."""
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos, rotary_sin: give both, or neither")
+    if k is None:
+        raise ValueError("rotary_cos, rotary_sin: only applicable with new keys and values "
+                         "(k, v), as in flash-attn")
+    tables = []
+    for x, name in ((rotary_cos, "rotary_cos"), (rotary_sin, "rotary_sin")):
+        if _is_torch(x) and x.is_floating_point():  # bfloat16 has no NumPy dtype
+            x = x.float()
+        a = _array(x, name)
+        if a.dtype.kind != "f":
+            raise TypeError(f"{name}: expected a floating-point table, got dtype {a.dtype}")
+        if a.ndim != 2 or a.shape[1] < 1 or 2 * a.shape[1] > D:
+            raise ValueError(f"{name}: expected (seqlen_ro, rotary_dim / 2) with 2 <= rotary_dim "
+                             f"<= headdim {D}, got shape {a.shape}")
+        tables.append(T.float32(a, name))
+    if tables[0].shape != tables[1].shape:
+        raise ValueError(f"rotary_cos, rotary_sin: shapes differ, {tables[0].shape} and "
+                         f"{tables[1].shape}")
+    return tables
+
+
+def _rotated(x, bhnd, rope, positions):
+    """A rotated copy of x (B, N, H, D): float16 stays float16, other dtypes
+    become float32. bhnd(copy) gives the (B, H', N', D) view whose row n' of
+    entry b sits at position positions[b] + n'."""
+    r = np.array(x, dtype=np.float16 if x.dtype == np.float16 else np.float32, order="C")
+    err = new_error()
+    check(lib.attn_rope_apply(C.byref(rope), C.byref(T.view(bhnd(r), "rotary")),
+                              positions.ctypes.data_as(C.POINTER(C.c_int64)), err), err)
+    return r
+
+
 def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window,
                  softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse):
-    if rotary_cos is not None or rotary_sin is not None:
-        raise NotImplementedError("rotary_cos, rotary_sin: rotary embeddings are not supported "
-                                  "by attn's flash_attn_with_kvcache yet; rotate q and k first")
     if integer(num_splits, "num_splits") < 0:
         raise ValueError(f"num_splits: must be >= 0, got {num_splits}")
     # num_splits is a GPU scheduling hint: attn splits by its own rule, and
@@ -100,6 +139,27 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
                          f"{new} more exceed the cache's {capacity}")
     if (start > seqlens).any():
         raise ValueError("cache_leftpad: an entry starts after its cache_seqlens")
+    if rotary_cos is not None or rotary_sin is not None:
+        if ka is not None and ka.shape[3] != qa.shape[3]:
+            raise ValueError(f"k: headdim {ka.shape[3]} differs from q's {qa.shape[3]}")
+        cos, sin = _rotary_tables(rotary_cos, rotary_sin, ka, qa.shape[3])
+        # flash-attn: with causal or a local window (a side shorter than the
+        # cache) query i sits at cache_seqlens + i, else every query at
+        # cache_seqlens; new key t at cache_seqlens + t (cache_leftpad does
+        # not shift positions)
+        local = window is not None and any(0 <= w < capacity for w in window)
+        spread = causal or local
+        positions = np.ascontiguousarray(seqlens, np.int64)
+        last = int(positions.max(initial=0)) + max(new, Sq if spread else 1) - 1
+        if cos.shape[0] <= last:
+            raise ValueError(f"rotary_cos, rotary_sin: {cos.shape[0]} positions, position "
+                             f"{last} is needed")
+        cos_view, sin_view = T.view(cos, "rotary_cos"), T.view(sin, "rotary_sin")
+        rope = S.attn_rope(S.ROPE_GPTJ if rotary_interleaved else S.ROPE_NEOX,
+                           2 * cos.shape[1], 0.0, 0.0, C.pointer(cos_view), C.pointer(sin_view))
+        qa = _rotated(qa, (lambda r: r.swapaxes(1, 2)) if spread else
+                      (lambda r: r.reshape(B, Sq * H, 1, r.shape[3])), rope, positions)
+        ka = _rotated(ka, lambda r: r.swapaxes(1, 2), rope, positions)
     slopes = None if alibi_slopes is None else np.asarray(_array(alibi_slopes, "alibi_slopes"))
 
     def keys(b):

@@ -78,6 +78,7 @@ _proto("attn_sdpa_varlen_backward", _status, _tensor, _tensor, _tensor,
        C.POINTER(S.attn_varlen_seqs), _tensor, _tensor, _tensor, _tensor, _tensor, _tensor,
        C.POINTER(S.attn_sdpa_opts), _err)
 _proto("attn_lse_merge", _status, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, _err)
+_proto("attn_rope_apply", _status, C.POINTER(S.attn_rope), _tensor, C.POINTER(C.c_int64), _err)
 _proto("attn_alibi_slopes", _status, C.c_int64, C.POINTER(C.c_float), _err)
 _proto("attn_mha_create", _status, C.POINTER(S.attn_mha_config), C.POINTER(_mha), _err)
 _proto("attn_mha_free", None, _mha)

@@ -112,6 +112,21 @@ class attn_mha_opts(C.Structure):
     ]
 
 
+# attn_rope_style
+ROPE_NONE, ROPE_NEOX, ROPE_GPTJ = 0, 1, 2
+
+
+class attn_rope(C.Structure):
+    _fields_ = [
+        ("style", _enum),
+        ("rotary_dim", C.c_int64),
+        ("theta", C.c_double),
+        ("position_scale", C.c_double),
+        ("cos", C.POINTER(attn_tensor)),
+        ("sin", C.POINTER(attn_tensor)),
+    ]
+
+
 # Every mirrored struct, for the layout test.
 ALL = (attn_error, attn_tensor, attn_window, attn_sdpa_opts, attn_varlen_seqs, attn_mha_config,
-       attn_mha_opts)
+       attn_mha_opts, attn_rope)

@@ -157,7 +157,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     picks each entry's cache row, cache_leftpad its first key. Returns out
     (batch, seqlen_q, nheads, headdim_v), and softmax_lse (batch, nheads,
     seqlen_q) with return_softmax_lse. No autograd (flash-attn has none).
-    Rotary embeddings are not supported yet (NotImplementedError)."""
+    rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), only with k and v:
+    the new keys and q are rotated (copies; the caller's are left alone),
+    key t at cache_seqlens + t, query i at cache_seqlens + i when causal or
+    local, else every query at cache_seqlens; rotary_interleaved pairs
+    features 2i, 2i + 1, else i, i + rotary_dim / 2 (GPT-NeoX)."""
     from ._kvcache import with_kvcache
     return with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,

@@ -77,5 +77,13 @@ int main(void)
     FIELD(attn_mha_opts, workspace);
     FIELD(attn_mha_opts, workspace_size);
     FIELD(attn_mha_opts, reserved);
+
+    SIZE(attn_rope);
+    FIELD(attn_rope, style);
+    FIELD(attn_rope, rotary_dim);
+    FIELD(attn_rope, theta);
+    FIELD(attn_rope, position_scale);
+    FIELD(attn_rope, cos);
+    FIELD(attn_rope, sin);
     return 0;
 }

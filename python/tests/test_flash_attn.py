@@ -229,10 +229,6 @@ def test_kvcache_paged(torch, rng, shuffled):
 def test_kvcache_refuses_what_it_does_not_support(rng):
     kc = np.zeros((1, 8, 1, 4), np.float32)
     q = np.zeros((1, 1, 1, 4), np.float32)
-    cos = np.ones((8, 2), np.float32)
-    with pytest.raises(NotImplementedError, match="rotary_cos, rotary_sin"):
-        flash_attn_with_kvcache(q, kc, kc, q, q, rotary_cos=cos, rotary_sin=cos,
-                                cache_seqlens=0)
     with pytest.raises(NotImplementedError, match="cache_leftpad"):
         flash_attn_with_kvcache(q, kc, kc, cache_seqlens=1, cache_leftpad=np.zeros(1, np.int32),
                                 block_table=np.zeros((1, 1), np.int32))
@@ -241,6 +237,163 @@ def test_kvcache_refuses_what_it_does_not_support(rng):
                                 np.zeros((1, 2, 1, 4), np.float32), cache_seqlens=7)
     with pytest.raises(ValueError, match="k, v: give both"):
         flash_attn_with_kvcache(q, kc, kc, q, None, cache_seqlens=0)
+
+
+# ------------------------------------------------------ KV cache with rotary
+def rotate_ref(torch, x, cos, sin, positions, interleaved):
+    """flash-attn's rotary embedding in float64: x (N, H, D), row n at
+    positions[n]; pairs (2i, 2i + 1) interleaved, else (i, i + rotary_dim/2)."""
+    x = torch.tensor(np.asarray(x, np.float64))
+    c = torch.tensor(np.asarray(cos, np.float64))[positions][:, None]  # (N, 1, rd/2)
+    s = torch.tensor(np.asarray(sin, np.float64))[positions][:, None]
+    rd = 2 * c.shape[-1]
+    first, second = (slice(0, rd, 2), slice(1, rd, 2)) if interleaved else \
+        (slice(0, rd // 2), slice(rd // 2, rd))
+    out = x.clone()
+    out[..., first] = x[..., first] * c - x[..., second] * s
+    out[..., second] = x[..., first] * s + x[..., second] * c
+    return out.numpy()
+
+
+def rotary_tables(rng, positions, rotary_dim):
+    angle = rng.uniform(0, 2 * math.pi, (positions, rotary_dim // 2))
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rotary_dim", [8, 16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_kvcache_rotary(torch, rng, interleaved, rotary_dim, causal, paged, as_torch):
+    B, Hk, H, D, new, Sq, page, blocks_per = 3, 2, 4, 16, 2, 3, 4, 4
+    cap = page * blocks_per
+    seqlens = np.array([5, 0, 9], np.int32)  # entries at different positions
+    if paged:
+        table = rng.permutation(B * blocks_per).reshape(B, blocks_per).astype(np.int32)
+        k_cache = rng.standard_normal((B * blocks_per, page, Hk, D)).astype(np.float32)
+    else:
+        table = None
+        k_cache = rng.standard_normal((B, cap, Hk, D)).astype(np.float32)
+    v_cache = rng.standard_normal(k_cache.shape).astype(np.float32)
+    before_k = k_cache.copy()
+    q = rng.standard_normal((B, Sq, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, new, Hk, D)).astype(np.float32)
+    cos, sin = rotary_tables(rng, cap, rotary_dim)
+    args = [q, k_cache, v_cache, k, v, cos, sin]
+    if as_torch:
+        args = [torch.from_numpy(a) for a in args]
+        if rotary_dim == 8:  # bfloat16 tables (flash-attn's dtype for bfloat16 q), widened
+            args[5], args[6] = args[5].bfloat16(), args[6].bfloat16()
+            cos, sin = (a.float().numpy() for a in args[5:])
+    q_in, k_in = (np.array(np.asarray(args[i])) for i in (0, 3))  # copies
+    out = flash_attn_with_kvcache(*args[:5], rotary_cos=args[5], rotary_sin=args[6],
+                                  cache_seqlens=seqlens, block_table=table, causal=causal,
+                                  rotary_interleaved=interleaved)
+    assert isinstance(out, torch.Tensor) == as_torch
+    out = np.asarray(out)
+    # the caller's q and k are left alone
+    np.testing.assert_array_equal(np.asarray(args[0]), np.asarray(q_in))
+    np.testing.assert_array_equal(np.asarray(args[3]), np.asarray(k_in))
+    for b in range(B):
+        s, n = int(seqlens[b]), int(seqlens[b]) + new
+        if paged:
+            keys = k_cache[table[b]].reshape(-1, Hk, D)[:n]
+            old = before_k[table[b]].reshape(-1, Hk, D)[:s]
+            vals = v_cache[table[b]].reshape(-1, Hk, D)[:n]
+        else:
+            keys, old, vals = k_cache[b, :n], before_k[b, :s], v_cache[b, :n]
+        k_rot = rotate_ref(torch, k[b], cos, sin, np.arange(s, n), interleaved)
+        np.testing.assert_allclose(keys[s:], k_rot, atol=1e-6, rtol=1e-6)
+        np.testing.assert_array_equal(keys[:s], old)  # earlier keys untouched
+        np.testing.assert_array_equal(keys[s:, :, rotary_dim:], k[b, :, :, rotary_dim:])
+        np.testing.assert_array_equal(vals[s:], v[b])  # values are not rotated
+        # flash-attn: causal queries at consecutive positions, else all at s
+        q_pos = s + np.arange(Sq) if causal else np.full(Sq, s)
+        q_rot = rotate_ref(torch, q[b], cos, sin, q_pos, interleaved)
+        want, _ = attend_ref(torch, q_rot, np.concatenate([old, k_rot]), vals, causal)
+        np.testing.assert_allclose(out[b], want, **TOL)
+
+
+@pytest.mark.parametrize("window_size,spread", [((2, -1), True), ((-1, 1), True),
+                                                ((16, -1), False), ((20, 30), False)])
+def test_kvcache_rotary_local_window_positions(torch, rng, window_size, spread):
+    """flash-attn treats a window side at least the cache's length as
+    unbounded: only a window that can cut gives queries consecutive positions."""
+    B, cap, Hk, H, D, Sq = 1, 16, 1, 2, 16, 4
+    k_cache = rng.standard_normal((B, cap, Hk, D)).astype(np.float32)
+    v_cache = rng.standard_normal((B, cap, Hk, D)).astype(np.float32)
+    q = rng.standard_normal((B, Sq, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, 1, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, 1, Hk, D)).astype(np.float32)
+    cos, sin = rotary_tables(rng, cap, D)
+    s = 6
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=s,
+                                  window_size=window_size, rotary_interleaved=False)
+    q_pos = s + np.arange(Sq) if spread else np.full(Sq, s)
+    q_rot = rotate_ref(torch, q[0], cos, sin, q_pos, False)
+    want, _ = attend_ref(torch, q_rot, k_cache[0, :s + 1], v_cache[0, :s + 1], False,
+                         window_size=window_size)
+    np.testing.assert_allclose(out[0], want, **TOL)
+
+
+def test_kvcache_rotary_leftpad_and_batch_idx_keep_absolute_positions(torch, rng):
+    """cache_leftpad moves where an entry's keys start, not its positions:
+    new keys sit at cache_seqlens + t, as flash-attn's kernel reads cos/sin."""
+    B, cap, Hk, H, D, rd = 2, 12, 1, 2, 16, 16
+    k_cache = rng.standard_normal((3, cap, Hk, D)).astype(np.float32)
+    v_cache = rng.standard_normal((3, cap, Hk, D)).astype(np.float32)
+    before = k_cache.copy()
+    q = rng.standard_normal((B, 1, H, D)).astype(np.float32)
+    k = rng.standard_normal((B, 1, Hk, D)).astype(np.float32)
+    v = rng.standard_normal((B, 1, Hk, D)).astype(np.float32)
+    cos, sin = rotary_tables(rng, cap, rd)
+    rows, left, seqlens = np.array([2, 0]), np.array([3, 1], np.int32), np.array([7, 4], np.int32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=seqlens,
+                                  cache_batch_idx=rows.astype(np.int32), cache_leftpad=left,
+                                  causal=True)
+    for b in range(B):
+        r, lp, s = rows[b], left[b], seqlens[b]
+        k_rot = rotate_ref(torch, k[b], cos, sin, np.array([s]), True)
+        np.testing.assert_allclose(k_cache[r, s:s + 1], k_rot, atol=1e-6, rtol=1e-6)
+        q_rot = rotate_ref(torch, q[b], cos, sin, np.array([s]), True)
+        want, _ = attend_ref(torch, q_rot, np.concatenate([before[r, lp:s], k_rot]),
+                             v_cache[r, lp:s + 1], True)
+        np.testing.assert_allclose(out[b], want, **TOL)
+
+
+def test_kvcache_rotary_refuses_bad_arguments(rng):
+    kc = np.zeros((1, 8, 1, 16), np.float32)
+    q = np.zeros((1, 2, 1, 16), np.float32)
+    k = np.zeros((1, 1, 1, 16), np.float32)
+    cos = np.ones((8, 4), np.float32)
+    call = lambda *a, **kw: flash_attn_with_kvcache(q, kc.copy(), kc.copy(), *a,  # noqa: E731
+                                                     cache_seqlens=0, **kw)
+    with pytest.raises(ValueError, match="rotary_cos, rotary_sin: give both"):
+        call(k, k, cos)
+    with pytest.raises(ValueError, match="rotary_cos, rotary_sin: give both"):
+        call(k, k, None, cos)
+    with pytest.raises(ValueError, match="rotary_cos, rotary_sin: only applicable with new"):
+        call(None, None, cos, cos)
+    with pytest.raises(TypeError, match="rotary_sin: expected a floating-point table"):
+        call(k, k, cos, np.ones((8, 4), np.int32))
+    with pytest.raises(ValueError, match=r"rotary_cos: expected \(seqlen_ro, rotary_dim / 2\)"):
+        call(k, k, np.ones((8, 9), np.float32), np.ones((8, 9), np.float32))
+    with pytest.raises(ValueError, match=r"rotary_cos: expected \(seqlen_ro"):
+        call(k, k, np.ones(8, np.float32), np.ones(8, np.float32))
+    with pytest.raises(ValueError, match="rotary_cos, rotary_sin: shapes differ"):
+        call(k, k, cos, np.ones((8, 2), np.float32))
+    with pytest.raises(ValueError, match="k: headdim 8 differs"):
+        call(np.zeros((1, 1, 1, 8), np.float32), np.zeros((1, 1, 1, 8), np.float32), cos, cos)
+    # causal: two queries from position 7 need position 8
+    with pytest.raises(ValueError, match="rotary_cos, rotary_sin: 8 positions, position 8"):
+        flash_attn_with_kvcache(q, kc.copy(), kc.copy(), k, k, cos, cos, cache_seqlens=7,
+                                causal=True)
+    flash_attn_with_kvcache(q, kc.copy(), kc.copy(), k, k, cos, cos, cache_seqlens=7)
+    empty = flash_attn_with_kvcache(q[:0], kc[:0], kc[:0], k[:0], k[:0], cos, cos,
+                                    cache_seqlens=np.zeros(0, np.int32))
+    assert empty.shape == (0, 2, 1, 16)
 
 
 # --------------------------------------------------------- merges and ALiBi
