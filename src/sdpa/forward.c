@@ -357,11 +357,11 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
     if (d->dot) { /* Kᵀ as feature pairs (ceil(D/2) × bcp uint32: at most kt's size) */
-        sdpa_pairs_kt(p->kt, (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt), p->ks[2],
+        sdpa_pairs_kt(p->kt, (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt), p->ks[2],
                       p->ks[3], nj, p->D, (uint32_t *)w->kt, d->bcp);
         w->ktp = w->kt;
     } else if (d->direct && p->ks[3] == 1) {
-        w->kr = (const char *)p->k + (size_t)ko * attn_dtype_size(p->kt);
+        w->kr = (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt);
         w->krt = p->kt;
         w->ldkr = p->ks[2];
     } else if (d->direct) { /* rows of D floats in kt (D·bcp floats: room for nj <= bcp rows) */
@@ -388,7 +388,7 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     w->v16 = NULL;
     w->v_pairs = false;
     /* key pairs (ceil(nj/2) × dvp uint32: half of v), unless a value is not finite */
-    if (d->dot && sdpa_pairs_keys(p->vt, (const char *)p->v + (size_t)vo * attn_dtype_size(p->vt),
+    if (d->dot && sdpa_pairs_keys(p->vt, (const char *)p->v + (ptrdiff_t)vo * (ptrdiff_t)attn_dtype_size(p->vt),
                                   p->vs[2], p->vs[3], nj, p->Dv, (uint32_t *)w->v, d->dvp)) {
         w->v_pairs = true;
         w->v_finite = 1;
@@ -415,7 +415,7 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
 /* Row c of the current tile's K rows (direct scores). */
 static const void *key_row(const fwd_scratch *w, int64_t c)
 {
-    return (const char *)w->kr + (size_t)(c * w->ldkr) * attn_dtype_size(w->krt);
+    return (const char *)w->kr + (ptrdiff_t)(c * w->ldkr) * (ptrdiff_t)attn_dtype_size(w->krt);
 }
 
 /* Second sweep: weights of rows [i0, i0+mi) from the final row max m and
@@ -722,7 +722,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 if (c1 > c0 && d->direct) {
                     const size_t ve = attn_dtype_size(p->vt);
                     const sdpa_prefetch vpf = {
-                        (const char *)p->v + (size_t)AT4(p->vs, b, hk, j0 + c0, 0) * ve,
+                        (const char *)p->v + (ptrdiff_t)AT4(p->vs, b, hk, j0 + c0, 0) * (ptrdiff_t)ve,
                         p->vs[2] * (int64_t)ve, p->Dv * (int64_t)ve};
                     sdpa_direct_scores(kern, w->krt, key_row(w, c0), w->ldkr,
                                        (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, q_rs,
