@@ -349,6 +349,7 @@ int cli_close_stdout(const char *context, int rc)
     const bool flushed = fflush(stdout) == 0;
     const int errnum = errno;
     if (flushed && !failed_before && fclose(stdout) == 0) return rc;
+    if (rc) return rc; /* the command failed and said why: one line */
     fprintf(stderr, "attn%s%s: standard output: %s\n", *context ? " " : "", context,
             !flushed && errnum ? strerror(errnum) : "write error");
     return rc ? rc : CLI_USAGE;

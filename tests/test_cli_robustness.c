@@ -160,6 +160,7 @@ static void test_full_stdout(tu_suite *s)
         {"bench", "--seq", "16", "--head-dim", "8", "--heads", "1", "--runs", "1", "--warmup",
          "0", NULL},
         {"--help", NULL},
+        {"sdpa", "--query", "q.npy", "--key", "q.npy", "--value", "q.npy", "--out", "-", NULL},
     };
     char err[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
