@@ -159,8 +159,10 @@ typedef struct {
     attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
     uint32_t reserved32;      /* zero */
     attn_tensor *grad_mask;   /* backward only; NULL if not wanted */
-    /* Zero. Room for future options without changing the struct's size. */
-    uint64_t reserved[2];
+    /* Rotary embeddings on Q and K (NULL = off): see "rotary embeddings"
+     * below for the rotation and for the positions rope_offset sets. */
+    const struct attn_rope *rope;
+    int64_t rope_offset;
 } attn_sdpa_opts;
 
 /* The standard ALiBi slopes for `heads` heads (Press et al., as in BLOOM and
@@ -326,7 +328,7 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
  */
 typedef enum { ATTN_ROPE_NONE = 0, ATTN_ROPE_NEOX = 1, ATTN_ROPE_GPTJ = 2 } attn_rope_style;
 
-typedef struct {
+typedef struct attn_rope {
     attn_rope_style style;
     int64_t rotary_dim;        /* even, <= D; 0 = D */
     double theta;              /* base; 0 = 10000 */

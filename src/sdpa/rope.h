@@ -1,5 +1,6 @@
-/* Rotary embeddings inside the library (rope.c): the option checks and one
- * row's rotation, for attn_rope_apply and the KV cache. */
+/* Rotary embeddings inside the library (rope.c): the option checks, one
+ * row's rotation (attn_rope_apply, the KV cache) and tables of angles with
+ * the rotation by them (attn_sdpa's rotary option, rope_prefill.c). */
 #ifndef ATTN_SDPA_ROPE_H
 #define ATTN_SDPA_ROPE_H
 
@@ -9,5 +10,15 @@
 attn_status attn_rope_check(const attn_rope *rope, int64_t D, int64_t max_pos, attn_error *err);
 /* Rotates x[0..D) as the row at position pos (rope already checked). */
 void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D);
+/* cos and sin of positions [pos0, pos0 + npos) into c and s, (npos, rd/2)
+ * row-major: the values attn_rope_row rotates by (rope checked, tables long
+ * enough). */
+void attn_rope_table(const attn_rope *rope, int64_t D, int64_t pos0, int64_t npos, float *c,
+                     float *s, int threads);
+/* Rotates the rd/2 = half pairs of x (element stride `stride`) by the angles
+ * whose cos and sin are c[0..half), s[0..half); inverse: by minus them, the
+ * transpose rotation (the backward's). */
+void attn_rope_turn(attn_rope_style style, int64_t half, const float *c, const float *s,
+                    bool inverse, float *x, int64_t stride);
 
 #endif /* ATTN_SDPA_ROPE_H */

@@ -1,0 +1,174 @@
+/*
+ * Rotary embeddings as an attn_sdpa option. Key row j sits at position
+ * rope_offset + j and query row i at rope_offset + Nk - Nq + i (the
+ * alignment of the window and ALiBi). The forward attends the rotated
+ * R_q·q and R_k·k; since the paths see only those, the backward runs on
+ * them too and returns dL/d(R q), which the chain rule turns into
+ * dL/dq = Rᵀ·dL/d(R q) (and the same for k): the rotation by minus the
+ * angles. V and dV never rotate.
+ *
+ * The copies are float32 (16-bit Q and K widened exactly and rotated in
+ * float, as a float32 call would), so the paths see float32 Q and K, and
+ * one table of cos and sin per call (the positions both Q and K use,
+ * max(Nq, Nk) rows) replaces a cos and a sin per element. Both cost
+ * O((Hq·Nq + Hkv·Nk)·D) next to the O(Nq·Nk·D) attention.
+ */
+#include "rope_prefill.h"
+
+#include "../core/half.h"
+#include "fused_util.h"
+#include "rope.h"
+
+#include <string.h>
+
+/* The table's first position and length; positions of row 0 of Q and K. */
+static void positions(const sdpa_problem *p, int64_t offset, int64_t *qpos, int64_t *kpos,
+                      int64_t *pos0, int64_t *npos)
+{
+    *kpos = offset;
+    *qpos = offset + p->Nk - p->Nq;
+    *pos0 = *qpos < *kpos ? *qpos : *kpos;
+    *npos = offset + p->Nk - *pos0; /* both end at offset + Nk */
+}
+
+static int64_t half_of(const attn_rope *rope, int64_t D)
+{
+    return (rope->rotary_dim ? rope->rotary_dim : D) / 2;
+}
+
+attn_status sdpa_rope_check(const sdpa_problem *p, const attn_sdpa_opts *opts, attn_error *err)
+{
+    if (!opts->rope) return ATTN_OK;
+    RETURN_IF(opts->rope_offset < 0 || opts->rope_offset > INT64_MAX - p->Nk, err, ATTN_ERR_ARG,
+              "rope_offset: must be >= 0 (and leave room for %lld keys), got %lld",
+              (long long)p->Nk, (long long)opts->rope_offset);
+    int64_t qpos, kpos, pos0, npos;
+    positions(p, opts->rope_offset, &qpos, &kpos, &pos0, &npos);
+    RETURN_IF(opts->rope->cos && pos0 < 0, err, ATTN_ERR_ARG,
+              "rope_offset: query row 0 sits at position %lld (rope_offset + Nk - Nq), before "
+              "the cos/sin tables' first",
+              (long long)pos0);
+    return attn_rope_check(opts->rope, p->D, npos > 0 ? pos0 + npos - 1 : 0, err);
+}
+
+/* The copies' and tables' bytes, each rounded up to SDPA_ALIGN. */
+static sdpa_size copy_bytes(const sdpa_problem *p, const attn_sdpa_opts *opts)
+{
+    int64_t qpos, kpos, pos0, npos;
+    positions(p, opts->rope_offset, &qpos, &kpos, &pos0, &npos);
+    const int64_t half = half_of(opts->rope, p->D);
+    sdpa_size s = {0, true};
+    int64_t rows;
+    if (!attn_mul_ok(p->B * p->Hq, p->Nq, &rows)) s.ok = false;
+    sdpa_size_add(&s, rows, p->D, sizeof(float));
+    if (!attn_mul_ok(p->B * p->Hkv, p->Nk, &rows)) s.ok = false;
+    sdpa_size_add(&s, rows, p->D, sizeof(float));
+    sdpa_size_add(&s, npos, half, sizeof(float));
+    sdpa_size_add(&s, npos, half, sizeof(float));
+    return s;
+}
+
+bool sdpa_rope_workspace(const sdpa_problem *p, const attn_sdpa_opts *opts, size_t *bytes)
+{
+    *bytes = 0;
+    if (!opts || !opts->rope) return true;
+    const sdpa_size s = copy_bytes(p, opts);
+    if (!s.ok || s.bytes > SIZE_MAX - SDPA_WORKSPACE_SLACK) return false;
+    *bytes = s.bytes + SDPA_WORKSPACE_SLACK;
+    return true;
+}
+
+/* x (B,H,N,D), any float dtype and strides, into the contiguous float32
+ * dst rotated: row n at position first + n, i.e. table row first + n - pos0. */
+static void rotate_into(const sdpa_rope *r, const attn_tensor *x, int64_t first, float *dst,
+                        int threads)
+{
+    const int64_t H = x->shape[1], N = x->shape[2], D = x->shape[3];
+    const int64_t rows = x->shape[0] * H * N;
+    const int64_t *st = x->stride;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t b = row / (H * N), h = row / N % H, n = row % N;
+        const int64_t at = b * st[0] + h * st[1] + n * st[2];
+        float *d = dst + row * D;
+        if (x->dtype == ATTN_F32 && st[3] == 1)
+            memcpy(d, (const float *)x->data + at, (size_t)D * sizeof *d);
+        else
+            for (int64_t e = 0; e < D; ++e) d[e] = attn_load_float(x->data, x->dtype, at + e * st[3]);
+        const int64_t t = (first + n - r->pos0) * r->half;
+        attn_rope_turn(r->rope->style, r->half, r->cos + t, r->sin + t, false, d, 1);
+    }
+}
+
+attn_status sdpa_rope_begin(sdpa_rope *r, sdpa_problem *p, const attn_sdpa_opts *opts,
+                            const attn_tensor **q, const attn_tensor **k, attn_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->rope = opts->rope;
+    r->half = half_of(opts->rope, p->D);
+    positions(p, opts->rope_offset, &r->qpos, &r->kpos, &r->pos0, &r->npos);
+    const sdpa_size need = copy_bytes(p, opts);
+    RETURN_IF(!need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
+    char *ws;
+    if (p->workspace) { /* the front of the caller's; the paths get the rest */
+        const size_t skew = (SDPA_ALIGN - (uintptr_t)p->workspace % SDPA_ALIGN) % SDPA_ALIGN;
+        RETURN_IF(p->workspace_size < skew || p->workspace_size - skew < need.bytes, err,
+                  ATTN_ERR_WORKSPACE, "workspace: %zu bytes given, the rotated query and key "
+                  "alone need %zu", p->workspace_size, need.bytes + skew);
+        ws = (char *)p->workspace + skew;
+        p->workspace = ws + need.bytes;
+        p->workspace_size -= skew + need.bytes;
+    } else {
+        void *mem = NULL;
+        RETURN_IF(posix_memalign(&mem, SDPA_ALIGN, need.bytes ? need.bytes : SDPA_ALIGN) != 0,
+                  err, ATTN_ERR_ALLOC, "rope: cannot allocate %zu bytes for the rotated query "
+                  "and key", need.bytes);
+        r->owned = mem;
+        ws = mem;
+    }
+    const int64_t qshape[4] = {p->B, p->Hq, p->Nq, p->D}, kshape[4] = {p->B, p->Hkv, p->Nk, p->D};
+    float *qr = sdpa_take(&ws, p->B * p->Hq * p->Nq, (size_t)p->D * sizeof(float));
+    float *kr = sdpa_take(&ws, p->B * p->Hkv * p->Nk, (size_t)p->D * sizeof(float));
+    r->cos = sdpa_take(&ws, r->npos, (size_t)r->half * sizeof(float));
+    r->sin = sdpa_take(&ws, r->npos, (size_t)r->half * sizeof(float));
+    attn_rope_table(r->rope, p->D, r->pos0, r->npos, r->cos, r->sin, p->threads);
+    r->q = attn_tensor_make(qr, ATTN_F32, 4, qshape);
+    r->k = attn_tensor_make(kr, ATTN_F32, 4, kshape);
+    rotate_into(r, *q, r->qpos, qr, p->threads);
+    rotate_into(r, *k, r->kpos, kr, p->threads);
+    *q = &r->q;
+    *k = &r->k;
+    p->q = qr;
+    p->q16 = NULL;
+    p->k = kr;
+    p->qt = p->kt = ATTN_F32;
+    memcpy(p->qs, r->q.stride, sizeof p->qs);
+    memcpy(p->ks, r->k.stride, sizeof p->ks);
+    return ATTN_OK;
+}
+
+/* The (B,H,N,D) float32 view g (strides gs) rotated back in place. */
+static void rotate_back(const sdpa_rope *r, float *g, const int64_t *gs, int64_t H, int64_t N,
+                        int64_t first, int threads)
+{
+    const int64_t rows = r->q.shape[0] * H * N;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t b = row / (H * N), h = row / N % H, n = row % N;
+        const int64_t t = (first + n - r->pos0) * r->half;
+        attn_rope_turn(r->rope->style, r->half, r->cos + t, r->sin + t, true,
+                       g + b * gs[0] + h * gs[1] + n * gs[2], gs[3]);
+    }
+}
+
+void sdpa_rope_grads(const sdpa_rope *r, const sdpa_problem *p)
+{
+    if (p->dq) rotate_back(r, p->dq, p->dqs, p->Hq, p->Nq, r->qpos, p->threads);
+    if (p->dk) rotate_back(r, p->dk, p->dks, p->Hkv, p->Nk, r->kpos, p->threads);
+}
+
+void sdpa_rope_end(sdpa_rope *r)
+{
+    free(r->owned);
+    r->owned = NULL;
+}
