@@ -696,6 +696,87 @@ static void group_errors(tu_suite *s)
                      attn_kvcache_length(c, 0) == 0,
              "k_new without v_new: %s", err.message);
     attn_kvcache_free(c);
+
+    /* attn_sdpa and its backward with bad rope options: an error naming
+     * the field, and out / dq untouched. Q (1,1,3,8), K (1,1,5,8). */
+    float qa[24], ka[40], va[40], oa[24], dqa[24], dka[40], dva[40], wsa[16];
+    for (int e = 0; e < 40; ++e) ka[e] = va[e] = (float)(e % 7) - 3.0f;
+    for (int e = 0; e < 24; ++e) qa[e] = (float)(e % 5) - 2.0f;
+    attn_tensor Qs = attn_tensor_4d(qa, 1, 1, 3, 8), Ks = attn_tensor_4d(ka, 1, 1, 5, 8), Vs = attn_tensor_4d(va, 1, 1, 5, 8);
+    attn_tensor Os = attn_tensor_4d(oa, 1, 1, 3, 8), dQ = attn_tensor_4d(dqa, 1, 1, 3, 8);
+    attn_tensor dK = attn_tensor_4d(dka, 1, 1, 5, 8), dV = attn_tensor_4d(dva, 1, 1, 5, 8);
+    float tab5[5 * 4];
+    for (int e = 0; e < 20; ++e) tab5[e] = 0.5f;
+    attn_tensor T4 = attn_tensor_2d(tab5, 4, 4), T5 = attn_tensor_2d(tab5, 5, 4);
+    const struct {
+        attn_rope rope;
+        int64_t offset, nq;
+        const char *want;
+    } sbad[] = {
+        {{.style = (attn_rope_style)7}, 0, 3, "style"},
+        {{.style = ATTN_ROPE_NONE}, 0, 3, "style"},
+        {{.style = ATTN_ROPE_NEOX, .rotary_dim = 5}, 0, 3, "rotary_dim"},
+        {{.style = ATTN_ROPE_GPTJ, .rotary_dim = 10}, 0, 3, "rotary_dim"},
+        {{.style = ATTN_ROPE_GPTJ, .position_scale = -2.0}, 0, 3, "position_scale"},
+        {{.style = ATTN_ROPE_NEOX}, -1, 3, "rope_offset"},
+        {{.style = ATTN_ROPE_NEOX}, INT64_MAX - 2, 3, "rope_offset"},
+        {{.style = ATTN_ROPE_NEOX, .cos = &T4, .sin = &T4}, 0, 3, "positions"},  /* keys reach position 4 */
+        {{.style = ATTN_ROPE_NEOX, .cos = &T5, .sin = &T5}, 1, 3, "positions"},  /* ... 5 with the offset */
+        {{.style = ATTN_ROPE_NEOX, .cos = &T5, .sin = &T5}, 0, 6, "rope_offset"}, /* query 0 at -1 */
+        {{.style = ATTN_ROPE_NEOX, .cos = &T5}, 0, 3, "together"},
+    };
+    for (size_t i = 0; i < sizeof sbad / sizeof sbad[0]; ++i) {
+        float q6[48] = {0}, o6[48];
+        attn_tensor Q6 = attn_tensor_4d(q6, 1, 1, 6, 8), O6 = attn_tensor_4d(o6, 1, 1, 6, 8);
+        attn_tensor *qv = sbad[i].nq == 6 ? &Q6 : &Qs, *ov = sbad[i].nq == 6 ? &O6 : &Os;
+        attn_sdpa_opts so = attn_sdpa_opts_default();
+        so.rope = &sbad[i].rope;
+        so.rope_offset = sbad[i].offset;
+        for (int e = 0; e < 24; ++e) oa[e] = dqa[e] = 42.0f;
+        for (int e = 0; e < 48; ++e) o6[e] = 42.0f;
+        attn_status f = attn_sdpa(qv, &Ks, &Vs, ov, NULL, NULL, &so, &err);
+        const bool fok = f != ATTN_OK && strstr(err.message, sbad[i].want) && ((float *)ov->data)[0] == 42.0f;
+        char fmsg[256];
+        snprintf(fmsg, sizeof fmsg, "%s", err.message);
+        attn_status bw = attn_sdpa_backward(qv, &Ks, &Vs, NULL, NULL, ov, sbad[i].nq == 6 ? NULL : &dQ, &dK, &dV, &so, &err);
+        tu_check(&g, fok && bw != ATTN_OK && strstr(err.message, sbad[i].want) && dqa[0] == 42.0f,
+                 "bad sdpa rope %zu: forward %d '%s', backward %d '%s'", i, (int)f, fmsg, (int)bw, err.message);
+    }
+    /* a caller's workspace too small for the rotated copies */
+    attn_rope good = {.style = ATTN_ROPE_GPTJ};
+    attn_sdpa_opts so = attn_sdpa_opts_default();
+    so.rope = &good;
+    so.workspace = wsa;
+    so.workspace_size = sizeof wsa;
+    tu_check(&g, attn_sdpa(&Qs, &Ks, &Vs, &Os, NULL, NULL, &so, &err) == ATTN_ERR_WORKSPACE && strstr(err.message, "workspace"),
+             "small workspace: %s", err.message);
+    /* a table that is an output too */
+    so.workspace = NULL;
+    so.workspace_size = 0;
+    attn_rope overlap = {.style = ATTN_ROPE_NEOX, .rotary_dim = 2, .cos = &T5, .sin = &T5};
+    attn_tensor Ot = attn_tensor_4d(tab5, 1, 1, 1, 8);
+    attn_tensor Q1 = attn_tensor_4d(qa, 1, 1, 1, 8);
+    so.rope = &overlap;
+    T5 = attn_tensor_2d(tab5, 5, 1);
+    tu_check(&g, attn_sdpa(&Q1, &Ks, &Vs, &Ot, NULL, NULL, &so, &err) != ATTN_OK && strstr(err.message, "rope"),
+             "out overlapping the rope table: %s", err.message);
+    /* varlen: the second sequence's keys reach past the table: nothing written */
+    {
+        float vq[5 * 8] = {0}, vk[9 * 8] = {0}, vo[5 * 8];
+        for (int e = 0; e < 40; ++e) vo[e] = 42.0f;
+        const int64_t cq[3] = {0, 4, 5}, ck[3] = {0, 4, 9}; /* the larger, valid one runs first */
+        attn_varlen_seqs seqs = {.nseq = 2, .type = ATTN_OFFSETS_I64, .cu_seqlens_q = cq, .cu_seqlens_k = ck};
+        attn_tensor VQ = attn_tensor_3d(vq, 5, 1, 8), VK = attn_tensor_3d(vk, 9, 1, 8), VO = attn_tensor_3d(vo, 5, 1, 8);
+        attn_rope tabled = {.style = ATTN_ROPE_GPTJ, .cos = &T4, .sin = &T4};
+        T4 = attn_tensor_2d(tab5, 4, 4);
+        attn_sdpa_opts vo_opts = attn_sdpa_opts_default();
+        vo_opts.rope = &tabled;
+        bool untouched = true;
+        const attn_status st = attn_sdpa_varlen(&VQ, &VK, &VK, &seqs, &VO, NULL, &vo_opts, &err);
+        for (int e = 0; e < 40; ++e) untouched &= vo[e] == 42.0f;
+        tu_check(&g, st != ATTN_OK && strstr(err.message, "positions") && untouched,
+                 "varlen with a short table: status %d '%s', untouched %d", (int)st, err.message, (int)untouched);
+    }
     tu_group_pass(&g);
     tu_group_end(&g);
 }

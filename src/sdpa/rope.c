@@ -41,6 +41,22 @@ attn_status attn_rope_check(const attn_rope *rope, int64_t D, int64_t max_pos, a
     return ATTN_OK;
 }
 
+attn_status attn_rope_check_call(const attn_rope *rope, int64_t D, int64_t offset, int64_t Nq,
+                                 int64_t Nk, attn_error *err)
+{
+    RETURN_IF(!rope, err, ATTN_ERR_NULL, "rope: pointer is NULL");
+    RETURN_IF(offset < 0 || offset > INT64_MAX - Nk, err, ATTN_ERR_ARG,
+              "rope_offset: must be >= 0 (and leave room for %lld keys), got %lld",
+              (long long)Nk, (long long)offset);
+    int64_t qpos, kpos, pos0, npos;
+    attn_rope_positions(offset, Nq, Nk, &qpos, &kpos, &pos0, &npos);
+    RETURN_IF(rope->cos && pos0 < 0, err, ATTN_ERR_ARG,
+              "rope_offset: query row 0 sits at position %lld (rope_offset + Nk - Nq), before "
+              "the cos/sin tables' first",
+              (long long)pos0);
+    return attn_rope_check(rope, D, npos > 0 ? pos0 + npos - 1 : 0, err);
+}
+
 /* The pair of feature i: (i, i + half) for GPT-NeoX, (2i, 2i + 1) for GPT-J. */
 static void pair(attn_rope_style style, int64_t half, int64_t i, int64_t *i0, int64_t *i1)
 {

@@ -8,6 +8,21 @@
 
 /* rope valid for rows of D features at positions up to max_pos. */
 attn_status attn_rope_check(const attn_rope *rope, int64_t D, int64_t max_pos, attn_error *err);
+/* attn_sdpa's positions (attn/sdpa.h): key row j at offset + j, query row
+ * i at offset + Nk - Nq + i; the table of angles spans [*pos0, *pos0 +
+ * *npos), the positions either uses. */
+static inline void attn_rope_positions(int64_t offset, int64_t Nq, int64_t Nk, int64_t *qpos,
+                                       int64_t *kpos, int64_t *pos0, int64_t *npos)
+{
+    *kpos = offset;
+    *qpos = offset + Nk - Nq;
+    *pos0 = *qpos < *kpos ? *qpos : *kpos;
+    *npos = offset + Nk - *pos0; /* both end at offset + Nk */
+}
+/* rope valid for an attn_sdpa call of Nq queries, Nk keys and D features
+ * with this rope_offset (positions as attn_rope_positions). */
+attn_status attn_rope_check_call(const attn_rope *rope, int64_t D, int64_t offset, int64_t Nq,
+                                 int64_t Nk, attn_error *err);
 /* Rotates x[0..D) as the row at position pos (rope already checked). */
 void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D);
 /* cos and sin of positions [pos0, pos0 + npos) into c and s, (npos, rd/2)

@@ -21,34 +21,21 @@
 
 #include <string.h>
 
-/* The table's first position and length; positions of row 0 of Q and K. */
-static void positions(const sdpa_problem *p, int64_t offset, int64_t *qpos, int64_t *kpos,
-                      int64_t *pos0, int64_t *npos)
-{
-    *kpos = offset;
-    *qpos = offset + p->Nk - p->Nq;
-    *pos0 = *qpos < *kpos ? *qpos : *kpos;
-    *npos = offset + p->Nk - *pos0; /* both end at offset + Nk */
-}
-
 static int64_t half_of(const attn_rope *rope, int64_t D)
 {
     return (rope->rotary_dim ? rope->rotary_dim : D) / 2;
 }
 
+static void positions(const sdpa_problem *p, int64_t offset, int64_t *qpos, int64_t *kpos,
+                      int64_t *pos0, int64_t *npos)
+{
+    attn_rope_positions(offset, p->Nq, p->Nk, qpos, kpos, pos0, npos);
+}
+
 attn_status sdpa_rope_check(const sdpa_problem *p, const attn_sdpa_opts *opts, attn_error *err)
 {
-    if (!opts->rope) return ATTN_OK;
-    RETURN_IF(opts->rope_offset < 0 || opts->rope_offset > INT64_MAX - p->Nk, err, ATTN_ERR_ARG,
-              "rope_offset: must be >= 0 (and leave room for %lld keys), got %lld",
-              (long long)p->Nk, (long long)opts->rope_offset);
-    int64_t qpos, kpos, pos0, npos;
-    positions(p, opts->rope_offset, &qpos, &kpos, &pos0, &npos);
-    RETURN_IF(opts->rope->cos && pos0 < 0, err, ATTN_ERR_ARG,
-              "rope_offset: query row 0 sits at position %lld (rope_offset + Nk - Nq), before "
-              "the cos/sin tables' first",
-              (long long)pos0);
-    return attn_rope_check(opts->rope, p->D, npos > 0 ? pos0 + npos - 1 : 0, err);
+    return opts->rope ? attn_rope_check_call(opts->rope, p->D, opts->rope_offset, p->Nq, p->Nk, err)
+                      : ATTN_OK;
 }
 
 /* The copies' and tables' bytes, each rounded up to SDPA_ALIGN. */
