@@ -17,6 +17,7 @@
  *            k_new without v_new: errors that leave the cache unchanged.
  */
 #include "attn.h"
+#include "clirun.h"
 #include "ref64_variants.h"
 #include "testutil.h"
 
@@ -25,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_SEED 0x20be0e5ull
 
@@ -781,6 +783,117 @@ static void group_errors(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* ----------------------------------------------------------------- cli */
+
+static char cli_dir[256];
+
+static const char *cli_path(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", cli_dir, name);
+    return b;
+}
+
+/* The .npy file name holds exactly the n floats of want. */
+static bool file_equals(const char *name, const float *want, int64_t n)
+{
+    attn_array a;
+    if (attn_npy_read(cli_path(name), &a, NULL) != ATTN_OK) return false;
+    const bool same = a.t.dtype == ATTN_F32 && attn_tensor_numel(&a.t) == n &&
+                      memcmp(a.t.data, want, sizeof(float) * (size_t)n) == 0;
+    attn_array_free(&a);
+    return same;
+}
+
+/* `attn sdpa` and `attn sdpa-backward` with --rope equal the library's
+ * attn_sdpa and attn_sdpa_backward with opts.rope bit for bit; bad --rope
+ * values are usage errors naming the option. */
+static void group_cli(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "cli");
+    snprintf(cli_dir, sizeof cli_dir, "/tmp/attn_rope_cli_XXXXXX");
+    if (!tu_check(&g, mkdtemp(cli_dir) != NULL, "mkdtemp")) {
+        tu_group_end(&g);
+        return;
+    }
+    enum { B = 2, H = 4, HK = 2, NQ = 5, NK = 7, D = 8, DV = 5 };
+    static float q[B * H * NQ * D], k[B * HK * NK * D], v[B * HK * NK * DV], dout[B * H * NQ * DV];
+    static float o[B * H * NQ * DV], l[B * H * NQ], dq[B * H * NQ * D], dk[B * HK * NK * D], dv[B * HK * NK * DV];
+    tu_rng r;
+    tu_rng_seed(&r, 0xc11);
+    for (int e = 0; e < B * H * NQ * D; ++e) q[e] = (float)tu_rng_normal(&r);
+    for (int e = 0; e < B * HK * NK * D; ++e) k[e] = (float)tu_rng_normal(&r);
+    for (int e = 0; e < B * HK * NK * DV; ++e) v[e] = (float)tu_rng_normal(&r);
+    for (int e = 0; e < B * H * NQ * DV; ++e) dout[e] = (float)tu_rng_normal(&r);
+    attn_tensor Q = attn_tensor_4d(q, B, H, NQ, D), K = attn_tensor_4d(k, B, HK, NK, D);
+    attn_tensor V = attn_tensor_4d(v, B, HK, NK, DV), dO = attn_tensor_4d(dout, B, H, NQ, DV);
+    attn_tensor O = attn_tensor_4d(o, B, H, NQ, DV), L = attn_tensor_3d(l, B, H, NQ);
+    attn_tensor dQ = attn_tensor_4d(dq, B, H, NQ, D), dK = attn_tensor_4d(dk, B, HK, NK, D);
+    attn_tensor dV = attn_tensor_4d(dv, B, HK, NK, DV);
+    attn_npy_write(cli_path("q.npy"), &Q, NULL);
+    attn_npy_write(cli_path("k.npy"), &K, NULL);
+    attn_npy_write(cli_path("v.npy"), &V, NULL);
+    attn_npy_write(cli_path("do.npy"), &dO, NULL);
+    attn_rope rope = {.style = ATTN_ROPE_GPTJ, .rotary_dim = 6, .theta = 500.0};
+    attn_sdpa_opts opts = attn_sdpa_opts_default();
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    opts.rope = &rope;
+    opts.rope_offset = 3;
+    static float stats[B * H * NQ * 2]; /* as sdpa-backward: the backward reads the row statistics */
+    attn_tensor ST = attn_tensor_4d(stats, B, H, NQ, 2);
+    opts.softmax_stats = &ST;
+    attn_error err;
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_OK &&
+                     attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &opts, &err) == ATTN_OK,
+             "library: %s", err.message);
+    const char *common = "%s\x1f--query\x1f%s\x1f--key\x1f%s\x1f--value\x1f%s\x1f--causal\x1f" "bottom-right\x1f"
+                         "--rope\x1fgptj\x1f--rotary-dim\x1f" "6\x1f--rope-theta\x1f" "500\x1f--rope-offset\x1f" "3%s";
+    clirun_result res;
+    clirunf(&res, common, "sdpa", cli_path("q.npy"), cli_path("k.npy"), cli_path("v.npy"), "\x1f--out\x1f/dev/null");
+    clirun_free(&res);
+    char extra[600];
+    snprintf(extra, sizeof extra, "\x1f--out\x1f%s\x1f--lse\x1f%s", cli_path("o.npy"), cli_path("l.npy"));
+    clirunf(&res, common, "sdpa", cli_path("q.npy"), cli_path("k.npy"), cli_path("v.npy"), extra);
+    tu_check(&g, res.status == 0 && file_equals("o.npy", o, B * H * NQ * DV) && file_equals("l.npy", l, B * H * NQ),
+             "attn sdpa --rope: status %d, '%s', or outputs differ from attn_sdpa", res.status, res.err);
+    clirun_free(&res);
+    snprintf(extra, sizeof extra, "\x1f--grad-out\x1f%s\x1f--grad-query\x1f%s\x1f--grad-key\x1f%s\x1f--grad-value\x1f%s",
+             cli_path("do.npy"), cli_path("dq.npy"), cli_path("dk.npy"), cli_path("dv.npy"));
+    clirunf(&res, common, "sdpa-backward", cli_path("q.npy"), cli_path("k.npy"), cli_path("v.npy"), extra);
+    tu_check(&g, res.status == 0 && file_equals("dq.npy", dq, B * H * NQ * D) && file_equals("dk.npy", dk, B * HK * NK * D) &&
+                     file_equals("dv.npy", dv, B * HK * NK * DV),
+             "attn sdpa-backward --rope: status %d, '%s', or gradients differ from attn_sdpa_backward", res.status, res.err);
+    clirun_free(&res);
+    const struct {
+        const char *args, *want;
+    } bad[] = {
+        {"\x1f--rope\x1fhalves", "--rope: expected neox or gptj"},
+        {"\x1f--rope\x1fneox\x1f--rotary-dim\x1f" "5", "--rope"},
+        {"\x1f--rope\x1fneox\x1f--rotary-dim\x1f" "10", "--rope"},
+        {"\x1f--rope-theta\x1f" "100", "only with --rope"},
+        {"\x1f--rope-offset\x1f" "4", "only with --rope"},
+        {"\x1f--rope\x1fgptj\x1f--rope-offset\x1f-1", "--rope-offset"},
+        {"\x1f--rope\x1fgptj\x1f--rope-theta\x1f" "1", "--rope-theta"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char args[300];
+        snprintf(args, sizeof args, "%s\x1f--out\x1f%s", bad[i].args, cli_path("bad.npy"));
+        clirunf(&res, "sdpa\x1f--query\x1f%s\x1f--key\x1f%s\x1f--value\x1f%s%s", cli_path("q.npy"), cli_path("k.npy"),
+                cli_path("v.npy"), args);
+        tu_check(&g, res.status == 2 && clirun_count_lines(res.err) == 1 && strstr(res.err, bad[i].want) &&
+                         access(cli_path("bad.npy"), F_OK) != 0,
+                 "bad %zu: status %d, stderr '%s'", i, res.status, res.err);
+        clirun_free(&res);
+    }
+    const char *names[] = {"q.npy", "k.npy", "v.npy", "do.npy", "o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy", "bad.npy"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) unlink(cli_path(names[i]));
+    rmdir(cli_dir);
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -791,5 +904,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "prefill")) group_prefill(&s, &opt);
     if (tu_group_selected(&opt, "compose")) group_compose(&s, &opt);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
+    if (tu_group_selected(&opt, "cli")) group_cli(&s);
     return tu_suite_finish(&s);
 }
