@@ -104,25 +104,25 @@ void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D)
     }
 }
 
-void attn_rope_table(const attn_rope *rope, int64_t D, int64_t pos0, int64_t npos, float *c,
-                     float *s, int threads)
+void attn_rope_frequencies(const attn_rope *rope, int64_t D, double *freq)
+{
+    const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D;
+    for (int64_t i = 0; !rope->cos && i < rd / 2; ++i) freq[i] = frequency(rope, rd, i);
+}
+
+void attn_rope_angles(const attn_rope *rope, int64_t D, const double *freq, int64_t pos, float *c,
+                      float *s)
 {
     const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D, half = rd / 2;
-    (void)threads;
     if (rope->cos) {
-        for (int64_t t = 0; t < npos; ++t)
-            for (int64_t i = 0; i < half; ++i) angle(rope, rd, pos0 + t, i, &c[t * half + i], &s[t * half + i]);
+        for (int64_t i = 0; i < half; ++i) angle(rope, rd, pos, i, &c[i], &s[i]);
         return;
     }
-    /* one pow per pair, then cos and sin per entry: the values angle() gives */
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < half; ++i) {
-        const double f = frequency(rope, rd, i);
-        for (int64_t t = 0; t < npos; ++t) {
-            const double a = scaled_position(rope, pos0 + t) * f;
-            c[t * half + i] = (float)cos(a);
-            s[t * half + i] = (float)sin(a);
-        }
+    const double p = scaled_position(rope, pos);
+    for (int64_t i = 0; i < half; ++i) { /* the values angle() gives, one pow per pair */
+        const double a = p * freq[i];
+        c[i] = (float)cos(a);
+        s[i] = (float)sin(a);
     }
 }
 

@@ -25,11 +25,13 @@ attn_status attn_rope_check_call(const attn_rope *rope, int64_t D, int64_t offse
                                  int64_t Nk, attn_error *err);
 /* Rotates x[0..D) as the row at position pos (rope already checked). */
 void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D);
-/* cos and sin of positions [pos0, pos0 + npos) into c and s, (npos, rd/2)
- * row-major: the values attn_rope_row rotates by (rope checked, tables long
- * enough). */
-void attn_rope_table(const attn_rope *rope, int64_t D, int64_t pos0, int64_t npos, float *c,
-                     float *s, int threads);
+/* theta^(-2i / rotary_dim) for the rotary_dim / 2 pairs into freq (nothing
+ * with tables), for attn_rope_angles. */
+void attn_rope_frequencies(const attn_rope *rope, int64_t D, double *freq);
+/* cos and sin of position pos's angles into c[0..rd/2), s[0..rd/2): the
+ * values attn_rope_row rotates by (rope checked, pos within the tables). */
+void attn_rope_angles(const attn_rope *rope, int64_t D, const double *freq, int64_t pos, float *c,
+                      float *s);
 /* Rotates the rd/2 = half pairs of x (element stride `stride`) by the angles
  * whose cos and sin are c[0..half), s[0..half); inverse: by minus them, the
  * transpose rotation (the backward's). */

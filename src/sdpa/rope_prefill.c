@@ -52,6 +52,7 @@ static sdpa_size copy_bytes(const sdpa_problem *p, const attn_sdpa_opts *opts)
     sdpa_size_add(&s, rows, p->D, sizeof(float));
     sdpa_size_add(&s, npos, half, sizeof(float));
     sdpa_size_add(&s, npos, half, sizeof(float));
+    sdpa_size_add(&s, half, 1, sizeof(double));
     return s;
 }
 
@@ -65,25 +66,37 @@ bool sdpa_rope_workspace(const sdpa_problem *p, const attn_sdpa_opts *opts, size
     return true;
 }
 
-/* x (B,H,N,D), any float dtype and strides, into the contiguous float32
- * dst rotated: row n at position first + n, i.e. table row first + n - pos0. */
-static void rotate_into(const sdpa_rope *r, const attn_tensor *x, int64_t first, float *dst,
-                        int threads)
+/* Row n of every (b, h) of x (B,H,N,D; any float dtype and strides) into
+ * the contiguous float32 dst, rotated by the angles c, s. */
+static void rotate_row_into(const sdpa_rope *r, const attn_tensor *x, int64_t n, const float *c,
+                            const float *s, float *dst)
 {
     const int64_t H = x->shape[1], N = x->shape[2], D = x->shape[3];
-    const int64_t rows = x->shape[0] * H * N;
     const int64_t *st = x->stride;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t row = 0; row < rows; ++row) {
-        const int64_t b = row / (H * N), h = row / N % H, n = row % N;
-        const int64_t at = b * st[0] + h * st[1] + n * st[2];
-        float *d = dst + row * D;
+    for (int64_t bh = 0; bh < x->shape[0] * H; ++bh) {
+        const int64_t at = bh / H * st[0] + bh % H * st[1] + n * st[2];
+        float *d = dst + (bh * N + n) * D;
         if (x->dtype == ATTN_F32 && st[3] == 1)
             memcpy(d, (const float *)x->data + at, (size_t)D * sizeof *d);
         else
             for (int64_t e = 0; e < D; ++e) d[e] = attn_load_float(x->data, x->dtype, at + e * st[3]);
-        const int64_t t = (first + n - r->pos0) * r->half;
-        attn_rope_turn(r->rope->style, r->half, r->cos + t, r->sin + t, false, d, 1);
+        attn_rope_turn(r->rope->style, r->half, c, s, false, d, 1);
+    }
+}
+
+/* One parallel pass over the positions: each position's cos and sin into
+ * the table (kept for the backward), then the rows of Q and K there. */
+static void rotate_inputs(const sdpa_rope *r, const attn_tensor *q, const attn_tensor *k,
+                          const double *freq, float *qr, float *kr, int threads)
+{
+    const int64_t D = q->shape[3];
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < r->npos; ++t) {
+        const int64_t pos = r->pos0 + t, qn = pos - r->qpos, kn = pos - r->kpos;
+        float *c = r->cos + t * r->half, *s = r->sin + t * r->half;
+        attn_rope_angles(r->rope, D, freq, pos, c, s);
+        if (qn >= 0 && qn < q->shape[2]) rotate_row_into(r, q, qn, c, s, qr);
+        if (kn >= 0 && kn < k->shape[2]) rotate_row_into(r, k, kn, c, s, kr);
     }
 }
 
@@ -118,11 +131,11 @@ attn_status sdpa_rope_begin(sdpa_rope *r, sdpa_problem *p, const attn_sdpa_opts 
     float *kr = sdpa_take(&ws, p->B * p->Hkv * p->Nk, (size_t)p->D * sizeof(float));
     r->cos = sdpa_take(&ws, r->npos, (size_t)r->half * sizeof(float));
     r->sin = sdpa_take(&ws, r->npos, (size_t)r->half * sizeof(float));
-    attn_rope_table(r->rope, p->D, r->pos0, r->npos, r->cos, r->sin, p->threads);
+    double *freq = sdpa_take(&ws, r->half, sizeof(double));
+    attn_rope_frequencies(r->rope, p->D, freq);
+    rotate_inputs(r, *q, *k, freq, qr, kr, p->threads);
     r->q = attn_tensor_make(qr, ATTN_F32, 4, qshape);
     r->k = attn_tensor_make(kr, ATTN_F32, 4, kshape);
-    rotate_into(r, *q, r->qpos, qr, p->threads);
-    rotate_into(r, *k, r->kpos, kr, p->threads);
     *q = &r->q;
     *k = &r->k;
     p->q = qr;
