@@ -66,37 +66,48 @@ bool sdpa_rope_workspace(const sdpa_problem *p, const attn_sdpa_opts *opts, size
     return true;
 }
 
-/* Row n of every (b, h) of x (B,H,N,D; any float dtype and strides) into
- * the contiguous float32 dst, rotated by the angles c, s. */
-static void rotate_row_into(const sdpa_rope *r, const attn_tensor *x, int64_t n, const float *c,
-                            const float *s, float *dst)
+/* Rows [n0, n1) of every (b, h) of x (B,H,N,D; any float dtype and
+ * strides) into the contiguous float32 dst, row n rotated by table row
+ * n + shift: a stream through each head's rows. */
+static void rotate_rows_into(const sdpa_rope *r, const attn_tensor *x, int64_t n0, int64_t n1,
+                             int64_t shift, float *dst)
 {
     const int64_t H = x->shape[1], N = x->shape[2], D = x->shape[3];
     const int64_t *st = x->stride;
-    for (int64_t bh = 0; bh < x->shape[0] * H; ++bh) {
-        const int64_t at = bh / H * st[0] + bh % H * st[1] + n * st[2];
-        float *d = dst + (bh * N + n) * D;
-        if (x->dtype == ATTN_F32 && st[3] == 1)
-            memcpy(d, (const float *)x->data + at, (size_t)D * sizeof *d);
-        else
-            for (int64_t e = 0; e < D; ++e) d[e] = attn_load_float(x->data, x->dtype, at + e * st[3]);
-        attn_rope_turn(r->rope->style, r->half, c, s, false, d, 1);
-    }
+    for (int64_t bh = 0; bh < x->shape[0] * H; ++bh)
+        for (int64_t n = n0; n < n1; ++n) {
+            const int64_t at = bh / H * st[0] + bh % H * st[1] + n * st[2];
+            float *d = dst + (bh * N + n) * D;
+            if (x->dtype == ATTN_F32 && st[3] == 1)
+                memcpy(d, (const float *)x->data + at, (size_t)D * sizeof *d);
+            else
+                for (int64_t e = 0; e < D; ++e) d[e] = attn_load_float(x->data, x->dtype, at + e * st[3]);
+            const int64_t t = (n + shift) * r->half;
+            attn_rope_turn(r->rope->style, r->half, r->cos + t, r->sin + t, false, d, 1);
+        }
 }
 
-/* One parallel pass over the positions: each position's cos and sin into
- * the table (kept for the backward), then the rows of Q and K there. */
+/* One parallel region without a barrier: each thread takes a block of
+ * positions, fills their rows of the table (kept for the backward), then
+ * rotates the rows of Q and K at those positions. */
 static void rotate_inputs(const sdpa_rope *r, const attn_tensor *q, const attn_tensor *k,
                           const double *freq, float *qr, float *kr, int threads)
 {
-    const int64_t D = q->shape[3];
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < r->npos; ++t) {
-        const int64_t pos = r->pos0 + t, qn = pos - r->qpos, kn = pos - r->kpos;
-        float *c = r->cos + t * r->half, *s = r->sin + t * r->half;
-        attn_rope_angles(r->rope, D, freq, pos, c, s);
-        if (qn >= 0 && qn < q->shape[2]) rotate_row_into(r, q, qn, c, s, qr);
-        if (kn >= 0 && kn < k->shape[2]) rotate_row_into(r, k, kn, c, s, kr);
+    const int64_t D = q->shape[3], Nq = q->shape[2], Nk = k->shape[2];
+#pragma omp parallel num_threads(threads)
+    {
+        int me, team;
+        sdpa_team(&me, &team);
+        const int64_t t0 = r->npos * me / team, t1 = r->npos * (me + 1) / team;
+        for (int64_t t = t0; t < t1; ++t)
+            attn_rope_angles(r->rope, D, freq, r->pos0 + t, r->cos + t * r->half,
+                             r->sin + t * r->half);
+        /* table row t is position pos0 + t: query row pos0 + t - qpos */
+        const int64_t qs = r->pos0 - r->qpos, ks = r->pos0 - r->kpos;
+        const int64_t q0 = t0 + qs > 0 ? t0 + qs : 0, q1 = t1 + qs < Nq ? t1 + qs : Nq;
+        const int64_t k0 = t0 + ks > 0 ? t0 + ks : 0, k1 = t1 + ks < Nk ? t1 + ks : Nk;
+        if (q1 > q0) rotate_rows_into(r, q, q0, q1, -qs, qr);
+        if (k1 > k0) rotate_rows_into(r, k, k0, k1, -ks, kr);
     }
 }
 
