@@ -21,15 +21,10 @@
 
 #include <string.h>
 
+/* The number of rotated pairs. */
 static int64_t half_of(const attn_rope *rope, int64_t D)
 {
     return (rope->rotary_dim ? rope->rotary_dim : D) / 2;
-}
-
-static void positions(const sdpa_problem *p, int64_t offset, int64_t *qpos, int64_t *kpos,
-                      int64_t *pos0, int64_t *npos)
-{
-    attn_rope_positions(offset, p->Nq, p->Nk, qpos, kpos, pos0, npos);
 }
 
 attn_status sdpa_rope_check(const sdpa_problem *p, const attn_sdpa_opts *opts, attn_error *err)
@@ -42,7 +37,7 @@ attn_status sdpa_rope_check(const sdpa_problem *p, const attn_sdpa_opts *opts, a
 static sdpa_size copy_bytes(const sdpa_problem *p, const attn_sdpa_opts *opts)
 {
     int64_t qpos, kpos, pos0, npos;
-    positions(p, opts->rope_offset, &qpos, &kpos, &pos0, &npos);
+    attn_rope_positions(opts->rope_offset, p->Nq, p->Nk, &qpos, &kpos, &pos0, &npos);
     const int64_t half = half_of(opts->rope, p->D);
     sdpa_size s = {0, true};
     int64_t rows;
@@ -117,7 +112,7 @@ attn_status sdpa_rope_begin(sdpa_rope *r, sdpa_problem *p, const attn_sdpa_opts 
     memset(r, 0, sizeof *r);
     r->rope = opts->rope;
     r->half = half_of(opts->rope, p->D);
-    positions(p, opts->rope_offset, &r->qpos, &r->kpos, &r->pos0, &r->npos);
+    attn_rope_positions(opts->rope_offset, p->Nq, p->Nk, &r->qpos, &r->kpos, &r->pos0, &r->npos);
     const sdpa_size need = copy_bytes(p, opts);
     RETURN_IF(!need.ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     char *ws;
