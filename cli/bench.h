@@ -30,6 +30,7 @@ typedef struct {
     bool fresh_workspace; /* calls allocate their own workspace */
     bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
     float softcap, dropout;
+    attn_rope rope; /* forward: --rope (style NONE = off) */
 } bench_config;
 
 /* Monotonic wall-clock seconds. */

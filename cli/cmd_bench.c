@@ -42,6 +42,7 @@ static const cli_option bench_options[] = {
     {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
     {"--sinks", NULL, "one attention sink logit per head (0.5)"},
     {"--dropout", "P", "dropout on the weights"},
+    CLI_ROPE_OPTIONS, /* forward: opts.rope, Q and K rotated inside the timed call */
     {"--fresh-workspace", NULL, "let every call allocate its own workspace (default: one, reused)"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
@@ -240,6 +241,7 @@ static int bench_one(const bench_config *c)
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
         s.sopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+        if (c->rope.style != ATTN_ROPE_NONE) s.sopts.rope = &c->rope;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -316,6 +318,9 @@ static int bench_one(const bench_config *c)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " bf16 engine=%s",
                  attn_engine());
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
+    if (c->rope.style != ATTN_ROPE_NONE)
+        strncat(variant, c->rope.style == ATTN_ROPE_NEOX ? " rope=neox" : " rope=gptj",
+                sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
                  (double)c->softcap);
@@ -554,6 +559,9 @@ static int run_bench(int argc, char **argv)
     if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
         return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
+    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
+    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD)
+        return cli_usage_error(cmd, "--rope: with --mode forward");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
