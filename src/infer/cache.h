@@ -1,6 +1,9 @@
 /*
  * The KV cache's storage, shared by the files of src/infer: kvcache.c
- * (creation, appends, lengths, block tables), attend.c (validation and the
+ * (creation, appends, lengths), pool.c (the paged block pool: reference
+ * counts, block tables, forks, copy-on-write), batch.c (cache_batch_idx and
+ * cache_leftpad as a view), cascade.c (shared prefixes attended once),
+ * attend.c (validation and the
  * attn_sdpa path of float caches), decode.c + decode_rows*.c (the kernel
  * that reads quantized storage in place), quant.c (the formats) and
  * update.c (append and attend in one call, with rotary embeddings).

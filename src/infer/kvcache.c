@@ -1,7 +1,7 @@
 /*
  * A key/value cache for decoding (attn/kvcache.h): creation, appends (which
- * quantize, quant.c), lengths, the paged block pool and block tables, views
- * and read-back. The storage layout is described in cache.h; attention over
+ * quantize, quant.c), lengths, views and read-back. The paged block pool
+ * is pool.c. The storage layout is described in cache.h; attention over
  * the cache is attend.c and decode.c.
  */
 #include "../core/half.h"
