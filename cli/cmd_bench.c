@@ -27,6 +27,7 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--shared-prefix", "N", "decode: the batch shares its first N of --kv-seq tokens (forked, cascade) vs the same tokens unshared"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
@@ -73,6 +74,11 @@ static const char bench_details[] =
     "output's max and mean |difference| from the f32 cache's (when f32 is\n"
     "listed). The storages and the streaming read are timed in turn in every\n"
     "run; medians.\n"
+    "--shared-prefix N (decode, paged: --block-size, default 16 here): every\n"
+    "entry's first N of its --kv-seq tokens are the same; the cache that holds\n"
+    "them once (entry 0 forked to the others: attn_kvcache_attend's cascade)\n"
+    "is timed in turn with one holding a copy per entry; tokens/s of both, their\n"
+    "ratio and the outputs' max |difference|, per --cache-dtype.\n"
     "--mode varlen times attn_sdpa_varlen over packed sequences of --seq-lens\n"
     "(default 64,128,256,512,1024,2048) and, alternately, attn_sdpa on one\n"
     "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
@@ -509,6 +515,10 @@ static int run_bench(int argc, char **argv)
     if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
         return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
     if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
+    if (!cli_get_int(&a, "--shared-prefix", 1, 1L << 40, &c.shared_prefix)) return CLI_USAGE;
+    if (c.shared_prefix && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--shared-prefix: only with --mode decode");
+    if (c.shared_prefix && !c.block_size) c.block_size = 16; /* sharing needs the paged cache */
     if (c.mode == MODE_DECODE) {
         /* the storages to compare: names split at commas, kept in a static
          * copy of the argument */
@@ -587,12 +597,17 @@ static int run_bench(int argc, char **argv)
             one.head_dim = (long)dims[j];
             if (!one.kv_seq) one.kv_seq = one.seq;
             if (!one.value_dim) one.value_dim = one.head_dim;
+            if (one.shared_prefix >= one.kv_seq)
+                return cli_usage_error(cmd, "--shared-prefix: %ld must be below --kv-seq %ld",
+                                       one.shared_prefix, one.kv_seq);
             if (!sizes_fit(&one))
                 return cli_usage_error(cmd, "--batch/--heads/--seq/--head-dim: %ld x %ld x %ld x %ld "
                                             "floats per tensor do not fit in memory",
                                        one.batch, one.heads, one.seq > one.kv_seq ? one.seq : one.kv_seq,
                                        one.head_dim > one.value_dim ? one.head_dim : one.value_dim);
-            rc = one.mode == MODE_DECODE ? bench_decode(&one) : bench_one(&one);
+            rc = one.mode != MODE_DECODE ? bench_one(&one)
+                 : one.shared_prefix     ? bench_decode_shared(&one)
+                                         : bench_decode(&one);
         }
     return rc;
 }
