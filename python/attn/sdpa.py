@@ -62,7 +62,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 causal_alignment not in _CAUSAL) and
             _plain(query) and _plain(key) and _plain(value)):
         result = np.empty(query.shape[:3] + value.shape[3:], np.float32)
-        _fast.forward(*(_triple(a) for a in (query, key, value, result)),
+        _fast.forward(_fast.triple(query), _fast.triple(key), _fast.triple(value),
+                      _fast.triple(result),
                       None if scale is None else float(scale),
                       _CAUSAL[causal_alignment] if is_causal else 0, num_threads,
                       (query, key, value, result))
@@ -165,14 +166,13 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
 _CAUSAL = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _plain(a):
-    """A float32 array the library reads as it is."""
-    return a.dtype == np.float32 and _tensor.passes_as_is(a, negative_ok=True)
-
-
-def _triple(a):
-    item = a.itemsize
-    return a.ctypes.data, a.shape, [s // item for s in a.strides]
+    """A float32 array the library reads as it is (NumPy's aligned flag
+    covers the strides: each a whole number of elements)."""
+    return a.dtype is _F32 and a.flags.aligned
 
 
 def _view(a, name):

@@ -101,8 +101,8 @@ _CAUSAL = {"top_left": _structs.CAUSAL_TOP_LEFT, "bottom_right": _structs.CAUSAL
 
 def _plain(t):
     """A float32 CPU tensor the library reads as it is (forward, no grad)."""
-    return (type(t) is torch.Tensor and t.dtype == torch.float32 and t.device.type == "cpu" and
-            t.layout == torch.strided)
+    return (type(t) is torch.Tensor and t.dtype is torch.float32 and t.is_cpu and
+            t.layout is torch.strided)
 
 
 def _triple(t):
@@ -201,10 +201,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         causal = _CAUSAL[causal_alignment] if is_causal else 0
         if not return_lse and not (torch.is_grad_enabled() and (
                 query.requires_grad or key.requires_grad or value.requires_grad)):
-            out = torch.empty(query.shape[:3] + value.shape[3:])  # no graph: no Function
-            _fast.forward(*(_triple(t) for t in (query, key, value, out)), scale, causal,
-                          _threads(num_threads), (query, key, value, out))
-            return out.to(dtype)
+            b, h, n, _ = query.shape  # no graph: no Function
+            out = torch.empty((b, h, n, value.shape[3]))
+            _fast.forward(_triple(query), _triple(key), _triple(value), _triple(out), scale,
+                          causal, _threads(num_threads), (query, key, value, out))
+            return out if dtype is torch.float32 else out.to(dtype)
         options = dict(plain=True, scale=scale, causal=causal, num_threads=_threads(num_threads))
         out, lse = _SdpaFunction.apply(query, key, value, None, None, None, options)
         out = out.to(dtype)
