@@ -14,7 +14,9 @@ reads kv head h // (nheads / nheads_k), softmax_lse is natural-log
 no key gives 0. attn is always deterministic, so `deterministic` changes
 nothing. Differences: return_attn_probs gives the exact probabilities before
 dropout (flash-attn's are "for testing only" and encode dropout as signs);
-results are float32 (float16 inputs stay float16).
+results are float32, except that float16 inputs stay float16 and, in
+flash_attn_with_kvcache, bfloat16 torch tensors stay bfloat16 (the library
+reads and writes 16-bit storage; arithmetic is float32).
 """
 import numpy as np
 
@@ -153,8 +155,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     then attends q (batch, seqlen_q, nheads, headdim) to each entry's
     cache_seqlens[b] + seqlen_new keys. Caches: (batch_cache, seqlen_cache,
     nheads_k, headdim), or with block_table (batch, max_blocks) int32 a paged
-    pool (num_blocks, page_block_size, nheads_k, headdim). cache_batch_idx
-    picks each entry's cache row, cache_leftpad its first key. Returns out
+    pool (num_blocks, page_block_size, nheads_k, headdim); float32, float16
+    or (torch) bfloat16, new keys stored in the cache's dtype.
+    cache_batch_idx: entry b uses cache row cache_batch_idx[b];
+    cache_leftpad: entry b's keys start at cache_leftpad[b] (the ones before
+    are not attended; rotary positions still count from the row's start, as
+    flash-attn's kernel reads cos/sin); both for contiguous caches only, as
+    in flash-attn. Returns out
     (batch, seqlen_q, nheads, headdim_v), and softmax_lse (batch, nheads,
     seqlen_q) with return_softmax_lse. No autograd (flash-attn has none).
     rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), only with k and v:

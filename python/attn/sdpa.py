@@ -152,7 +152,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
         *(_view(g, n) if g is not None else None
           for g, n in zip(grads, ("grad_query", "grad_key", "grad_value"))),
         C.byref(call.opts), C.byref(err)), err)
-    result = tuple(_unbroadcast(g, call.batch, shape).astype(_result_dtype(a), copy=False)
+    result = tuple(_tensor.round_to(_unbroadcast(g, call.batch, shape), _result_dtype(a))
                    if g is not None else None
                    for g, a, shape in zip(grads, (call.q, call.k, call.v), call.shapes))
     if dsinks is not None:
@@ -188,8 +188,8 @@ def _in(call, a, name, convert):
 
 
 def _result_dtype(a):
-    """Results follow a float16 input's dtype (as torch's); else float32."""
-    return np.float16 if a.dtype == np.float16 else np.float32
+    """Results follow a 16-bit input's dtype (as torch's); else float32."""
+    return a.dtype if a.dtype == np.float16 or _tensor.is_bf16(a) else np.dtype(np.float32)
 
 
 def _unbroadcast(g, batch, shape):

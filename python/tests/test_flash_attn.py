@@ -203,6 +203,55 @@ def test_kvcache_equal_lengths_batch_idx_leftpad_and_torch(torch, rng):
     np.testing.assert_allclose(full[0], want, **TOL)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kvcache_16bit_torch_caches_with_batch_idx_and_leftpad(torch, rng, dtype, causal):
+    """16-bit torch q and caches (flash-attn's dtypes) stay 16-bit: new keys
+    are appended bit for bit (float32 ones rounded as Tensor.to rounds), the
+    output has q's dtype, and it is the float64 attention of the stored
+    values within the README's 16-bit bound; cache_batch_idx picks each
+    entry's cache row and cache_leftpad hides the keys before it."""
+    dt = getattr(torch, dtype)
+    u = 2.0 ** (-8 if dtype == "bfloat16" else -11)
+    B, rows_total, cap, Hk, H, D, new = 3, 5, 12, 2, 4, 16, 2
+    t = lambda shape: torch.tensor(rng.standard_normal(shape), dtype=torch.float32)  # noqa
+    k_cache, v_cache = t((rows_total, cap, Hk, D)).to(dt), t((rows_total, cap, Hk, D)).to(dt)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    q = t((B, new, H, D)).to(dt)
+    k, v = t((B, new, Hk, D)).to(dt), t((B, new, Hk, D))  # v float32: rounded on append
+    rows = torch.tensor([4, 0, 2], dtype=torch.int32)
+    left = torch.tensor([3, 0, 6], dtype=torch.int32)
+    seqlens = torch.tensor([7, 5, 6], dtype=torch.int32)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                       cache_batch_idx=rows, cache_leftpad=left, causal=causal,
+                                       return_softmax_lse=True)
+    assert out.dtype == dt and out.shape == (B, new, H, D) and lse.dtype == torch.float32
+    untouched = torch.ones(rows_total, dtype=torch.bool)
+    for b in range(B):
+        r, lp, s = int(rows[b]), int(left[b]), int(seqlens[b])
+        untouched[r] = False
+        assert torch.equal(k_cache[r, s:s + new], k[b])
+        assert torch.equal(v_cache[r, s:s + new], v[b].to(dt))
+        assert torch.equal(k_cache[r, :s], before_k[r, :s])
+        assert torch.equal(v_cache[r, s + new:], before_v[r, s + new:])
+        keys, vals = k_cache[r, lp:s + new].double(), v_cache[r, lp:s + new].double()
+        want, wlse = attend_ref(torch, q[b].double().numpy(), keys.numpy(), vals.numpy(), causal)
+        bound = u * (np.abs(want) + vals.abs().max().item()) + 1e-5
+        err = np.abs(out[b].double().numpy() - want)
+        assert (err <= bound).all(), f"entry {b}: error {err.max()} beyond the 16-bit bound"
+        np.testing.assert_allclose(lse[b].numpy(), wlse, atol=1e-4, rtol=1e-4)
+    assert torch.equal(k_cache[untouched], before_k[untouched])  # other rows left alone
+    # the same on NumPy float16 arrays: the same bits
+    if dtype == "float16":
+        kc2, vc2 = before_k.numpy().copy(), before_v.numpy().copy()
+        out2 = flash_attn_with_kvcache(q.numpy(), kc2, vc2, k.numpy(), v.numpy(),
+                                       cache_seqlens=seqlens.numpy(),
+                                       cache_batch_idx=rows.numpy(), cache_leftpad=left.numpy(),
+                                       causal=causal)
+        assert out2.dtype == np.float16
+        np.testing.assert_array_equal(out2, out.numpy())
+
+
 @pytest.mark.parametrize("shuffled", [False, True])
 def test_kvcache_paged(torch, rng, shuffled):
     B, page, blocks_per, Hk, H, D, new = 2, 4, 3, 2, 2, 8, 3
