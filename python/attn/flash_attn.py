@@ -93,7 +93,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, block_table=None):
     """out (total_q, nheads, headdim_v) over packed sequences; with
     return_attn_probs, (out, softmax_lse (nheads, total_q), probs (batch,
-    nheads, max_seqlen_q, max_seqlen_k), zero-padded). q (total_q, nheads,
+    nheads, max_seqlen_q, max_seqlen_k) float32: sequence b's softmax
+    weights before dropout in probs[b, :, :len_q, :len_k], zeros elsewhere).
+    flash-attn returns the same first two and, for the third, an empty
+    tensor unless dropout_p > 0, then (batch, nheads, max_seqlen_q and
+    max_seqlen_k rounded up to 128) "for testing only", dropped weights
+    negative. q (total_q, nheads,
     headdim), k, v (total_k, nheads_k, headdim[_v]); cu_seqlens_* (batch + 1,)
     int32 offsets. Sequences longer than max_seqlen_* are an error."""
     if block_table is not None:

@@ -139,6 +139,39 @@ def test_flash_attn_varlen_func(torch, rng, causal, win):
         np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), atol=1e-4, rtol=1e-4)
 
 
+def test_flash_attn_varlen_func_attn_probs_layout(torch, rng):
+    """return_attn_probs: (out, softmax_lse (nheads, total_q), probs (batch,
+    nheads, max_seqlen_q, max_seqlen_k)): each sequence's exact softmax
+    weights in its top-left corner, zeros elsewhere, the same with dropout
+    (weights before dropout) and on NumPy and torch."""
+    lq, lk = [2, 5, 0, 3], [4, 1, 3, 6]
+    q, k, v, cu_q, cu_k = varlen_case(rng, lq, lk)
+    mq, mk = max(lq) + 2, max(lk) + 1  # larger than any sequence: more padding
+    out, lse, probs = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True,
+                                             return_attn_probs=True)
+    assert lse.shape == (4, cu_q[-1]) and probs.shape == (4, 4, mq, mk)
+    assert probs.dtype == np.float32
+    rq, rk, rv = f64(torch, q, k, v)
+    for s in range(len(lq)):
+        corner = probs[s, :, :lq[s], :lk[s]]
+        rest = probs[s].copy()
+        rest[:, :lq[s], :lk[s]] = 0
+        assert not rest.any(), f"sequence {s}: nonzero padding"
+        if lq[s]:
+            sq, sk = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+            wp = ref_bnhd(torch, rq[sq][None], rk[sk][None], rv[sk][None], True)[2]
+            np.testing.assert_allclose(corner, wp[0].detach().numpy(), **TOL)
+    dropped = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, dropout_p=0.5, causal=True,
+                                     return_attn_probs=True)
+    np.testing.assert_array_equal(dropped[2], probs)  # before dropout
+    assert not np.array_equal(dropped[0], out)
+    t = flash_attn_varlen_func(*(torch.tensor(a) for a in (q, k, v, cu_q, cu_k)), mq, mk,
+                               causal=True, return_attn_probs=True)
+    assert all(isinstance(x, torch.Tensor) for x in t) and t[2].shape == probs.shape
+    np.testing.assert_array_equal(t[2].numpy(), probs)
+    np.testing.assert_array_equal(t[1].numpy(), lse)
+
+
 def test_flash_attn_varlen_func_errors(rng):
     q, k, v, cu_q, cu_k = varlen_case(rng, [3, 4], [3, 4])
     with pytest.raises(ValueError, match="max_seqlen_k: 3, but a sequence has 4 tokens"):
