@@ -106,7 +106,8 @@ def _rotated(x, bhnd, rope, positions):
 
 def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window,
-                 softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse):
+                 softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+                 precision="exact"):
     if integer(num_splits, "num_splits") < 0:
         raise ValueError(f"num_splits: must be >= 0, got {num_splits}")
     # num_splits is a GPU scheduling hint: attn splits by its own rule, and
@@ -228,7 +229,7 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         _, lse_part = _sdpa(qa[b:e].swapaxes(1, 2), kk.swapaxes(1, 2), vv.swapaxes(1, 2), None,
                             0.0, causal, softmax_scale, True, causal_alignment="bottom_right",
                             window=window, softcap=softcap, alibi_slopes=sl, return_lse=True,
-                            out=out[b:e].swapaxes(1, 2))
+                            out=out[b:e].swapaxes(1, 2), precision=precision)
         lse[b:e] = lse_part
         b = e
     if torch_out:
