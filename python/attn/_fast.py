@@ -1,7 +1,7 @@
 """The short road for the most common call: plain SDPA (no mask or variant)
 on float32 (B, H, N, D) views with one batch shape and kv heads equal to
 query heads. A tiny call should cost little more than the library's own
-time (docs/PERFORMANCE.md, "Python per-call overhead"), so this road builds
+time (docs/PYTHON.md, "Tiny calls"), so this road builds
 no ctypes objects per call: each thread keeps one argument block (ten
 attn_tensor slots, the opts and the error) whose fields are overwritten
 with struct.pack_into, and the library is called with the slots' fixed
@@ -90,9 +90,9 @@ def data(a):
 
 
 def triple(a):
-    """(pointer, shape, element strides) of a float32 NumPy array."""
-    s = a.strides
-    return data(a), a.shape, tuple(x >> 2 for x in s)
+    """(pointer, shape, element strides) of a 4-D float32 NumPy array."""
+    s0, s1, s2, s3 = a.strides
+    return data(a), a.shape, (s0 >> 2, s1 >> 2, s2 >> 2, s3 >> 2)
 
 
 def threads_for(num_threads, work):
