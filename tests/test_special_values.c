@@ -180,6 +180,24 @@ static void one_rule(tu_suite *suite, tu_rng *rng)
                          want == IS_NAN ? "NaN" : "finite");
             }
         }
+        /* C2. The same sinks where no row sees a key (a mask hiding every
+         * key): every output is the constant 0, so nothing reaches the sinks:
+         * their gradients are 0, whatever the sinks hold. */
+        for (int sv = 0; sv < 3; ++sv) {
+            static const float sval[3][2] = {{INFINITY, NAN}, {-INFINITY, 1.0f}, {NAN, INFINITY}};
+            float sinks[RH] = {sval[sv][0], sval[sv][1]};
+            static uint8_t none[RNQ * 4];
+            attn_tensor S = attn_tensor_1d(sinks, RH);
+            attn_tensor M = attn_tensor_make(none, ATTN_BOOL, 2, (const int64_t[]){RNQ, 4});
+            attn_sdpa_opts so = attn_sdpa_opts_default();
+            so.sinks = &S;
+            so.mask[0] = &M;
+            memset(&r, 0, sizeof r);
+            if (!tu_check(&g, run_rule(q, k, v, dout, 4, so, &r), "%s: sinks, no key: call failed", an)) continue;
+            tu_check(&g, r.ds[0] == 0.0f && r.ds[1] == 0.0f && rows_are(r.o, RNQ, RD, 0, 0, RNQ, IS_ZERO),
+                     "%s: sinks (%g, %g), no row sees a key: out 0, sink gradients 0 (got %g, %g)", an,
+                     (double)sinks[0], (double)sinks[1], (double)r.ds[0], (double)r.ds[1]);
+        }
         /* D. ALiBi slopes of -inf: the bias -slope·|d| is +inf off the
          * diagonal and NaN on it (-inf·0): every row that sees its diagonal
          * key is NaN (out and LSE). Nq = Nk = 6, no causal. */
@@ -290,6 +308,21 @@ int main(int argc, char **argv)
         tu_check(&g, s == ATTN_ERR_OVERFLOW || s == ATTN_ERR_UNSUPPORTED,
                  "%s: D = 2^57 broadcast must be refused, got %s", path_names[pi],
                  attn_status_string(s));
+    }
+    /* No heads at all: an empty call (as torch), forward and backward, on
+     * both paths; query heads without key heads stay an error. */
+    for (int pi = 0; pi < 2; ++pi) {
+        opts = attn_sdpa_opts_default();
+        opts.path = paths[pi];
+        attn_tensor Q0 = Q, K0 = K, V0 = V, O0 = O, L0 = L;
+        Q0.shape[1] = K0.shape[1] = V0.shape[1] = O0.shape[1] = L0.shape[1] = 0;
+        attn_tensor dQ0 = Q0, dK0 = K0, dV0 = V0;
+        tu_check(&g, attn_sdpa(&Q0, &K0, &V0, &O0, &L0, NULL, &opts, &err) == ATTN_OK &&
+                         attn_sdpa_backward(&Q0, &K0, &V0, &O0, &L0, &O0, &dQ0, &dK0, &dV0, &opts,
+                                            &err) == ATTN_OK,
+                 "%s: zero heads must be an empty call: %s", path_names[pi], err.message);
+        tu_check(&g, attn_sdpa(&Q, &K0, &V0, &O, &L, NULL, &opts, &err) == ATTN_ERR_SHAPE,
+                 "%s: query heads over zero key heads must be refused", path_names[pi]);
     }
     /* A finite scale whose scores overflow (a known defect): the same
      * answer on both paths, an overflowing logit is +-inf like any other. */

@@ -148,7 +148,9 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(k->shape[3] != p->D, err, ATTN_ERR_SHAPE,
               "key: feature size is %lld, query has %lld", (long long)k->shape[3],
               (long long)p->D);
-    RETURN_IF(p->Hkv < 1 || p->Hq % p->Hkv != 0, err, ATTN_ERR_SHAPE,
+    /* no heads at all is an empty call, as a zero batch or length */
+    const bool headless = p->Hq == 0 && p->Hkv == 0;
+    RETURN_IF(!headless && (p->Hkv < 1 || p->Hq % p->Hkv != 0), err, ATTN_ERR_SHAPE,
               "key: %lld heads do not divide the query's %lld heads", (long long)p->Hkv,
               (long long)p->Hq);
     const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
@@ -160,7 +162,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(p->D > INT32_MAX || p->Dv > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
               "query/value: feature sizes of %lld and %lld exceed 2^31 - 1", (long long)p->D,
               (long long)p->Dv);
-    p->group = p->Hq / p->Hkv;
+    p->group = headless ? 1 : p->Hq / p->Hkv;
     p->q = q->data;
     p->qt = q->dtype; /* q16 and o16 stay NULL unless the fused forward reads Q in place */
     p->ot = ATTN_F32;
