@@ -22,6 +22,9 @@ CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
 # attn_path
 PATH_AUTO, PATH_REFERENCE, PATH_FUSED = 0, 1, 2
 
+# attn_precision
+PRECISION_EXACT, PRECISION_BF16 = 0, 1
+
 _enum = C.c_int  # C enums here are int-sized (all values small and non-negative)
 
 

@@ -88,13 +88,19 @@ def test_jit_trace_of_mha_replays(torch, at):
 # ------------------------------------------------------------------ threads
 def test_torch_front_end_follows_torch_threads(torch, at, monkeypatch):
     import attn.sdpa as numpy_sdpa
+    from attn import _fast
     seen = []
-    real = numpy_sdpa.lib.attn_sdpa
+    real, real_fast = numpy_sdpa.lib.attn_sdpa, _fast._sdpa
 
     def spy(*args):
         seen.append(args[6]._obj.num_threads)
         return real(*args)
+
+    def spy_fast(*args):  # the short road passes its opts by address
+        seen.append(_fast._frame().opts.num_threads)
+        return real_fast(*args)
     monkeypatch.setattr(numpy_sdpa.lib, "attn_sdpa", spy)
+    monkeypatch.setattr(_fast, "_sdpa", spy_fast)
     q = torch.randn(1, 2, 64, 16)  # enough work for two threads
     before = torch.get_num_threads()
     try:
