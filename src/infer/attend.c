@@ -336,6 +336,9 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
     RETURN_IF(a.opts.dropout_p != 0.0f, err, ATTN_ERR_UNSUPPORTED,
               "dropout_p: not supported by the KV cache (inference only)");
     RETURN_IF(a.opts.grad_sinks, err, ATTN_ERR_ARG, "grad_sinks: an output of the backward only");
+    RETURN_IF(a.opts.rope, err, ATTN_ERR_ARG,
+              "rope: the cache holds rotated keys; rotate through attn_kvcache_update_attend's "
+              "rope (opts.rope must be NULL)");
     RETURN_IF(a.opts.workspace, err, ATTN_ERR_UNSUPPORTED,
               "workspace: the KV cache allocates per call; pass NULL");
     /* q, heads, features and every option by attn_sdpa's rules, on an
