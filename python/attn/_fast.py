@@ -23,6 +23,27 @@ from ._lib import lib
 # smallest float32 subnormal gives the same results: every score rounds to
 # (at most) a subnormal, whose exp is exactly 1.
 ZERO_SCALE = 1.401298464324817e-45
+_F32 = struct.Struct("f")
+
+
+def scale_option(scale):
+    """attn_sdpa_opts.scale for a Python scale: None is the default (0.0),
+    0 is ZERO_SCALE; a scale that float32 rounds to 0 is an error, never
+    the default."""
+    if scale is None:
+        return 0.0
+    scale = float(scale)
+    if scale == 0.0:
+        return ZERO_SCALE
+    try:
+        rounded = _F32.unpack(_F32.pack(scale))[0]
+    except OverflowError:
+        return scale  # float32 inf: the library refuses it by name
+    if rounded == 0.0:
+        raise ValueError(f"scale: {scale!r} underflows float32")
+    return scale
+
+
 # B·H·L·S·(E + Ev) multiply-adds below which one thread runs the call
 TINY_WORK = 1 << 16
 
@@ -123,7 +144,7 @@ def _fill(f, slot, t):
 
 def _options(f, q, k, v, scale, causal, num_threads, precision, stats):
     o = f.opts
-    o.scale = 0.0 if scale is None else ZERO_SCALE if scale == 0.0 else scale
+    o.scale = scale_option(scale)
     o.causal = causal
     qs, vs = q[1], v[1]
     o.num_threads = threads_for(num_threads, qs[0] * qs[1] * qs[2] * k[1][2] * (qs[3] + vs[3]))

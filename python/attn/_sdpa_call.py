@@ -30,7 +30,6 @@ def precision_code(precision):
         return _PRECISIONS[precision]
     except (KeyError, TypeError):
         raise ValueError(f"precision: must be 'exact' or 'bf16', got {precision!r}") from None
-_ZERO_SCALE = _fast.ZERO_SCALE
 
 
 def _merge_leading(a, ndim):
@@ -144,11 +143,7 @@ class SdpaCall:
         self.drop_all = dropout_p == 1.0  # torch accepts p = 1: every weight dropped
         if self.drop_all:
             dropout_p = 0.0
-        if scale is not None:
-            scale = float(scale)
-            o.scale = _ZERO_SCALE if scale == 0.0 else scale
-            if o.scale == 0.0 and scale != 0.0:
-                raise ValueError(f"scale: {scale!r} underflows float32")
+        o.scale = _fast.scale_option(scale)
         if causal_alignment not in _ALIGNMENTS:
             raise ValueError(f"causal_alignment: must be 'top_left' or 'bottom_right', "
                              f"got {causal_alignment!r}")

@@ -14,7 +14,8 @@ from . import _tensor
 from . import _threads
 from ._errors import check, new_error
 from ._lib import lib
-from ._sdpa_call import _ZERO_SCALE, precision_code, uint64, window_side
+from . import _fast
+from ._sdpa_call import precision_code, uint64, window_side
 
 
 class _Seqs:
@@ -45,9 +46,7 @@ def _options(keep, scale, causal, window, softcap, alibi_slopes, dropout_p, drop
              num_threads, precision):
     o = S.attn_sdpa_opts()
     o.precision = precision_code(precision)
-    if scale is not None:
-        scale = float(scale)
-        o.scale = _ZERO_SCALE if scale == 0.0 else scale
+    o.scale = _fast.scale_option(scale)
     o.causal = S.CAUSAL_BOTTOM_RIGHT if causal else S.CAUSAL_NONE
     if window is not None:
         o.window.enabled = True

@@ -511,6 +511,18 @@ def test_merge_states_against_float64(torch, rng):
         merge_states(v[0], s[0])
 
 
+@pytest.mark.parametrize("base", [0.0, 1e3, 3e4, -3e4])
+def test_merge_state_log2_far_from_zero(base):
+    # the weights depend on s_a - s_b only: as exact at |s| = 3e4 as at 0
+    sa, sb = np.float32([[base + 0.25]]), np.float32([[base]])
+    v, s = merge_state(np.ones((1, 1, 1), np.float32), sa, np.zeros((1, 1, 1), np.float32), sb)
+    d = float(sa[0, 0]) - float(sb[0, 0])
+    want = 2 ** d / (1 + 2 ** d)
+    assert abs(v.item() - want) <= 2 * abs(np.spacing(np.float32(want)))
+    want_s = float(sb[0, 0]) + math.log2(1 + 2 ** d)
+    assert abs(s.item() - want_s) <= abs(np.spacing(np.float32(want_s)))
+
+
 def test_alibi_slopes_helper(torch):
     want = [2 ** (-8 * (h + 1) / 8) for h in range(8)]
     np.testing.assert_allclose(get_alibi_slopes(8), want, rtol=1e-6)

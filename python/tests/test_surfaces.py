@@ -191,3 +191,22 @@ def test_other_integer_options_are_checked():
                                           dropout_offset=0.5)
     with pytest.raises(TypeError, match="heads"):
         attn.alibi_slopes(4.5)
+
+
+def test_a_scale_that_underflows_float32_is_an_error_on_every_road(rng):
+    # float32 0 means "the default 1/sqrt(D)" to the library: never silently
+    q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    x = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    cu = np.array([0, 3, 6], np.int32)
+    import attn.varlen
+    from attn.flash_attn import flash_attn_varlen_func
+    calls = [lambda: attn.scaled_dot_product_attention(q, q, q, scale=1e-50),
+             lambda: attn.scaled_dot_product_attention(q, q, q, scale=1e-50, return_lse=True),
+             lambda: attn.varlen.varlen_attention(x, x, x, cu, cu, softmax_scale=1e-50),
+             lambda: flash_attn_varlen_func(x, x, x, cu, cu, 3, 3, softmax_scale=1e-50)]
+    for call in calls:
+        with pytest.raises(ValueError, match="underflows float32"):
+            call()
+    # 0 itself is torch's "every score 0": uniform weights, not the default
+    o = attn.scaled_dot_product_attention(q, q, q, scale=0.0)
+    np.testing.assert_allclose(o, np.broadcast_to(q.mean(2, keepdims=True), o.shape), atol=1e-6)
