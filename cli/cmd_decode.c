@@ -275,7 +275,8 @@ static int run_decode(int argc, char **argv)
                                    : attn_rope_apply(&rope, &q4, lens, &err);
         for (int64_t b = 0; b < B; ++b) lens[b] += Nq;
         if (st != ATTN_OK) {
-            rc = cli_usage_error(cmd, "--rope: %s", err.message);
+            /* the library's message starts "rope: " already */
+            rc = cli_usage_error(cmd, "--%s", err.message);
             goto done;
         }
     }
