@@ -22,14 +22,12 @@
  * by side on one thread each; no result depends on the schedule.
  */
 #include "../core/half.h"
+#include "../core/schedule.h"
 #include "cache.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum { MASK_KEYS = 2048 }; /* keys per masked paged call (bounds the mask buffer) */
 
@@ -250,72 +248,29 @@ static attn_status attend_entry(const kv_attend_call *a, attend_scratch *w, int6
 }
 
 typedef struct {
-    int64_t cost, b;
-} entry_cost;
+    const kv_attend_call *a;
+    attend_scratch *ws; /* one per thread */
+} entries_ctx;
 
-static int by_cost_desc(const void *x, const void *y)
+static attn_status attend_item(void *ctx, int64_t b, int threads, int slot, attn_error *err)
 {
-    const entry_cost *p = x, *q = y;
-    if (p->cost != q->cost) return p->cost > q->cost ? -1 : 1;
-    return p->b < q->b ? -1 : p->b > q->b;
+    const entries_ctx *x = ctx;
+    return attend_entry(x->a, &x->ws[slot], b, threads, err);
 }
 
-/*
- * Every entry, as attn_sdpa_varlen schedules its sequences: entries worth
- * more than a fair share of what is left run alone on all threads, the rest
- * side by side, one thread each, largest first. attn_sdpa's bits do not
- * depend on its thread count and each entry writes its own rows, so the
- * schedule never changes a result. On failure, the error of the
- * lowest-numbered failing entry.
- */
+/* Every entry, scheduled as attn_sdpa_varlen schedules its sequences
+ * (core/schedule.h); the cost of an entry is its keys times its queries. */
 static attn_status attend_entries(const kv_attend_call *a, attend_scratch *ws, int threads,
                                   attn_error *err)
 {
     const int64_t B = a->c->cfg.batch;
-    entry_cost *order = malloc((size_t)B * sizeof *order);
-    RETURN_IF(!order, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate the schedule");
-    double remaining = 0.0;
-    for (int64_t b = 0; b < B; ++b) {
-        order[b].cost = (a->c->len[b] + 1) * a->Nq;
-        order[b].b = b;
-        remaining += (double)order[b].cost;
-    }
-    qsort(order, (size_t)B, sizeof *order, by_cost_desc);
-    attn_status status = ATTN_OK;
-    int64_t first = 0;
-    while (first < B && (threads == 1 || (double)order[first].cost * threads > remaining)) {
-        status = attend_entry(a, &ws[0], order[first].b, threads, err);
-        if (status != ATTN_OK) break;
-        remaining -= (double)order[first].cost;
-        first++;
-    }
-    if (status == ATTN_OK && first < B) {
-        int64_t failed_b = INT64_MAX;
-        attn_error failed_err = {ATTN_OK, ""};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-        for (int64_t i = first; i < B; ++i) {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
-            attn_error e = {ATTN_OK, ""};
-            const attn_status st = attend_entry(a, &ws[tid], order[i].b, 1, &e);
-            if (st != ATTN_OK) {
-#pragma omp critical(attn_kvcache_error)
-                if (order[i].b < failed_b) {
-                    failed_b = order[i].b;
-                    failed_err = e;
-                    failed_err.status = st;
-                }
-            }
-        }
-        if (failed_b != INT64_MAX) {
-            status = failed_err.status;
-            if (err) *err = failed_err;
-        }
-    }
-    free(order);
-    return status;
+    double *cost = malloc((size_t)B * sizeof *cost);
+    RETURN_IF(!cost, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate the schedule");
+    for (int64_t b = 0; b < B; ++b) cost[b] = (double)(a->c->len[b] + 1) * (double)a->Nq;
+    entries_ctx x = {a, ws};
+    const attn_status s = attn_schedule_items(cost, B, threads, attend_item, &x, "kvcache", err);
+    free(cost);
+    return s;
 }
 
 attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, attn_tensor *out,

@@ -15,13 +15,11 @@
  * never changes a bit: the result equals one call per sequence.
  */
 #include "../core/internal.h"
+#include "../core/schedule.h"
 #include "rope.h"
 
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* What every per-sequence call shares. */
 typedef struct {
@@ -108,69 +106,27 @@ static attn_status run_seq(const varlen_call *c, int64_t s, int threads, attn_er
                               err);
 }
 
-typedef struct {
-    int64_t cost, s;
-} seq_cost;
-
-static int by_cost_desc(const void *a, const void *b)
+static attn_status seq_item(void *ctx, int64_t s, int threads, int slot, attn_error *err)
 {
-    const seq_cost *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    return x->s < y->s ? -1 : x->s > y->s;
+    (void)slot;
+    return run_seq(ctx, s, threads, err);
 }
 
-/* Runs every sequence (see the header comment for the schedule). On
- * failure reports the error of the lowest-numbered failing sequence. */
+/* Runs every sequence (see the header comment for the schedule); a
+ * sequence costs its (query, key) pairs plus its rows and keys. */
 static attn_status run_all(const varlen_call *c, int threads, attn_error *err)
 {
     const int64_t n = c->nseq;
-    if (n == 0) return ATTN_OK;
-    seq_cost *order = malloc((size_t)n * sizeof *order);
-    RETURN_IF(!order, err, ATTN_ERR_ALLOC, "varlen: cannot allocate the schedule");
-    int64_t remaining = 0;
+    double *cost = malloc((size_t)(n > 0 ? n : 1) * sizeof *cost);
+    RETURN_IF(!cost, err, ATTN_ERR_ALLOC, "varlen: cannot allocate the schedule");
     for (int64_t s = 0; s < n; ++s) {
-        const int64_t nq = c->oq[s + 1] - c->oq[s], nk = c->ok[s + 1] - c->ok[s];
-        /* pairs, plus the per-row and per-key work; saturating */
-        double w = (double)nq * (double)nk + (double)nq + (double)nk;
-        order[s].cost = w > 1e18 ? (int64_t)1e18 : (int64_t)w;
-        order[s].s = s;
-        remaining = remaining > INT64_MAX - order[s].cost ? INT64_MAX : remaining + order[s].cost;
+        const double nq = (double)(c->oq[s + 1] - c->oq[s]), nk = (double)(c->ok[s + 1] - c->ok[s]);
+        cost[s] = nq * nk + nq + nk;
     }
-    qsort(order, (size_t)n, sizeof *order, by_cost_desc);
-
-    attn_status status = ATTN_OK;
-    int64_t first = 0;
-    /* Sequences worth more than a fair share: one at a time, all threads. */
-    while (first < n && threads > 1 &&
-           (double)order[first].cost * threads > (double)remaining) {
-        status = run_seq(c, order[first].s, threads, err);
-        if (status != ATTN_OK) break;
-        remaining -= order[first].cost;
-        first++;
-    }
-    if (status == ATTN_OK && first < n) {
-        int64_t failed_s = INT64_MAX;
-        attn_error failed_err = {ATTN_OK, ""};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-        for (int64_t i = first; i < n; ++i) {
-            attn_error e = {ATTN_OK, ""};
-            const attn_status st = run_seq(c, order[i].s, 1, &e);
-            if (st != ATTN_OK) {
-#pragma omp critical(attn_varlen_error)
-                if (order[i].s < failed_s) {
-                    failed_s = order[i].s;
-                    failed_err = e;
-                    failed_err.status = st;
-                }
-            }
-        }
-        if (failed_s != INT64_MAX) {
-            status = failed_err.status;
-            if (err) *err = failed_err;
-        }
-    }
-    free(order);
-    return status;
+    const attn_status st =
+        attn_schedule_items(cost, n, threads, seq_item, (void *)c, "varlen", err);
+    free(cost);
+    return st;
 }
 
 /* Copies one offset array into int64 and checks it: starts at 0, never
