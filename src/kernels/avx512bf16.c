@@ -41,9 +41,13 @@ bool sdpa_bf16dot_available(void)
 
 enum { MR = 12, NV = 2, NR = 32 };
 
+/* C's microtile (rows <= mr rows, 32 columns); with vmax (SET only) each
+ * stored row's two vectors folded into its lane maxima vmax[r·16], in
+ * column order, from -inf in the first column panel (first). */
 static inline __attribute__((always_inline)) void
 microtile(int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
-          int64_t ldc, int64_t rows, const float *row_scale, sdpa_gemm_mode mode, const int mr)
+          int64_t ldc, int64_t rows, const float *row_scale, sdpa_gemm_mode mode, const int mr,
+          float *vmax, bool first)
 {
     __m512 acc[MR][NV];
     const uint32_t *ar[MR];
@@ -69,23 +73,30 @@ microtile(int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b, int64_
                 out = _mm512_fmadd_ps(_mm512_loadu_ps(cr + v * 16), _mm512_set1_ps(row_scale[r]), out);
             _mm512_storeu_ps(cr + v * 16, out);
         }
+        if (vmax) {
+            float *vr = vmax + r * SDPA_MAX_VW;
+            __m512 mx = first ? _mm512_set1_ps(-INFINITY) : _mm512_loadu_ps(vr);
+            for (int v = 0; v < NV; ++v) mx = _mm512_max_ps(mx, acc[r][v]); /* softmax_full's order */
+            _mm512_storeu_ps(vr, mx);
+        }
     }
 }
 
 static inline __attribute__((always_inline)) void
 gemm_mode(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b,
-          int64_t ldb, float *c, int64_t ldc, const float *row_scale, sdpa_gemm_mode mode)
+          int64_t ldb, float *c, int64_t ldc, const float *row_scale, sdpa_gemm_mode mode,
+          float *vmax)
 {
     for (int64_t j = 0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
             const uint32_t *ai = a + i * a_rs, *bj = b + j;
-            float *cij = c + i * ldc + j;
+            float *cij = c + i * ldc + j, *vm = vmax ? vmax + i * SDPA_MAX_VW : NULL;
             if (rows <= 4)
-                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, 4);
+                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, 4, vm, j == 0);
             else
-                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, MR);
+                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, MR, vm, j == 0);
         }
 }
 
@@ -95,11 +106,17 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
 {
     /* one instance per mode, as the float32 GEMM (simd_body.h) */
     if (mode == SDPA_GEMM_SET)
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET, NULL);
     else if (mode == SDPA_GEMM_ADD)
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_ADD);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_ADD, NULL);
     else
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, row_scale, SDPA_GEMM_SCALE_ADD);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, row_scale, SDPA_GEMM_SCALE_ADD, NULL);
+}
+
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax)
+{
+    gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET, vmax);
 }
 
 /* 16 × 16 transpose of 32-bit elements in registers: o[i] lane j = r[j] lane i. */
@@ -269,6 +286,7 @@ const sdpa_bf16_engine sdpa_engine_avx512bf16 = {
     .name = "avx512bf16",
     .npad = NR,
     .gemm = sdpa_bf16dot_gemm,
+    .gemm_max = sdpa_bf16dot_gemm_max,
 };
 #endif
 
@@ -281,6 +299,12 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
 {
     (void)m, (void)n, (void)kp, (void)a, (void)a_rs, (void)b, (void)ldb, (void)c, (void)ldc,
         (void)row_scale, (void)mode;
+}
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax)
+{
+    (void)m, (void)n, (void)kp, (void)a, (void)a_rs, (void)b, (void)ldb, (void)c, (void)ldc,
+        (void)vmax;
 }
 void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
                           int64_t ld)

@@ -39,10 +39,18 @@ typedef void (*sdpa_pair_gemm_fn)(int64_t m, int64_t n, int64_t kp, const uint32
                                   int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
                                   int64_t ldc, const float *row_scale, sdpa_gemm_mode mode);
 
+/* The forward's score tile and its rows' maxima in one pass: gemm with
+ * SDPA_GEMM_SET, and vmax (m × SDPA_MAX_VW) as sdpa_gemm_max_fn (kernels.h)
+ * fills it, 16 lanes: what softmax_online's first pass would compute. */
+typedef void (*sdpa_pair_gemm_max_fn)(int64_t m, int64_t n, int64_t kp, const uint32_t *a,
+                                      int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
+                                      int64_t ldc, float *vmax);
+
 typedef struct {
     const char *name;
     int npad; /* n % npad == 0 */
     sdpa_pair_gemm_fn gemm;
+    sdpa_pair_gemm_max_fn gemm_max; /* NULL: the softmax takes the maxima itself */
 } sdpa_bf16_engine;
 
 typedef enum {

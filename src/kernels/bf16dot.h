@@ -29,6 +29,11 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
                        const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
                        const float *row_scale, sdpa_gemm_mode mode);
 
+/* sdpa_bf16dot_gemm with SDPA_GEMM_SET and the rows' lane maxima in vmax
+ * (sdpa_pair_gemm_max_fn, bf16_engine.h). */
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax);
+
 /* Kᵀ as pairs: dst[l*ld + j] = features (2l, 2l+1) of key j = row
  * src + j*rs (D contiguous bfloat16, D even), for l < D/2, j < n; columns
  * [n, ld) are zero. */
