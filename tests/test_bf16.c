@@ -790,6 +790,38 @@ static void group_views(tu_suite *suite, const engine_entry *eng, int neng, uint
                     same &= o[(h * N + i) * D + e] == ot[(i * H + h) * D + e];
         tu_check(&g, ok && same, "%s: strided views differ from contiguous ones (%s)", eng[x].name,
                  ok ? "values" : err.message);
+        /* the backward with Q and dO whose features are 2 apart (the tiles
+         * pack their pairs) is the contiguous call's (pairs packed once per
+         * call), bit for bit */
+        {
+            float *lse = xcalloc(B * H * N, 4), *d = xcalloc(n, 4), *q2 = xcalloc(2 * n, 4);
+            float *d2 = xcalloc(2 * n, 4), *grad[2][3];
+            for (int64_t e = 0; e < n; ++e) {
+                d[e] = (float)bf16_round(tu_rng_normal(&r));
+                q2[2 * e] = q[e], d2[2 * e] = d[e];
+                q2[2 * e + 1] = d2[2 * e + 1] = NAN; /* never read */
+            }
+            attn_tensor L = attn_tensor_make(lse, ATTN_F32, 3, (int64_t[]){B, H, N});
+            attn_tensor dO = attn_tensor_make(d, ATTN_F32, 4, shape);
+            attn_tensor Q2 = attn_tensor_make(q2, ATTN_F32, 4, shape), dO2 = attn_tensor_make(d2, ATTN_F32, 4, shape);
+            for (int dim = 0; dim < 4; ++dim) Q2.stride[dim] *= 2, dO2.stride[dim] *= 2;
+            ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o1, &err) == ATTN_OK;
+            for (int run = 0; run < 2; ++run) {
+                for (int t = 0; t < 3; ++t) grad[run][t] = xcalloc(n, 4);
+                attn_tensor dQ = attn_tensor_make(grad[run][0], ATTN_F32, 4, shape);
+                attn_tensor dK = attn_tensor_make(grad[run][1], ATTN_F32, 4, shape);
+                attn_tensor dV = attn_tensor_make(grad[run][2], ATTN_F32, 4, shape);
+                ok = ok && attn_sdpa_backward(run ? &Q2 : &Q, &K, &V, &O, &L, run ? &dO2 : &dO,
+                                              &dQ, &dK, &dV, &o1, &err) == ATTN_OK;
+            }
+            same = ok;
+            for (int t = 0; t < 3 && ok; ++t) same &= same_bits(grad[0][t], grad[1][t], n);
+            tu_check(&g, ok && same, "%s: backward: strided Q and dO differ from contiguous ones (%s)",
+                     eng[x].name, ok ? "values" : err.message);
+            for (int run = 0; run < 2; ++run)
+                for (int t = 0; t < 3; ++t) free(grad[run][t]);
+            free(lse), free(d), free(q2), free(d2);
+        }
         /* the weights output: the same out, rows that sum to 1 (probabilities
          * from the bfloat16 scores and the final statistics) */
         float *wts = xcalloc(B * H * N * N, 4), *ow = xcalloc(n, 4);

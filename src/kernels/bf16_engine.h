@@ -112,6 +112,10 @@ void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t 
                         int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
                         int64_t ldb, const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
                         const float *row_scale, sdpa_gemm_mode mode);
+/* sdpa_pairs_rows of float32 rows with unit stride (the fastest packer):
+ * the A operand sdpa_pair_gemm_f32 packs from such rows, bit for bit. */
+void sdpa_pairs_rows_f32(const float *src, int64_t rs, int64_t rows, int64_t k, uint32_t *dst,
+                         int64_t ld);
 /* sdpa_pairs_keys of float32 rows with unit stride (the fastest packer). */
 void sdpa_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n, uint32_t *dst,
                          int64_t ld);
