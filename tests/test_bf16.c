@@ -319,6 +319,29 @@ static void group_fused(tu_suite *suite, const engine_entry *eng, int neng, uint
         tu_check(&g, bad == 0, "%s gemm_max: %lld wrong values in %lld products", eng[x].name,
                  (long long)bad, (long long)cases);
     }
+    { /* Kᵀ of float32 keys as pairs (the forward's packer): any n, D, strides */
+        int64_t wrong = 0;
+        for (int trial = 0; trial < 60; ++trial) {
+            const int64_t n = tu_rng_int(&rng, 1, 128), D = tu_rng_int(&rng, 1, 140);
+            const int64_t rs = D + tu_rng_int(&rng, 0, 5), ld = 32 * tu_rng_int(&rng, (n + 31) / 32, 5);
+            const int64_t kp = (D + 1) / 2;
+            float *k = xcalloc(n * rs, 4);
+            uint32_t *got = xcalloc(kp * ld, 4);
+            for (int64_t e = 0; e < n * rs; ++e) k[e] = (float)tu_rng_normal(&rng);
+            memset(got, 0xEE, (size_t)(kp * ld) * 4);
+            sdpa_pairs_kt(ATTN_F32, k, rs, 1, n, D, got, ld);
+            for (int64_t l = 0; l < kp; ++l)
+                for (int64_t j = 0; j < ld; ++j) {
+                    const uint32_t want =
+                        j >= n ? 0u
+                               : attn_f32_to_bf16(k[j * rs + 2 * l]) |
+                                     (2 * l + 1 < D ? (uint32_t)attn_f32_to_bf16(k[j * rs + 2 * l + 1]) << 16 : 0u);
+                    wrong += got[l * ld + j] != want;
+                }
+            free(k), free(got);
+        }
+        tu_check(&g, wrong == 0, "sdpa_pairs_kt of float32 keys: %lld wrong pairs", (long long)wrong);
+    }
 #if defined(__x86_64__)
     const sdpa_kernels *kern = sdpa_kernels_for(sdpa_isa_best());
     if (!kern->softmax_online_p16 || !sdpa_engine_runs(SDPA_ENGINE_AVX512BF16, kern)) {

@@ -176,6 +176,30 @@ void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D,
         for (int64_t c = n; c < ld; ++c) dst[l * ld + c] = 0;
 }
 
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld)
+{
+    const int64_t pairs = (D + 1) / 2;
+    for (int64_t j = 0; j < ld; j += 16)
+        for (int64_t l = 0; l < pairs; l += 16) {
+            /* 16 keys' features 2l .. 2l+31 as 16 pairs each (a zero past D
+             * completes an odd last pair; keys from n on are zero), then
+             * transposed: pair row l + i, keys j .. j+15 */
+            const int64_t left = D - 2 * l;
+            const __mmask16 lo = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+            const __mmask16 hi = (__mmask16)(left >= 32 ? 0xFFFF : left > 16 ? (1u << (left - 16)) - 1 : 0);
+            __m512i r[16], o[16];
+            for (int i = 0; i < 16; ++i) {
+                const float *row = src + (j + i) * rs + 2 * l;
+                r[i] = j + i < n ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
+                                                                 _mm512_maskz_loadu_ps(lo, row))
+                                 : _mm512_setzero_si512();
+            }
+            transpose16(r, o);
+            for (int i = 0; i < 16 && l + i < pairs; ++i) _mm512_storeu_si512(dst + (l + i) * ld + j, o[i]);
+        }
+}
+
 bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv, uint32_t *dst,
                          int64_t ld)
 {
@@ -308,6 +332,11 @@ void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, 
 }
 void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
                           int64_t ld)
+{
+    (void)src, (void)rs, (void)n, (void)D, (void)dst, (void)ld;
+}
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld)
 {
     (void)src, (void)rs, (void)n, (void)D, (void)dst, (void)ld;
 }

@@ -107,6 +107,10 @@ void sdpa_pairs_kt(attn_dtype t, const void *src, int64_t rs, int64_t cs, int64_
         sdpa_bf16dot_pack_kt(src, rs, n, k, dst, ld);
         return;
     }
+    if (t == ATTN_F32 && cs == 1 && ld % 16 == 0 && sdpa_bf16dot_available()) {
+        sdpa_bf16dot_pack_kt_f32(src, rs, n, k, dst, ld);
+        return;
+    }
 #endif
     const int64_t kp = (k + 1) / 2;
     for (int64_t l = 0; l < kp; ++l) {

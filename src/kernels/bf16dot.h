@@ -40,6 +40,11 @@ void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, 
 void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
                           int64_t ld);
 
+/* The same from float32 keys (rounded by vcvtne2ps2bf16), any D; ld a
+ * multiple of 16. */
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld);
+
 /* V as pairs of keys: dst[l*ld + x] = (V(2l, x), V(2l+1, x)) for
  * l < ceil(n/2), x < Dv, with V(j, ·) = src + j*rs (contiguous) and
  * V(n, ·) = 0 when n is odd; columns [Dv, ld) are zero. Returns whether
