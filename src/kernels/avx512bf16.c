@@ -240,28 +240,26 @@ static inline __m512i bf16_lanes(__m512 v)
     return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
 }
 
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld)
 {
+    const __m512i expo = _mm512_set1_epi16(0x7f80);
+    __mmask32 bad = 0;
     for (int64_t l = 0; 2 * l < k; ++l) {
         const float *r0 = src + 2 * l * rs, *r1 = 2 * l + 1 < k ? r0 + rs : NULL;
         uint32_t *d = dst + l * ld;
-        int64_t x = 0;
-        for (; x + 16 <= n; x += 16) {
-            const __m512i lo = bf16_lanes(_mm512_loadu_ps(r0 + x));
-            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_loadu_ps(r1 + x)), 16)
-                                  : _mm512_setzero_si512();
-            _mm512_storeu_si512(d + x, _mm512_or_si512(lo, hi));
-        }
-        if (x < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - x)) - 1);
+        for (int64_t x = 0; x < n; x += 16) {
+            const __mmask16 m = (__mmask16)(n - x >= 16 ? 0xFFFF : (1u << (n - x)) - 1);
             const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, r0 + x));
             const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_maskz_loadu_ps(m, r1 + x)), 16)
                                   : _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(d + x, m, _mm512_or_si512(lo, hi));
+            const __m512i pr = _mm512_or_si512(lo, hi);
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(pr, expo), expo);
+            _mm512_mask_storeu_epi32(d + x, m, pr);
         }
-        for (x = n; x < ld; ++x) d[x] = 0;
+        for (int64_t x = n; x < ld; ++x) d[x] = 0;
     }
+    return !bad;
 }
 
 void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
@@ -350,10 +348,11 @@ void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 {
     (void)src, (void)n, (void)dst;
 }
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld)
 {
     (void)src, (void)rs, (void)k, (void)n, (void)dst, (void)ld;
+    return false;
 }
 void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
                               uint32_t *dst, int64_t dld)

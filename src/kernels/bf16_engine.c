@@ -127,6 +127,8 @@ bool sdpa_pairs_keys(attn_dtype t, const void *src, int64_t rs, int64_t cs, int6
 #if defined(__x86_64__)
     if (t == ATTN_BF16 && cs == 1 && sdpa_bf16dot_available())
         return sdpa_bf16dot_pack_v(src, rs, k, n, dst, ld);
+    if (t == ATTN_F32 && cs == 1 && sdpa_bf16dot_available())
+        return sdpa_bf16dot_pairs_keys_f32(src, rs, k, n, dst, ld);
 #endif
     uint32_t nonfinite = 0;
     for (int64_t l = 0; 2 * l < k; ++l) {

@@ -56,8 +56,8 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
  * subnormals become zero), for i < n. */
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst);
 
-/* sdpa_pairs_keys of float32 rows (unit stride). */
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+/* sdpa_pairs_keys of float32 rows (unit stride), with its return value. */
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld);
 
 /* dst[c*dld + r] = src[r*sld + c] for r < rows, c < cols (32-bit elements). */
