@@ -24,22 +24,25 @@
 
 typedef struct {
     bool backward;
+    attn_precision precision;
     long batch, heads, seq, dim, threads, runs, rounds;
 } options;
 
 static void usage(FILE *f)
 {
-    fputs("usage: tile_cycles [--mode forward|backward] [--seq N] [--heads H] [--dim D]\n"
-          "                   [--batch B] [--threads T] [--runs R] [--rounds K]\n\n"
+    fputs("usage: tile_cycles [--mode forward|backward] [--precision exact|bf16] [--seq N]\n"
+          "                   [--heads H] [--dim D] [--batch B] [--threads T] [--runs R]\n"
+          "                   [--rounds K]\n\n"
           "cycles per part of the fused kernels (a -DATTN_PROFILE=ON build), unmasked and\n"
-          "causal side by side; defaults: forward, B=1, H=8, N=2048, D=64, 1 thread,\n"
-          "10 calls per round, 3 rounds (the least disturbed round is shown)\n",
+          "causal side by side; defaults: forward, exact products, B=1, H=8, N=2048, D=64,\n"
+          "1 thread, 10 calls per round, 3 rounds (the least disturbed round is shown);\n"
+          "--precision bf16: products on the bfloat16 engine (attn_engine(), ATTN_ENGINE)\n",
           f);
 }
 
 static bool parse(int argc, char **argv, options *o)
 {
-    *o = (options){false, 1, 8, 2048, 64, 1, 10, 3};
+    *o = (options){false, ATTN_PRECISION_EXACT, 1, 8, 2048, 64, 1, 10, 3};
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -56,6 +59,14 @@ static bool parse(int argc, char **argv, options *o)
                 return false;
             }
             o->backward = !strcmp(v, "backward");
+            continue;
+        }
+        if (!strcmp(argv[i - 1], "--precision")) {
+            if (strcmp(v, "exact") && strcmp(v, "bf16")) {
+                fprintf(stderr, "tile_cycles: --precision: '%s' is not exact or bf16\n", v);
+                return false;
+            }
+            o->precision = !strcmp(v, "bf16") ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
             continue;
         }
         long *dst = !strcmp(argv[i - 1], "--seq")       ? &o->seq
@@ -116,6 +127,7 @@ static bool make_buffers(const options *o, buffers *b)
     b->tdv = attn_tensor_4d(b->dv, B, H, N, D);
     attn_sdpa_opts op = attn_sdpa_opts_default();
     op.num_threads = (int)o->threads;
+    op.precision = o->precision;
     attn_error e;
     if (attn_sdpa_workspace_size(&b->tq, &b->tk, &b->tv, true, &op, &b->workspace_size, &e) !=
         ATTN_OK)
@@ -130,6 +142,7 @@ static bool call(const options *o, buffers *b, bool causal, bool counted, sdpa_p
     attn_sdpa_opts op = attn_sdpa_opts_default();
     op.path = ATTN_PATH_FUSED;
     op.num_threads = (int)o->threads;
+    op.precision = o->precision;
     op.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
     op.workspace = b->workspace;
     op.workspace_size = b->workspace_size;
@@ -180,10 +193,10 @@ static void print_row(const row *r)
 static void report(const options *o, const sdpa_profile p[2])
 {
     enum { W = SDPA_PROF_WHOLE, P = SDPA_PROF_PARTIAL };
-    printf("attn tile cycles: %s, B=%ld H=%ld N=%ld D=%ld, %s kernels, %ld thread%s, "
-           "least disturbed of %ld rounds of %ld calls; millions of cycles per call\n\n",
+    printf("attn tile cycles: %s, B=%ld H=%ld N=%ld D=%ld, %s kernels, products %s, %ld "
+           "thread%s, least disturbed of %ld rounds of %ld calls; millions of cycles per call\n\n",
            o->backward ? "backward" : "forward", o->batch, o->heads, o->seq, o->dim, attn_isa(),
-           o->threads, o->threads > 1 ? "s" : "", o->rounds, o->runs);
+           o->precision == ATTN_PRECISION_BF16 ? attn_engine() : "exact", o->threads, o->threads > 1 ? "s" : "", o->rounds, o->runs);
     printf("| part | unmasked | causal | causal − unmasked ÷ 2 |\n|---|---|---|---|\n");
     row rows[16];
     int n = 0;

@@ -114,6 +114,15 @@ double bench_now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* CPU time of the whole process (all threads): on a shared machine a
+ * call's cost, where wall time also counts the others' turns. */
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -292,19 +301,24 @@ static int bench_one(const bench_config *c)
         }
     }
     double *times = malloc(sizeof(double) * (size_t)c->runs);
-    if (!times) goto oom;
+    double *cpu = times ? malloc((size_t)c->runs * sizeof *cpu) : NULL;
+    if (!cpu) {
+        free(times);
+        goto oom;
+    }
     for (long r = 0; r < c->warmup + c->runs; ++r) {
-        const double t0 = bench_now_seconds();
+        const double t0 = bench_now_seconds(), u0 = cpu_seconds();
         if (run_once(&s, &err) != ATTN_OK) {
-            free(times);
+            free(times), free(cpu);
             rc = cli_report("bench", &err);
             goto done;
         }
         if (r >= c->warmup) times[r - c->warmup] = bench_now_seconds() - t0;
+        if (r >= c->warmup) cpu[r - c->warmup] = cpu_seconds() - u0;
     }
-    const double med = bench_median(times, c->runs);
+    const double med = bench_median(times, c->runs), cpu_med = bench_median(cpu, c->runs);
     const double best = times[0]; /* sorted by bench_median */
-    free(times);
+    free(times), free(cpu);
 
     const char *isa = c->path == ATTN_PATH_REFERENCE ? "reference" : attn_isa();
     /* ATTN_ARCH=reference only redirects AUTO; FUSED then runs the best ISA. */
@@ -336,12 +350,12 @@ static int bench_one(const bench_config *c)
     if (c->json) {
         printf("{\"mode\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,"
                "\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"causal\":%s,\"path\":\"%s\","
-               "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,"
+               "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,\"ms_min\":%.4f,\"cpu_ms\":%.4f,"
                "\"gflops\":%.3f,\"peak_rss_bytes\":%zu,\"variant\":\"%s\",\"dtype\":\"%s\","
                "\"precision\":\"%s\",\"engine\":\"%s\"" CLI_OPENMP_JSON "}\n",
                mode_name[c->mode], c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                c->value_dim, c->causal ? "true" : "false", path, isa, threads, c->runs, med * 1e3,
-               best * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype),
+               best * 1e3, cpu_med * 1e3, gflops, rss, variant[0] ? variant + 1 : "", attn_dtype_name(c->dtype),
                c->bf16 ? "bf16" : "exact", c->bf16 ? attn_engine() : "f32");
     } else {
         printf("%-8s B=%ld H=%ld Hkv=%ld N=%ld Nk=%ld D=%ld Dv=%ld%s %s  %-9s %-7s threads=%d  "

@@ -268,6 +268,139 @@ static void group_engine_gemm(tu_suite *suite, const engine_entry *eng, int neng
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------- fused softmax */
+
+static bool same_value(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* The bfloat16 forward's fused pieces, bitwise the unfused ones they
+ * replace: an engine's gemm_max is its gemm plus the rows' lane maxima in
+ * column order (vmax = vmax > x ? vmax : x); softmax_online_p16 stores the
+ * statistics softmax_online computes and P as sdpa_pairs_narrow rounds
+ * softmax_online's floats, on every path (every column, a prefix, bounds,
+ * softcap and bias), with NaN and infinite scores and rows that saw
+ * nothing. */
+static void group_fused(tu_suite *suite, const engine_entry *eng, int neng, uint64_t seed)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "fused softmax");
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_mix(seed ^ 0xF05Eull));
+    for (int x = 0; x < neng; ++x) {
+        if (!eng[x].eng || !eng[x].eng->gemm_max) continue;
+        int64_t bad = 0, cases = 0;
+        for (int trial = 0; trial < 40; ++trial) {
+            const int64_t m = tu_rng_int(&rng, 1, 40), n = 32 * tu_rng_int(&rng, 1, 8);
+            const int64_t kp = tu_rng_int(&rng, 0, 40), ldc = n + 16;
+            uint32_t *a = xcalloc(m * kp + 1, 4), *b = xcalloc(kp * n + 1, 4);
+            float *c = xcalloc(m * ldc, 4), *want = xcalloc(m * ldc, 4);
+            float *vmax = xcalloc(m * SDPA_MAX_VW, 4);
+            for (int64_t e = 0; e < m * kp; ++e) a[e] = random_pair(&rng);
+            for (int64_t e = 0; e < kp * n; ++e)
+                b[e] = tu_rng_int(&rng, 0, 50) == 0 ? 0x7fc07f80u : random_pair(&rng); /* NaN, inf */
+            eng[x].eng->gemm(m, n, kp, a, kp, b, n, want, ldc, NULL, SDPA_GEMM_SET);
+            eng[x].eng->gemm_max(m, n, kp, a, kp, b, n, c, ldc, vmax);
+            for (int64_t r = 0; r < m; ++r) {
+                for (int64_t j = 0; j < n; ++j) bad += !same_value(c[r * ldc + j], want[r * ldc + j]);
+                for (int l = 0; l < SDPA_MAX_VW; ++l) {
+                    float mx = -INFINITY;
+                    for (int64_t j = l; j < n; j += SDPA_MAX_VW) {
+                        const float v = want[r * ldc + j];
+                        mx = mx > v ? mx : v;
+                    }
+                    bad += !same_value(vmax[r * SDPA_MAX_VW + l], mx);
+                }
+            }
+            ++cases;
+            free(a), free(b), free(c), free(want), free(vmax);
+        }
+        tu_check(&g, bad == 0, "%s gemm_max: %lld wrong values in %lld products", eng[x].name,
+                 (long long)bad, (long long)cases);
+    }
+    { /* Kᵀ of float32 keys as pairs (the forward's packer): any n, D, strides */
+        int64_t wrong = 0;
+        for (int trial = 0; trial < 60; ++trial) {
+            const int64_t n = tu_rng_int(&rng, 1, 128), D = tu_rng_int(&rng, 1, 140);
+            const int64_t rs = D + tu_rng_int(&rng, 0, 5), ld = 32 * tu_rng_int(&rng, (n + 31) / 32, 5);
+            const int64_t kp = (D + 1) / 2;
+            float *k = xcalloc(n * rs, 4);
+            uint32_t *got = xcalloc(kp * ld, 4);
+            for (int64_t e = 0; e < n * rs; ++e) k[e] = (float)tu_rng_normal(&rng);
+            memset(got, 0xEE, (size_t)(kp * ld) * 4);
+            sdpa_pairs_kt(ATTN_F32, k, rs, 1, n, D, got, ld);
+            for (int64_t l = 0; l < kp; ++l)
+                for (int64_t j = 0; j < ld; ++j) {
+                    const uint32_t want =
+                        j >= n ? 0u
+                               : attn_f32_to_bf16(k[j * rs + 2 * l]) |
+                                     (2 * l + 1 < D ? (uint32_t)attn_f32_to_bf16(k[j * rs + 2 * l + 1]) << 16 : 0u);
+                    wrong += got[l * ld + j] != want;
+                }
+            free(k), free(got);
+        }
+        tu_check(&g, wrong == 0, "sdpa_pairs_kt of float32 keys: %lld wrong pairs", (long long)wrong);
+    }
+#if defined(__x86_64__)
+    const sdpa_kernels *kern = sdpa_kernels_for(sdpa_isa_best());
+    if (!kern->softmax_online_p16 || !sdpa_engine_runs(SDPA_ENGINE_AVX512BF16, kern)) {
+        printf("softmax_online_p16: not on this CPU\n");
+        tu_group_end(&g);
+        return;
+    }
+    enum { M = 40, LD = 192 };
+    static float s0[M * LD], fs[M * LD], us[M * LD], bias[M * LD];
+    static uint16_t fp[M * LD], up[M * LD];
+    float st[2][3][M]; /* [fused, unfused][rowmax, rowsum, alpha][row] */
+    int32_t start[M], end[M];
+    int64_t bad = 0, cases = 0;
+    for (int64_t c0 = 0; c0 <= 32; c0 += 32)
+        for (int64_t w = 32; w <= SDPA_KEY_TILE; w += 32)
+            for (int trial = 0; trial < 30; ++trial) {
+                const int64_t m = tu_rng_int(&rng, 1, M), n = c0 + w;
+                const int kind = trial % 5; /* every column, a prefix, bounds, softcap, bias */
+                for (int i = 0; i < M * LD; ++i) {
+                    const double u = tu_rng_uniform(&rng);
+                    s0[i] = u < 0.01 ? NAN : u < 0.02 ? INFINITY : u < 0.03 ? -INFINITY
+                                                       : (float)(u * 60.0 - 30.0);
+                    bias[i] = tu_rng_int(&rng, 0, 9) == 0 ? -INFINITY : (float)tu_rng_normal(&rng);
+                }
+                for (int64_t r = 0; r < m; ++r) {
+                    start[r] = (int32_t)(kind == 0 || kind == 1 ? c0 : tu_rng_int(&rng, c0, n));
+                    end[r] = (int32_t)(kind == 0 ? n : tu_rng_int(&rng, start[r], n));
+                    st[0][0][r] = tu_rng_int(&rng, 0, 3) == 0 ? -INFINITY : (float)tu_rng_uniform(&rng);
+                    st[0][1][r] = st[0][0][r] == -INFINITY ? 0.0f : 1.0f;
+                }
+                memcpy(st[1], st[0], sizeof st[0]);
+                memcpy(fs, s0, sizeof s0);
+                memcpy(us, s0, sizeof s0);
+                memset(fp, 0xAB, sizeof fp);
+                memset(up, 0xCD, sizeof up);
+                const sdpa_logits lg = {.scale = 0.125f,
+                                        .softcap = kind == 3 ? 5.0f : 0.0f,
+                                        .inv_softcap = kind == 3 ? 0.2f : 0.0f,
+                                        .start = start,
+                                        .end = end,
+                                        .bias = kind == 4 ? bias : NULL,
+                                        .ldbias = LD};
+                kern->softmax_online_p16(m, c0, n, &lg, fs, LD, fp, st[0][0], st[0][1], st[0][2],
+                                         NULL);
+                kern->softmax_online(m, c0, n, &lg, us, LD, st[1][0], st[1][1], st[1][2], NULL);
+                for (int64_t r = 0; r < m; ++r) {
+                    sdpa_pairs_narrow(us + r * LD + c0, n - c0, up + r * LD + c0);
+                    bad += memcmp(fp + r * LD + c0, up + r * LD + c0, (size_t)(n - c0) * 2) != 0;
+                    if (c0 > 0) bad += fp[r * LD + c0 - 1] != 0xABAB; /* nothing before c0 */
+                    for (int q = 0; q < 3; ++q) bad += !same_value(st[0][q][r], st[1][q][r]);
+                }
+                ++cases;
+            }
+    tu_check(&g, bad == 0, "softmax_online_p16: %lld differences in %lld tiles", (long long)bad,
+             (long long)cases);
+#endif
+    tu_group_end(&g);
+}
+
 /* ----------------------------------------------------------- contract */
 
 typedef struct {
@@ -680,6 +813,38 @@ static void group_views(tu_suite *suite, const engine_entry *eng, int neng, uint
                     same &= o[(h * N + i) * D + e] == ot[(i * H + h) * D + e];
         tu_check(&g, ok && same, "%s: strided views differ from contiguous ones (%s)", eng[x].name,
                  ok ? "values" : err.message);
+        /* the backward with Q and dO whose features are 2 apart (the tiles
+         * pack their pairs) is the contiguous call's (pairs packed once per
+         * call), bit for bit */
+        {
+            float *lse = xcalloc(B * H * N, 4), *d = xcalloc(n, 4), *q2 = xcalloc(2 * n, 4);
+            float *d2 = xcalloc(2 * n, 4), *grad[2][3];
+            for (int64_t e = 0; e < n; ++e) {
+                d[e] = (float)bf16_round(tu_rng_normal(&r));
+                q2[2 * e] = q[e], d2[2 * e] = d[e];
+                q2[2 * e + 1] = d2[2 * e + 1] = NAN; /* never read */
+            }
+            attn_tensor L = attn_tensor_make(lse, ATTN_F32, 3, (int64_t[]){B, H, N});
+            attn_tensor dO = attn_tensor_make(d, ATTN_F32, 4, shape);
+            attn_tensor Q2 = attn_tensor_make(q2, ATTN_F32, 4, shape), dO2 = attn_tensor_make(d2, ATTN_F32, 4, shape);
+            for (int dim = 0; dim < 4; ++dim) Q2.stride[dim] *= 2, dO2.stride[dim] *= 2;
+            ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o1, &err) == ATTN_OK;
+            for (int run = 0; run < 2; ++run) {
+                for (int t = 0; t < 3; ++t) grad[run][t] = xcalloc(n, 4);
+                attn_tensor dQ = attn_tensor_make(grad[run][0], ATTN_F32, 4, shape);
+                attn_tensor dK = attn_tensor_make(grad[run][1], ATTN_F32, 4, shape);
+                attn_tensor dV = attn_tensor_make(grad[run][2], ATTN_F32, 4, shape);
+                ok = ok && attn_sdpa_backward(run ? &Q2 : &Q, &K, &V, &O, &L, run ? &dO2 : &dO,
+                                              &dQ, &dK, &dV, &o1, &err) == ATTN_OK;
+            }
+            same = ok;
+            for (int t = 0; t < 3 && ok; ++t) same &= same_bits(grad[0][t], grad[1][t], n);
+            tu_check(&g, ok && same, "%s: backward: strided Q and dO differ from contiguous ones (%s)",
+                     eng[x].name, ok ? "values" : err.message);
+            for (int run = 0; run < 2; ++run)
+                for (int t = 0; t < 3; ++t) free(grad[run][t]);
+            free(lse), free(d), free(q2), free(d2);
+        }
         /* the weights output: the same out, rows that sum to 1 (probabilities
          * from the bfloat16 scores and the final statistics) */
         float *wts = xcalloc(B * H * N * N, 4), *ow = xcalloc(n, 4);
@@ -747,6 +912,7 @@ int main(int argc, char **argv)
     printf(" (attn_engine(): %s)\n", attn_engine());
     if (tu_group_selected(&opt, "tile model")) group_tile_model(&suite);
     if (tu_group_selected(&opt, "engine gemm")) group_engine_gemm(&suite, eng, neng, opt.seed);
+    if (tu_group_selected(&opt, "fused softmax")) group_fused(&suite, eng, neng, opt.seed);
     if (tu_group_selected(&opt, "contract")) group_contract(&suite, eng, neng, opt.seed);
     if (tu_group_selected(&opt, "composition")) group_composition(&suite, eng, neng, opt.seed);
     if (tu_group_selected(&opt, "views")) group_views(&suite, eng, neng, opt.seed);

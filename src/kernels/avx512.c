@@ -52,6 +52,18 @@ static inline void avx512_store_bf16(uint16_t *p, __m512 v)
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
 }
 #define V_STORE_BF16(p, v) avx512_store_bf16((p), (v))
+/* softmax_online_p16's store: 32 floats (a: columns 0-15, b: 16-31) to
+ * bfloat16, to nearest even, by vcvtne2ps2bf16 (AVX512_BF16, outside this
+ * file's target: written out, and only ever run where
+ * sdpa_bf16dot_available()). */
+static inline void avx512_store_p16(uint16_t *p, __m512 a, __m512 b)
+{
+    __m512i r;
+    __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(b), "v"(a));
+    _mm512_storeu_si512(p, r);
+}
+#define SIMD_HAVE_P16 1
+#define V_STORE_P16(p, a, b) avx512_store_p16((p), (a), (b))
 
 /* e^x for x <= 0, -inf and NaN (the algorithm of avx2.c, see there) of
  * k <= 4 vectors in place, each step for all k before the next: the k
@@ -236,6 +248,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .gemm16 = avx512_gemm16,
     .gemm_max = avx512_gemm_max,
     .softmax_online = avx512_softmax_online,
+    .softmax_online_p16 = avx512_softmax_online_p16,
     .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,
     .dropout = avx512_dropout,

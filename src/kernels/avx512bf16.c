@@ -41,9 +41,13 @@ bool sdpa_bf16dot_available(void)
 
 enum { MR = 12, NV = 2, NR = 32 };
 
+/* C's microtile (rows <= mr rows, 32 columns); with vmax (SET only) each
+ * stored row's two vectors folded into its lane maxima vmax[r·16], in
+ * column order, from -inf in the first column panel (first). */
 static inline __attribute__((always_inline)) void
 microtile(int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
-          int64_t ldc, int64_t rows, const float *row_scale, sdpa_gemm_mode mode, const int mr)
+          int64_t ldc, int64_t rows, const float *row_scale, sdpa_gemm_mode mode, const int mr,
+          float *vmax, bool first)
 {
     __m512 acc[MR][NV];
     const uint32_t *ar[MR];
@@ -69,23 +73,30 @@ microtile(int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b, int64_
                 out = _mm512_fmadd_ps(_mm512_loadu_ps(cr + v * 16), _mm512_set1_ps(row_scale[r]), out);
             _mm512_storeu_ps(cr + v * 16, out);
         }
+        if (vmax) {
+            float *vr = vmax + r * SDPA_MAX_VW;
+            __m512 mx = first ? _mm512_set1_ps(-INFINITY) : _mm512_loadu_ps(vr);
+            for (int v = 0; v < NV; ++v) mx = _mm512_max_ps(mx, acc[r][v]); /* softmax_full's order */
+            _mm512_storeu_ps(vr, mx);
+        }
     }
 }
 
 static inline __attribute__((always_inline)) void
 gemm_mode(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs, const uint32_t *b,
-          int64_t ldb, float *c, int64_t ldc, const float *row_scale, sdpa_gemm_mode mode)
+          int64_t ldb, float *c, int64_t ldc, const float *row_scale, sdpa_gemm_mode mode,
+          float *vmax)
 {
     for (int64_t j = 0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR) {
             const int64_t rows = m - i < MR ? m - i : MR;
             const float *rs = row_scale ? row_scale + i : NULL;
             const uint32_t *ai = a + i * a_rs, *bj = b + j;
-            float *cij = c + i * ldc + j;
+            float *cij = c + i * ldc + j, *vm = vmax ? vmax + i * SDPA_MAX_VW : NULL;
             if (rows <= 4)
-                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, 4);
+                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, 4, vm, j == 0);
             else
-                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, MR);
+                microtile(kp, ai, a_rs, bj, ldb, cij, ldc, rows, rs, mode, MR, vm, j == 0);
         }
 }
 
@@ -95,11 +106,17 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
 {
     /* one instance per mode, as the float32 GEMM (simd_body.h) */
     if (mode == SDPA_GEMM_SET)
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET, NULL);
     else if (mode == SDPA_GEMM_ADD)
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_ADD);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_ADD, NULL);
     else
-        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, row_scale, SDPA_GEMM_SCALE_ADD);
+        gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, row_scale, SDPA_GEMM_SCALE_ADD, NULL);
+}
+
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax)
+{
+    gemm_mode(m, n, kp, a, a_rs, b, ldb, c, ldc, NULL, SDPA_GEMM_SET, vmax);
 }
 
 /* 16 × 16 transpose of 32-bit elements in registers: o[i] lane j = r[j] lane i. */
@@ -159,6 +176,30 @@ void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D,
         for (int64_t c = n; c < ld; ++c) dst[l * ld + c] = 0;
 }
 
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld)
+{
+    const int64_t pairs = (D + 1) / 2;
+    for (int64_t j = 0; j < ld; j += 16)
+        for (int64_t l = 0; l < pairs; l += 16) {
+            /* 16 keys' features 2l .. 2l+31 as 16 pairs each (a zero past D
+             * completes an odd last pair; keys from n on are zero), then
+             * transposed: pair row l + i, keys j .. j+15 */
+            const int64_t left = D - 2 * l;
+            const __mmask16 lo = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+            const __mmask16 hi = (__mmask16)(left >= 32 ? 0xFFFF : left > 16 ? (1u << (left - 16)) - 1 : 0);
+            __m512i r[16], o[16];
+            for (int i = 0; i < 16; ++i) {
+                const float *row = src + (j + i) * rs + 2 * l;
+                r[i] = j + i < n ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
+                                                                 _mm512_maskz_loadu_ps(lo, row))
+                                 : _mm512_setzero_si512();
+            }
+            transpose16(r, o);
+            for (int i = 0; i < 16 && l + i < pairs; ++i) _mm512_storeu_si512(dst + (l + i) * ld + j, o[i]);
+        }
+}
+
 bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv, uint32_t *dst,
                          int64_t ld)
 {
@@ -199,28 +240,26 @@ static inline __m512i bf16_lanes(__m512 v)
     return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
 }
 
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld)
 {
+    const __m512i expo = _mm512_set1_epi16(0x7f80);
+    __mmask32 bad = 0;
     for (int64_t l = 0; 2 * l < k; ++l) {
         const float *r0 = src + 2 * l * rs, *r1 = 2 * l + 1 < k ? r0 + rs : NULL;
         uint32_t *d = dst + l * ld;
-        int64_t x = 0;
-        for (; x + 16 <= n; x += 16) {
-            const __m512i lo = bf16_lanes(_mm512_loadu_ps(r0 + x));
-            const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_loadu_ps(r1 + x)), 16)
-                                  : _mm512_setzero_si512();
-            _mm512_storeu_si512(d + x, _mm512_or_si512(lo, hi));
-        }
-        if (x < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - x)) - 1);
+        for (int64_t x = 0; x < n; x += 16) {
+            const __mmask16 m = (__mmask16)(n - x >= 16 ? 0xFFFF : (1u << (n - x)) - 1);
             const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, r0 + x));
             const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_maskz_loadu_ps(m, r1 + x)), 16)
                                   : _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(d + x, m, _mm512_or_si512(lo, hi));
+            const __m512i pr = _mm512_or_si512(lo, hi);
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(pr, expo), expo);
+            _mm512_mask_storeu_epi32(d + x, m, pr);
         }
-        for (x = n; x < ld; ++x) d[x] = 0;
+        for (int64_t x = n; x < ld; ++x) d[x] = 0;
     }
+    return !bad;
 }
 
 void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
@@ -269,6 +308,7 @@ const sdpa_bf16_engine sdpa_engine_avx512bf16 = {
     .name = "avx512bf16",
     .npad = NR,
     .gemm = sdpa_bf16dot_gemm,
+    .gemm_max = sdpa_bf16dot_gemm_max,
 };
 #endif
 
@@ -282,8 +322,19 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
     (void)m, (void)n, (void)kp, (void)a, (void)a_rs, (void)b, (void)ldb, (void)c, (void)ldc,
         (void)row_scale, (void)mode;
 }
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax)
+{
+    (void)m, (void)n, (void)kp, (void)a, (void)a_rs, (void)b, (void)ldb, (void)c, (void)ldc,
+        (void)vmax;
+}
 void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
                           int64_t ld)
+{
+    (void)src, (void)rs, (void)n, (void)D, (void)dst, (void)ld;
+}
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld)
 {
     (void)src, (void)rs, (void)n, (void)D, (void)dst, (void)ld;
 }
@@ -297,10 +348,11 @@ void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst)
 {
     (void)src, (void)n, (void)dst;
 }
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld)
 {
     (void)src, (void)rs, (void)k, (void)n, (void)dst, (void)ld;
+    return false;
 }
 void sdpa_bf16dot_transpose32(const uint32_t *src, int64_t sld, int64_t rows, int64_t cols,
                               uint32_t *dst, int64_t dld)

@@ -107,6 +107,10 @@ void sdpa_pairs_kt(attn_dtype t, const void *src, int64_t rs, int64_t cs, int64_
         sdpa_bf16dot_pack_kt(src, rs, n, k, dst, ld);
         return;
     }
+    if (t == ATTN_F32 && cs == 1 && ld % 16 == 0 && sdpa_bf16dot_available()) {
+        sdpa_bf16dot_pack_kt_f32(src, rs, n, k, dst, ld);
+        return;
+    }
 #endif
     const int64_t kp = (k + 1) / 2;
     for (int64_t l = 0; l < kp; ++l) {
@@ -123,6 +127,8 @@ bool sdpa_pairs_keys(attn_dtype t, const void *src, int64_t rs, int64_t cs, int6
 #if defined(__x86_64__)
     if (t == ATTN_BF16 && cs == 1 && sdpa_bf16dot_available())
         return sdpa_bf16dot_pack_v(src, rs, k, n, dst, ld);
+    if (t == ATTN_F32 && cs == 1 && sdpa_bf16dot_available())
+        return sdpa_bf16dot_pairs_keys_f32(src, rs, k, n, dst, ld);
 #endif
     uint32_t nonfinite = 0;
     for (int64_t l = 0; 2 * l < k; ++l) {
@@ -167,17 +173,30 @@ int64_t sdpa_pair_scratch(int64_t m, int64_t k, int64_t n)
     return (2 * m + n) * ((k + 1) / 2);
 }
 
+void sdpa_pairs_rows_f32(const float *src, int64_t rs, int64_t rows, int64_t k, uint32_t *dst,
+                         int64_t ld)
+{
+#if defined(__x86_64__)
+    if (sdpa_bf16dot_available()) {
+        for (int64_t r = 0; r < rows; ++r)
+            sdpa_pairs_narrow(src + r * rs, k, (uint16_t *)(dst + r * ld));
+        return;
+    }
+#endif
+    sdpa_pairs_rows(ATTN_F32, src, rs, 1, rows, k, dst, ld);
+}
+
 /* The A operand of float32 rows (a_cs = 1) or of columns (a_rs = 1: Aᵀ's
  * rows, paired and then transposed), in tmp's room if needed. */
 static void pairs_a_f32(const float *a, int64_t a_rs, int64_t a_cs, int64_t m, int64_t k,
                         uint32_t *dst, uint32_t *tmp)
 {
     const int64_t kp = (k + 1) / 2;
-#if defined(__x86_64__)
-    if (sdpa_bf16dot_available() && a_cs == 1) {
-        for (int64_t r = 0; r < m; ++r) sdpa_pairs_narrow(a + r * a_rs, k, (uint16_t *)(dst + r * kp));
+    if (a_cs == 1) {
+        sdpa_pairs_rows_f32(a, a_rs, m, k, dst, kp);
         return;
     }
+#if defined(__x86_64__)
     if (sdpa_bf16dot_available() && a_rs == 1) {
         sdpa_bf16dot_pairs_keys_f32(a, a_cs, k, m, tmp, m);
         sdpa_bf16dot_transpose32(tmp, m, kp, m, dst, kp);

@@ -39,10 +39,18 @@ typedef void (*sdpa_pair_gemm_fn)(int64_t m, int64_t n, int64_t kp, const uint32
                                   int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
                                   int64_t ldc, const float *row_scale, sdpa_gemm_mode mode);
 
+/* The forward's score tile and its rows' maxima in one pass: gemm with
+ * SDPA_GEMM_SET, and vmax (m × SDPA_MAX_VW) as sdpa_gemm_max_fn (kernels.h)
+ * fills it, 16 lanes: what softmax_online's first pass would compute. */
+typedef void (*sdpa_pair_gemm_max_fn)(int64_t m, int64_t n, int64_t kp, const uint32_t *a,
+                                      int64_t a_rs, const uint32_t *b, int64_t ldb, float *c,
+                                      int64_t ldc, float *vmax);
+
 typedef struct {
     const char *name;
     int npad; /* n % npad == 0 */
     sdpa_pair_gemm_fn gemm;
+    sdpa_pair_gemm_max_fn gemm_max; /* NULL: the softmax takes the maxima itself */
 } sdpa_bf16_engine;
 
 typedef enum {
@@ -104,6 +112,10 @@ void sdpa_pair_gemm_f32(const sdpa_bf16_engine *eng, uint32_t *scratch, int64_t 
                         int64_t k, const float *a, int64_t a_rs, int64_t a_cs, const float *b,
                         int64_t ldb, const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
                         const float *row_scale, sdpa_gemm_mode mode);
+/* sdpa_pairs_rows of float32 rows with unit stride (the fastest packer):
+ * the A operand sdpa_pair_gemm_f32 packs from such rows, bit for bit. */
+void sdpa_pairs_rows_f32(const float *src, int64_t rs, int64_t rows, int64_t k, uint32_t *dst,
+                         int64_t ld);
 /* sdpa_pairs_keys of float32 rows with unit stride (the fastest packer). */
 void sdpa_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n, uint32_t *dst,
                          int64_t ld);

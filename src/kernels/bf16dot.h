@@ -29,11 +29,21 @@ void sdpa_bf16dot_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int6
                        const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
                        const float *row_scale, sdpa_gemm_mode mode);
 
+/* sdpa_bf16dot_gemm with SDPA_GEMM_SET and the rows' lane maxima in vmax
+ * (sdpa_pair_gemm_max_fn, bf16_engine.h). */
+void sdpa_bf16dot_gemm_max(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t a_rs,
+                           const uint32_t *b, int64_t ldb, float *c, int64_t ldc, float *vmax);
+
 /* Kᵀ as pairs: dst[l*ld + j] = features (2l, 2l+1) of key j = row
  * src + j*rs (D contiguous bfloat16, D even), for l < D/2, j < n; columns
  * [n, ld) are zero. */
 void sdpa_bf16dot_pack_kt(const uint16_t *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
                           int64_t ld);
+
+/* The same from float32 keys (rounded by vcvtne2ps2bf16), any D; ld a
+ * multiple of 16. */
+void sdpa_bf16dot_pack_kt_f32(const float *src, int64_t rs, int64_t n, int64_t D, uint32_t *dst,
+                              int64_t ld);
 
 /* V as pairs of keys: dst[l*ld + x] = (V(2l, x), V(2l+1, x)) for
  * l < ceil(n/2), x < Dv, with V(j, ·) = src + j*rs (contiguous) and
@@ -46,8 +56,8 @@ bool sdpa_bf16dot_pack_v(const uint16_t *src, int64_t rs, int64_t n, int64_t Dv,
  * subnormals become zero), for i < n. */
 void sdpa_bf16dot_narrow(const float *src, int64_t n, uint16_t *dst);
 
-/* sdpa_pairs_keys of float32 rows (unit stride). */
-void sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
+/* sdpa_pairs_keys of float32 rows (unit stride), with its return value. */
+bool sdpa_bf16dot_pairs_keys_f32(const float *src, int64_t rs, int64_t k, int64_t n,
                                  uint32_t *dst, int64_t ld);
 
 /* dst[c*dld + r] = src[r*sld + c] for r < rows, c < cols (32-bit elements). */

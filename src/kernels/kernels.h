@@ -112,6 +112,16 @@ typedef void (*sdpa_softmax_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_log
                                 float *s, int64_t lds, float *rowmax, float *rowsum,
                                 float *alpha, const float *vmax);
 
+/* sdpa_softmax_fn with the probabilities rounded to bfloat16 (to nearest
+ * even) into p16 (m rows, lds apart, s's columns) in the exponentials' own
+ * pass, instead of into s (which it may still overwrite): the bfloat16
+ * forward's P for P·V. Bitwise the floats softmax_online would store,
+ * rounded. NULL in tables without it; where set, it needs AVX512_BF16
+ * (callers check sdpa_bf16dot_available()). */
+typedef void (*sdpa_softmax16_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                  float *s, int64_t lds, uint16_t *p16, float *rowmax,
+                                  float *rowsum, float *alpha, const float *vmax);
+
 /*
  * Probabilities from the row statistics (backward, and the forward's weights
  * pass): s(r,c) <- exp(x(r,c) - rowmax[r] - rowll[r]) where visible, else 0;
@@ -250,6 +260,7 @@ typedef struct {
     sdpa_gemm16_fn gemm16;
     sdpa_gemm_max_fn gemm_max;
     sdpa_softmax_fn softmax_online;
+    sdpa_softmax16_fn softmax_online_p16;
     sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;
     sdpa_dropout_fn dropout;

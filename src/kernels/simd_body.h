@@ -296,9 +296,38 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
 #define EXP_K (VW == 16 ? 4 : 2)
 #endif
 
+/* Where the probabilities of a row go: in place into its floats sr, or,
+ * with pr (the row of softmax_online_p16's bfloat16 P, same columns),
+ * rounded into pr only: two vectors (2·VW columns from col) at a time. An
+ * ISA file without V_STORE_P16 (two vectors narrowed into 2·VW bfloat16)
+ * never has a pr. */
+#ifndef V_STORE_P16
+#define V_STORE_P16(p, a, b) ((void)(p), (void)(a), (void)(b))
+#endif
+#define STORE_PROBS(col, a, b)                                                                 \
+    do {                                                                                       \
+        if (pr) {                                                                              \
+            V_STORE_P16(pr + (col), a, b);                                                     \
+        } else {                                                                               \
+            V_STORE(sr + (col), a);                                                            \
+            V_STORE(sr + (col) + VW, b);                                                       \
+        }                                                                                      \
+    } while (0)
+
+/* Zero probabilities of columns [c, n) of a row (n - c a multiple of VW). */
+static inline __attribute__((always_inline)) void SIMD(zero_probs)(float *sr, uint16_t *pr,
+                                                                    int64_t c, int64_t n)
+{
+    if (pr) {
+        if (n > c) memset(pr + c, 0, (size_t)(n - c) * sizeof(uint16_t));
+        return;
+    }
+    for (; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+}
+
 /* K vectors of a probability row from column c: p = exp(LOGIT(col) - vm)
- * stored in place, even vectors (counted from the row's first column, c
- * and K even) summed into sum and odd ones into sum2. */
+ * stored (STORE_PROBS), even vectors (counted from the row's first column,
+ * c and K even) summed into sum and odd ones into sum2. */
 #define EXP_VECTORS(K, LOGIT)                                                                  \
     do {                                                                                       \
         vf p[K];                                                                               \
@@ -306,8 +335,7 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
             p[j] = V_SUB(LOGIT(c + j * VW), vm);                                               \
         v_exp_nonpos_k(p, K);                                                                  \
         _Pragma("GCC unroll 4") for (int j = 0; j < K; j += 2) {                               \
-            V_STORE(sr + c + j * VW, p[j]);                                                    \
-            V_STORE(sr + c + (j + 1) * VW, p[j + 1]);                                          \
+            STORE_PROBS(c + j * VW, p[j], p[j + 1]);                                           \
             sum = V_ADD(sum, p[j]);                                                            \
             sum2 = V_ADD(sum2, p[j + 1]);                                                      \
         }                                                                                      \
@@ -334,8 +362,8 @@ static inline void SIMD(visible_span)(int64_t c0, int64_t n, int64_t lo, int64_t
  * selected to -inf (the values pass 1 maximised). Always inlined with a
  * constant `plain`, so each caller gets a loop without the other's work. */
 static inline __attribute__((always_inline)) vf
-SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale, int64_t lo,
-              int64_t hi)
+SIMD(exp_row)(float *sr, uint16_t *pr, int64_t c0, int64_t n, float m, bool plain, float scale,
+              int64_t lo, int64_t hi)
 {
     const vf vm = V_SET1(m), vscale = V_SET1(scale), ninf = V_SET1(-INFINITY);
     vf sum = V_ZERO(), sum2 = V_ZERO();
@@ -355,8 +383,8 @@ SIMD(exp_row)(float *sr, int64_t c0, int64_t n, float m, bool plain, float scale
  * sr[0, w) (vm = m in every lane), in place; returns the lane sums, even
  * vectors summed in one accumulator and odd ones in another, then added
  * (w is a multiple of npad = 2·VW). */
-static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, int64_t w, vf vm,
-                                                                    vf vscale)
+static inline __attribute__((always_inline)) vf SIMD(exp_row_full)(float *sr, uint16_t *pr,
+                                                                    int64_t w, vf vm, vf vscale)
 {
     vf sum = V_ZERO(), sum2 = V_ZERO();
     int64_t c = 0;
@@ -412,10 +440,11 @@ SIMD(add_sums)(int64_t rows, const vf *acc, const float *rowmax, float *rowsum,
  * constant w) without loops over the columns. */
 static inline __attribute__((always_inline)) void
 SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int64_t lds,
-                   float *rowmax, float *rowsum, float *alpha, const float *vmax)
+                   uint16_t *p16, float *rowmax, float *rowsum, float *alpha, const float *vmax)
 {
     const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale);
     s += c0;
+    if (p16) p16 += c0;
     /* Pass 1 for all rows first, so that no row's exps wait for a reduction
      * tree: VW rows at a time, lane i of the statistics for row g+i (a last,
      * partial group through padded copies). */
@@ -444,25 +473,27 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
             acc[i] = V_ZERO();
             if (i >= rows) continue;
             float *sr = s + (g + i) * lds;
+            uint16_t *pr = p16 ? p16 + (g + i) * lds : NULL;
             const float mx = rowmax[g + i];
             if (mx == -INFINITY) { /* nothing visible so far: p = 0 */
-                for (int64_t c = 0; c < w; c += VW) V_STORE(sr + c, V_ZERO());
+                SIMD(zero_probs)(sr, pr, 0, w);
                 continue;
             }
-            acc[i] = SIMD(exp_row_full)(sr, w, V_SET1(mx), vscale);
+            acc[i] = SIMD(exp_row_full)(sr, pr, w, V_SET1(mx), vscale);
         }
         SIMD(add_sums)(rows, acc, rowmax + g, rowsum + g, alpha + g);
     }
 }
 
-static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s,
-                                      int64_t lds, float *rowmax, float *rowsum, float *alpha,
-                                      const float *vmax)
+static inline __attribute__((always_inline)) void
+SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float scale, float *s, int64_t lds,
+                          uint16_t *p16, float *rowmax, float *rowsum, float *alpha,
+                          const float *vmax)
 {
     if (n - c0 == SDPA_KEY_TILE)
-        SIMD(softmax_full)(m, c0, SDPA_KEY_TILE, scale, s, lds, rowmax, rowsum, alpha, vmax);
+        SIMD(softmax_full)(m, c0, SDPA_KEY_TILE, scale, s, lds, p16, rowmax, rowsum, alpha, vmax);
     else
-        SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, rowmax, rowsum, alpha, vmax);
+        SIMD(softmax_full)(m, c0, n - c0, scale, s, lds, p16, rowmax, rowsum, alpha, vmax);
 }
 
 /* softmax_online for plain logits of rows that see a prefix of the
@@ -473,13 +504,14 @@ static void SIMD(softmax_online_full)(int64_t m, int64_t c0, int64_t n, float sc
  * pair masked. The general path exponentiates the vectors past a row's
  * last visible pair too, but exp(-inf) = +0 adds nothing to a sum, so here
  * they are only stored. */
-static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
-                                 const int32_t *end, float *s, int64_t lds, float *rowmax,
-                                 float *rowsum, float *alpha)
+static inline __attribute__((always_inline)) void
+SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale, const int32_t *end, float *s,
+                     int64_t lds, uint16_t *p16, float *rowmax, float *rowsum, float *alpha)
 {
     const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale);
     const int64_t w = n - c0;
     s += c0;
+    if (p16) p16 += c0;
 #define SEEN(r) (end[r] <= c0 ? 0 : end[r] - c0 < w ? end[r] - c0 : w)
     for (int64_t g = 0; g < m; g += VW) {
         const int64_t rows = m - g < VW ? m - g : VW;
@@ -503,6 +535,7 @@ static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
             if (i >= rows) continue;
             const int64_t r = g + i, e = SEEN(r);
             float *sr = s + r * lds;
+            uint16_t *pr = p16 ? p16 + r * lds : NULL;
             int64_t c = 0;
             if (rowmax[r] != -INFINITY) { /* else nothing visible so far: p = 0 */
                 const vf vm = V_SET1(rowmax[r]);
@@ -519,7 +552,7 @@ static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
 #undef SCALED_AT
                 acc[i] = V_ADD(sum, sum2);
             }
-            for (; c < w; c += VW) V_STORE(sr + c, V_ZERO());
+            SIMD(zero_probs)(sr, pr, c, w);
         }
         SIMD(add_sums)(rows, acc, rowmax + g, rowsum + g, alpha + g);
     }
@@ -527,9 +560,12 @@ static void SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale,
 }
 #undef EXP_VECTORS
 
-static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp,
-                                 float *s, int64_t lds, float *rowmax, float *rowsum,
-                                 float *alpha, const float *vmax)
+/* softmax_online, with p16 its probabilities rounded to bfloat16 into
+ * p16 (row stride lds, the columns of s) instead of s (the same floats
+ * rounded: V_STORE_P16). */
+static inline __attribute__((always_inline)) void
+SIMD(softmax_any)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp, float *s, int64_t lds,
+                  uint16_t *p16, float *rowmax, float *rowsum, float *alpha, const float *vmax)
 {
     /* A local copy: the stores into s cannot alias it, so the parameters
      * stay in registers instead of being reloaded for every vector. */
@@ -545,11 +581,11 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
         full &= lg->end[r] >= n;
     }
     if (prefix && full) {
-        SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, rowmax, rowsum, alpha, vmax);
+        SIMD(softmax_online_full)(m, c0, n, lg->scale, s, lds, p16, rowmax, rowsum, alpha, vmax);
         return;
     }
     if (prefix) {
-        SIMD(softmax_prefix)(m, c0, n, lg->scale, lg->end, s, lds, rowmax, rowsum, alpha);
+        SIMD(softmax_prefix)(m, c0, n, lg->scale, lg->end, s, lds, p16, rowmax, rowsum, alpha);
         return;
     }
     /* Pass 1, VW rows at a time: each row's logits x (hidden columns -inf)
@@ -617,13 +653,14 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
         for (int64_t i = 0; i < VW; ++i) vsum[i] = V_ZERO();
         for (int64_t i = 0; i < rows; ++i) {
             float *sr = s + (g + i) * lds;
+            uint16_t *pr = p16 ? p16 + (g + i) * lds : NULL;
             const float mnew = rowmax[g + i];
             if (mnew == -INFINITY) { /* nothing visible so far: p = 0 */
-                for (int64_t c = c0; c < n; c += VW) V_STORE(sr + c, V_ZERO());
+                SIMD(zero_probs)(sr, pr, c0, n);
                 continue;
             }
             if (!plain) {
-                vsum[i] = SIMD(exp_row)(sr, c0, n, mnew, false, 0.0f, 0, 0);
+                vsum[i] = SIMD(exp_row)(sr, pr, c0, n, mnew, false, 0.0f, 0, 0);
                 continue;
             }
             /* Plain rows exponentiate the pairs of vectors that hold a
@@ -632,13 +669,29 @@ static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_lo
             const int64_t lo = lg->start[g + i], hi = lg->end[g + i];
             int64_t cb, ce;
             SIMD(visible_span)(c0, n, lo, hi, 2 * VW, &cb, &ce);
-            for (int64_t c = c0; c < cb; c += VW) V_STORE(sr + c, V_ZERO());
-            for (int64_t c = ce; c < n; c += VW) V_STORE(sr + c, V_ZERO());
-            vsum[i] = SIMD(exp_row)(sr, cb, ce, mnew, true, lg->scale, lo, hi);
+            SIMD(zero_probs)(sr, pr, c0, cb);
+            SIMD(zero_probs)(sr, pr, ce, n);
+            vsum[i] = SIMD(exp_row)(sr, pr, cb, ce, mnew, true, lg->scale, lo, hi);
         }
         SIMD(add_sums)(rows, vsum, rowmax + g, rowsum + g, alpha + g);
     }
 }
+
+static void SIMD(softmax_online)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                 float *s, int64_t lds, float *rowmax, float *rowsum,
+                                 float *alpha, const float *vmax)
+{
+    SIMD(softmax_any)(m, c0, n, lg, s, lds, NULL, rowmax, rowsum, alpha, vmax);
+}
+
+#ifdef SIMD_HAVE_P16
+static void SIMD(softmax_online_p16)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lg,
+                                     float *s, int64_t lds, uint16_t *p16, float *rowmax,
+                                     float *rowsum, float *alpha, const float *vmax)
+{
+    SIMD(softmax_any)(m, c0, n, lg, s, lds, p16, rowmax, rowsum, alpha, vmax);
+}
+#endif
 
 static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp, float *s,
                         int64_t lds, const float *rowmax, const float *rowll, float *dfac)

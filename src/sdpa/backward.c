@@ -187,13 +187,16 @@ static int64_t pair_words(const sdpa_problem *p, const bwd_dims *d)
 /* C ⊕= A·B as gemm_fn fn (sdpa_gemm_fn's arguments, no row scale): on the
  * bfloat16 engine when there is one, except the zero-skipping product
  * (tiles whose hidden keys or empty rows meet non-finite operands stay
- * float32). */
+ * float32). ap, bp: A (rows ldap apart) and B (rows ldbp apart) already as
+ * pairs (the same bits sdpa_pair_gemm_f32 would pack), or NULL. */
 static void bwd_product(const bwd_scratch *w, sdpa_gemm_fn fn, int64_t m, int64_t n, int64_t k,
-                        const float *a, int64_t a_rs, int64_t a_cs, const float *b, int64_t ldb,
-                        const uint32_t *bp, int64_t ldbp, float *c, int64_t ldc,
-                        sdpa_gemm_mode mode)
+                        const float *a, int64_t a_rs, int64_t a_cs, const uint32_t *ap,
+                        int64_t ldap, const float *b, int64_t ldb, const uint32_t *bp,
+                        int64_t ldbp, float *c, int64_t ldc, sdpa_gemm_mode mode)
 {
-    if (w->eng && fn != sdpa_gemm_skip_zeros)
+    if (w->eng && fn != sdpa_gemm_skip_zeros && ap && bp)
+        w->eng->gemm(m, n, (k + 1) / 2, ap, ldap, bp, ldbp, c, ldc, NULL, mode);
+    else if (w->eng && fn != sdpa_gemm_skip_zeros)
         sdpa_pair_gemm_f32(w->eng, w->pairs, m, n, k, a, a_rs, a_cs, b, ldb, bp, ldbp, c, ldc,
                            NULL, mode);
     else
@@ -272,6 +275,19 @@ static int64_t partial_floats_bound(const sdpa_problem *p, const bwd_dims *d)
     return all < one + budget ? all : one + budget;
 }
 
+/* A bfloat16 backward's Q and dO rows as pairs, packed once per call by
+ * the row blocks (row_block) and read by every key tile: feature pairs
+ * (the A operands of S = Q·Kᵀ and dP = dO·Vᵀ), ceil(D/2) and ceil(Dv/2) per
+ * row, and row pairs (the B operands of dK += dSᵀ·Q and dV += Pᵀ·dO),
+ * ceil(Nq/2) pair rows of dp and dvp per head. None with sinks (their
+ * gradients take the row quantities up front, without the pairs). */
+static int64_t row_pair_words(const sdpa_problem *p, const bwd_dims *d)
+{
+    if (!p->bf16_products || p->dsinks) return 0;
+    const int64_t heads = p->B * p->Hq, pair_rows = (p->Nq + 1) / 2;
+    return d->rows * ((p->D + 1) / 2 + (p->Dv + 1) / 2) + heads * pair_rows * (d->dp + d->dvp);
+}
+
 /* Shared (not per-thread) arrays, then per-thread scratch, then the
  * forward's workspace when O/LSE are recomputed. With `bound`, the dQ
  * partials of any call with fewer rows and keys (partial_floats_bound). */
@@ -288,6 +304,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
                   sizeof(float)); /* dQ partials */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, p->Dv, sizeof(float));      /* recomputed O */
     sdpa_size_add(&s, d->recompute ? d->rows : 0, 2, sizeof(float));          /* ... and stats */
+    sdpa_size_add(&s, row_pair_words(p, d), 1, sizeof(uint32_t)); /* Q and dO as pairs */
     const sdpa_size t = backward_thread_bytes(p, d);
     *per_thread = t.bytes;
     if (!t.ok) s.ok = false;
@@ -430,6 +447,9 @@ typedef struct {
     atomic_uchar *state;  /* per block (row_blocks): sdpa_item_claim */
     const float *o, *st;  /* O and the saved (m, ll), or NULL: the LSE */
     int64_t os[4], ss[4];
+    /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
+     * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
+    uint32_t *qa, *da, *qr, *dr;
 } bwd_rows;
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
@@ -457,15 +477,40 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
 typedef struct {
     const float *di, *rm, *rll;
     const uint8_t *nf;
+    /* the block's Q and dO as pairs (bwd_rows), or NULL: the tiles pack them */
+    const uint32_t *qa, *da, *qr, *dr;
 } row_view;
 
-static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
-                          int64_t it, bwd_scratch *w)
+/* Rows [it, it + n) of head (b, h) as pairs (bwd_rows), it even; Q and dO
+ * have unit feature strides (as the tiles' row operands, whose pairs these
+ * are bit for bit). */
+static void row_pairs(const sdpa_problem *p, const bwd_dims *d, const bwd_rows *rs, int64_t b,
+                      int64_t h, int64_t it, int64_t n, row_view *v)
+{
+    const int64_t row = (b * p->Hq + h) * p->Nq + it, prow = (b * p->Hq + h) * ((p->Nq + 1) / 2) + it / 2;
+    const int64_t qkp = (p->D + 1) / 2, dkp = (p->Dv + 1) / 2;
+    const float *q = p->q + AT4(p->qs, b, h, it, 0), *dout = p->dout + AT4(p->dos, b, h, it, 0);
+    v->qa = rs->qa + row * qkp, v->da = rs->da + row * dkp;
+    v->qr = rs->qr + prow * d->dp, v->dr = rs->dr + prow * d->dvp;
+    sdpa_pairs_rows_f32(q, p->qs[2], n, p->D, (uint32_t *)v->qa, qkp);
+    sdpa_pairs_rows_f32(dout, p->dos[2], n, p->Dv, (uint32_t *)v->da, dkp);
+    sdpa_pairs_keys_f32(q, p->qs[2], n, p->D, (uint32_t *)v->qr, d->dp);
+    sdpa_pairs_keys_f32(dout, p->dos[2], n, p->Dv, (uint32_t *)v->dr, d->dvp);
+}
+
+static row_view row_block(const sdpa_problem *p, const bwd_dims *d, const bwd_rows *rs,
+                          int64_t b, int64_t h, int64_t it, bwd_scratch *w)
 {
     const int64_t row = (b * p->Hq + h) * p->Nq + it;
     const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
     const int64_t blk = (b * p->Hq + h) * row_tiles(p) + it / BWD_ROWS;
-    const row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row};
+    row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row,
+                       NULL, NULL, NULL, NULL};
+    if (rs->qa) { /* where the block's pairs are (once it is READY) */
+        const int64_t prow = (b * p->Hq + h) * ((p->Nq + 1) / 2) + it / 2;
+        shared.qa = rs->qa + row * ((p->D + 1) / 2), shared.da = rs->da + row * ((p->Dv + 1) / 2);
+        shared.qr = rs->qr + prow * d->dp, shared.dr = rs->dr + prow * d->dvp;
+    }
     const sdpa_claim claim = sdpa_item_claim(&rs->state[blk]);
     if (claim == SDPA_CLAIM_READY) return shared;
     const bool mine = claim == SDPA_CLAIM_MINE;
@@ -474,7 +519,8 @@ static row_view row_block(const sdpa_problem *p, const bwd_rows *rs, int64_t b, 
     uint8_t *nf = mine ? rs->nonfinite + row : w->own_nf;
     for (int64_t x = 0; x < n; ++x)
         row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &nf[x]);
-    if (!mine) return (row_view){di, rm, rll, nf};
+    if (!mine) return (row_view){di, rm, rll, nf, NULL, NULL, NULL, NULL};
+    if (rs->qa) row_pairs(p, d, rs, b, h, it, n, &shared);
     sdpa_item_done(&rs->state[blk]);
     return shared;
 }
@@ -528,6 +574,18 @@ static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64
     }
 }
 
+/* The row pairs (ld apart) of the block's rows x0 + [r0, r1) (query rows
+ * i0 + [r0, r1)) as a B operand, or NULL: a pair must not reach past them
+ * into a row the product does not sum over (it may hold anything), so they
+ * start at an even row and end with a whole pair or the last row, whose
+ * pair was completed by a zero. */
+static const uint32_t *row_pairs_at(const sdpa_problem *p, const uint32_t *pairs, int64_t ld,
+                                    int64_t i0, int64_t x0, int64_t r0, int64_t r1)
+{
+    if (!pairs || (x0 + r0) % 2 || ((r1 - r0) % 2 && i0 + r1 != p->Nq)) return NULL;
+    return pairs + (x0 + r0) / 2 * ld;
+}
+
 /* One task: the key tiles of chunk `chunk` of kv head (b, hk); dQ into the
  * chunk's partial (its rows of this group's heads, which the task owns). */
 static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
@@ -539,6 +597,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
     const bool want_ds = p->dk || p->dq || p->dbias, direct = sdpa_scores_direct(p, kern);
+    const int64_t qkp = (p->D + 1) / 2, dkp = (p->Dv + 1) / 2; /* feature pairs */
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
@@ -580,7 +639,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const float *dob = sdpa_rows_operand(p->dout + AT4(p->dos, b, h, i0, 0),
                                                      p->dos[2], p->dos[3], mi, p->Dv, npad,
                                                      w->dob, d->dvp, &lddo);
-                const row_view rv = row_block(p, rs, b, h, it, w);
+                const row_view rv = row_block(p, d, rs, b, h, it, w);
                 const int64_t x0 = i0 - it; /* row i0 in the block's quantities */
                 float *dq_rows = p->dq ? dq_row(p, d, chunk, part, b, h, i0, w) : NULL;
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
@@ -602,8 +661,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                            qb + r0 * ldq, ldq, 1, rb, sb + b0, d->bcp, NULL, NULL);
                     else if (bn > b0)
                         bwd_product(w, kern->gemm, rb, bn - b0, p->D, qb + r0 * ldq, ldq, 1,
-                                    w->kt + b0, d->bcp, w->ktp + b0, d->bcp, sb + b0, d->bcp,
-                                    SDPA_GEMM_SET);
+                                    rv.qa ? rv.qa + (x0 + r0) * qkp : NULL, qkp, w->kt + b0,
+                                    d->bcp, w->ktp + b0, d->bcp, sb + b0, d->bcp, SDPA_GEMM_SET);
                     kern->probs(rb, b0, bn, &lg, sb, d->bcp, rv.rm + x0 + r0, rv.rll + x0 + r0,
                                 w->dfac ? w->dfac + r0 * d->bcp : NULL);
                     zero_outside(sb, d->bcp, rb, c0, cn, b0, bn);
@@ -623,9 +682,10 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (p->dv)
                     for (int64_t e = 0; e < bd.nk; ++e)
                         bwd_product(w, gemm_dv, bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
-                                    pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                    dob + bd.r0[e] * lddo, lddo, NULL, 0,
-                                    w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
+                                    pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                                    dob + bd.r0[e] * lddo, lddo,
+                                    row_pairs_at(p, rv.dr, d->dvp, i0, x0, bd.r0[e], bd.r1[e]),
+                                    d->dvp, w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
                     p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
@@ -639,8 +699,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     /* ... and dP = (dO_i·V_jᵀ)∘Z; through the softmax dS = f·P∘(dP - D). */
                     if (bn > b0)
                         bwd_product(w, kern->gemm, rb, bn - b0, p->Dv, dob + r0 * lddo, lddo, 1,
-                                    w->vt + b0, d->bcp, w->vtp + b0, d->bcp, db + b0, d->bcp,
-                                    SDPA_GEMM_SET);
+                                    rv.da ? rv.da + (x0 + r0) * dkp : NULL, dkp, w->vt + b0,
+                                    d->bcp, w->vtp + b0, d->bcp, db + b0, d->bcp, SDPA_GEMM_SET);
                     if (w->z)
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
@@ -656,7 +716,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                     /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
                      * band's keys (its other dS are 0). */
                     if (p->dq && b1 > b0)
-                        bwd_product(w, gemm_dq, rb, dn, b1 - b0, db + b0, d->bcp, 1,
+                        bwd_product(w, gemm_dq, rb, dn, b1 - b0, db + b0, d->bcp, 1, NULL, 0,
                                     kr + b0 * ldk, ldk,
                                     /* an odd count packs its own last pair: the
                                      * tile's next key may hold anything */
@@ -667,9 +727,10 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 if (p->dk)
                     for (int64_t e = 0; e < bd.nk; ++e)
                         bwd_product(w, gemm_dk, bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
-                                    w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp,
-                                    qb + bd.r0[e] * ldq, ldq, NULL, 0, w->dk + bd.k0[e] * d->dp,
-                                    d->dp, SDPA_GEMM_ADD);
+                                    w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                                    qb + bd.r0[e] * ldq, ldq,
+                                    row_pairs_at(p, rv.qr, d->dp, i0, x0, bd.r0[e], bd.r1[e]),
+                                    d->dp, w->dk + bd.k0[e] * d->dp, d->dp, SDPA_GEMM_ADD);
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
@@ -768,6 +829,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
     float *o_ws = sdpa_take(&cursor, d.recompute ? d.rows * p->Dv : 0, sizeof(float));
     float *st_ws = sdpa_take(&cursor, d.recompute ? 2 * d.rows : 0, sizeof(float));
+    uint32_t *pairs = sdpa_take(&cursor, row_pair_words(p, &d), sizeof(uint32_t));
     char *scratch = sdpa_take(&cursor, (int64_t)per_thread * p->threads, 1);
     const int threads = p->threads;
     const sdpa_bf16_engine *eng = backward_engine(p, kern);
@@ -801,7 +863,12 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
-    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}};
+    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL};
+    if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
+        rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
+        rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
+        rs.dr = rs.qr + p->B * p->Hq * ((p->Nq + 1) / 2) * d.dp;
+    }
     memcpy(rs.os, os, sizeof os);
     memcpy(rs.ss, ss, sizeof ss);
     for (int64_t x = 0; x < row_blocks(p); ++x)

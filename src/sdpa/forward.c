@@ -44,6 +44,7 @@
 #include "fused_util.h"
 #include "profile.h"
 #include "../kernels/bf16_engine.h"
+#include "../kernels/bf16dot.h"
 
 
 enum {
@@ -70,6 +71,7 @@ typedef struct {
     bool direct;      /* scores straight from K's rows (sdpa_scores_direct), no Kᵀ tile */
     bool dot;         /* bfloat16 products on eng (p->bf16_products, where an engine runs) */
     const sdpa_bf16_engine *eng;
+    bool p16;         /* dot: the softmax writes P as bfloat16 itself (softmax_online_p16) */
     bool prepacked;   /* every Kᵀ tile packed once per call, shared by all tasks */
     int64_t keys;     /* keys per tile: FWD_KEYS, or FWD_DIRECT_KEYS (direct) */
     int64_t q_rs;     /* Q's row stride within a unit */
@@ -151,6 +153,7 @@ typedef struct {
     uint32_t *qp;
     uint16_t *p16;
     bool v_pairs;
+    bool p16_set; /* p16 already holds the tile's P (softmax_online_p16) */
     const sdpa_bf16_engine *eng;
 } fwd_scratch;
 
@@ -211,6 +214,7 @@ static fwd_scratch carve_scratch(const sdpa_problem *p, const fwd_dims *d, char 
     w.qf = p->qt != ATTN_F32 ? sdpa_take(&base, rows * p->D, sizeof(float)) : NULL;
     w.qp = NULL;
     w.p16 = NULL;
+    w.p16_set = false;
     w.eng = d->eng;
     if (p->bf16_products) {
         w.qp = sdpa_take(&base, FWD_UNITS * FWD_ROWS * q_pairs(p), sizeof(uint32_t));
@@ -520,11 +524,14 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
                     const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
                     int64_t nj, sdpa_gemm_mode mode)
 {
-    if (w->v_pairs) { /* P rounded to bfloat16, a zero past an odd end to fill the last pair */
+    if (w->v_pairs) { /* P rounded to bfloat16, a zero past an odd end to fill the last pair
+                       * (the softmax's: the band's rows see no column from c1 on) */
         const int64_t kp = (c1 - c0 + 1) / 2;
-        for (int64_t r = 0; r < rows; ++r)
+        /* the softmax's rows of P (pb's rows of s), or the band's own */
+        const uint16_t *p16 = w->p16_set ? w->p16 + (pb - w->s) : w->p16;
+        for (int64_t r = 0; r < rows && !w->p16_set; ++r)
             sdpa_pairs_narrow(pb + r * ldp + c0, c1 - c0, w->p16 + r * ldp + c0);
-        w->eng->gemm(rows, n, kp, (const uint32_t *)(w->p16 + c0), ldp / 2,
+        w->eng->gemm(rows, n, kp, (const uint32_t *)(p16 + c0), ldp / 2,
                      (const uint32_t *)w->v + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
         return;
     }
@@ -703,8 +710,10 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             }
             /* One float32 score GEMM for a uniform unit also takes the rows'
              * maxima on the way (softmax_online's first pass). */
-            const float *vmax =
-                uniform && !d->direct && !d->dot && kern->gemm_max ? w->vmax : NULL;
+            const float *vmax = uniform && !d->direct &&
+                                        (d->dot ? d->eng->gemm_max != NULL : kern->gemm_max != NULL)
+                                    ? w->vmax
+                                    : NULL;
             /* S = Q·Kᵀ over the visible columns only, one GEMM for each run
              * of bands with the same column panels, ending at the spad
              * after the bands' last key (the softmax never reads the
@@ -728,6 +737,11 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                                        (hi < nj ? hi : nj) - c0, c1 - c0, p->D, qr, q_rs,
                                        q_cs, rb, w->s + r0 * d->bcp + c0, d->bcp,
                                        r0 == 0 && p->vs[3] == 1 ? &vpf : NULL, w->qb);
+                } else if (c1 > c0 && d->dot && vmax) {
+                    d->eng->gemm_max(rb, c1 - c0, q_pairs(p),
+                                     w->qp + (e * FWD_ROWS + r0) * q_pairs(p), q_pairs(p),
+                                     (const uint32_t *)w->ktp + c0, d->bcp,
+                                     w->s + r0 * d->bcp + c0, d->bcp, w->vmax);
                 } else if (c1 > c0 && d->dot) {
                     d->eng->gemm(rb, c1 - c0, q_pairs(p),
                                  w->qp + (e * FWD_ROWS + r0) * q_pairs(p), q_pairs(p),
@@ -757,10 +771,18 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 sc0 = band_c0[x] < sc0 ? band_c0[x] : sc0;
                 scn = cn > scn ? cn : scn;
             }
+            /* bfloat16 P·V: P rounded in the exponentials' pass (dropout
+             * changes P after it: then the float32 P is rounded later) */
+            w->p16_set = d->p16 && w->v_pairs && !(p->dropout_p > 0.0f);
             if (rz > ra) {
                 const sdpa_logits lg = sdpa_tile_logits(p, &t, ra, w->start, w->end, w->bias);
-                kern->softmax_online(rz - ra, sc0, scn, &lg, w->s + ra * d->bcp, d->bcp,
-                                     rowmax + ra, rowsum + ra, alpha + ra, vmax);
+                if (w->p16_set)
+                    kern->softmax_online_p16(rz - ra, sc0, scn, &lg, w->s + ra * d->bcp, d->bcp,
+                                             w->p16 + ra * d->bcp, rowmax + ra, rowsum + ra,
+                                             alpha + ra, vmax);
+                else
+                    kern->softmax_online(rz - ra, sc0, scn, &lg, w->s + ra * d->bcp, d->bcp,
+                                         rowmax + ra, rowsum + ra, alpha + ra, vmax);
             }
             SDPA_PROF_STOP(SDPA_PROF_FORWARD, t.ragged, SDPA_PROF_SOFTMAX, t_softmax);
             /* Per run of bands with the same columns: dropout (on P after
@@ -918,6 +940,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     }
     d.eng = p->bf16_products && !d.direct ? sdpa_engine_select(kern) : NULL;
     d.dot = d.eng != NULL; /* else (f32, decoding shapes): the exact float32 path */
+    d.p16 = d.dot && kern->softmax_online_p16 && sdpa_bf16dot_available();
     d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
