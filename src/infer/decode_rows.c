@@ -26,8 +26,10 @@ static size_t elem_bytes(kv_format f)
 }
 
 static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
-                           const float *q, int m, float *s, int64_t lds)
+                           const float *q, int m, float *s, int64_t lds, const void *next,
+                           int64_t next_bytes)
 {
+    (void)next, (void)next_bytes; /* the portable path leaves memory to the hardware */
     const size_t row_bytes = (size_t)D * elem_bytes(f);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
@@ -43,8 +45,9 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
 
 static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t Dv,
                                const float *p, int64_t ldp, int m, float *acc, int64_t ldacc,
-                               bool skip_zero)
+                               bool skip_zero, const void *next, int64_t next_bytes)
 {
+    (void)next, (void)next_bytes;
     const size_t row_bytes = (size_t)Dv * elem_bytes(f);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
@@ -56,7 +59,16 @@ static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t
     }
 }
 
-const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic};
+static void scale_generic(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
+                          const float *scale)
+{
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t t = lo; t < hi; ++t)
+            s[r * lds + t] = s[r * lds + t] == 0.0f ? 0.0f : s[r * lds + t] * scale[t];
+}
+
+const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic,
+                                        scale_generic};
 
 const kv_row_kernels *kv_row_kernels_select(void)
 {
