@@ -126,7 +126,10 @@ int bench_decode(const bench_config *c)
             rc = cli_report("bench", &err);
             goto done;
         }
-        const double elem = f[i].quant ? 1.0 : (double)attn_dtype_size(f[i].dtype);
+        /* q4_0: 18 bytes per 32 values (a float16 scale and 16 bytes of nibbles) */
+        const double elem = f[i].quant == ATTN_KV_Q4_0 ? 18.0 / 32.0
+                            : f[i].quant                ? 1.0
+                                                        : (double)attn_dtype_size(f[i].dtype);
         const double scales = f[i].quant == ATTN_KV_INT8 ? 8.0 : 0.0; /* a float per K and V row */
         f[i].bytes = (double)B * (double)Hkv * (double)Nk * (elem * (double)(D + Dv) + scales);
         if (f[i].bytes > max_bytes) max_bytes = f[i].bytes;

@@ -26,7 +26,7 @@ static const cli_option bench_options[] = {
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
-    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0 (default: --dtype)"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
@@ -514,7 +514,7 @@ static int run_bench(int argc, char **argv)
         for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             if (c.ncache == 8) return cli_usage_error(cmd, "--cache-dtype: at most 8 storages");
             if (!cli_parse_cache_dtype(tok, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
-                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8 or fp8, got '%s'", tok);
+                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", tok);
             c.cache_name[c.ncache++] = tok;
         }
         if (c.ncache == 0) return cli_usage_error(cmd, "--cache-dtype: no storage given");

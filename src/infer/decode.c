@@ -1,6 +1,6 @@
 /*
  * The decode kernel: attention of a few new queries over a cache read in
- * place, in any storage (float32, bfloat16, float16, int8, fp8 e4m3), the
+ * place, in any storage (float32, bfloat16, float16, int8, fp8 e4m3, q4_0), the
  * rows dequantized in registers (decode_rows.h), never into a float copy.
  *
  * Work is split flash-decoding style into tasks (entry b, kv head h, split
@@ -152,7 +152,8 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     for (int64_t c0 = j0; c0 < j1; c0 += n, n = chunk_keys(c, c0, j1)) {
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         const void *krows = kv_row_data(c, false, row0), *vrows = kv_row_data(c, true, row0);
-        const size_t krow_bytes = (size_t)D * c->elem, vrow_bytes = (size_t)Dv * c->elem;
+        const size_t krow_bytes = (size_t)kv_format_row_bytes(c->fmt, D);
+        const size_t vrow_bytes = (size_t)kv_format_row_bytes(c->fmt, Dv);
         /* the scores prefetch this chunk's values, the accumulation the
          * next chunk's keys (a chunk ahead measured no faster) */
         const int64_t next_n = c0 + n < j1 ? chunk_keys(c, c0 + n, j1) : 0;

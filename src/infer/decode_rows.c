@@ -16,13 +16,9 @@ static inline float raw_at(kv_format f, const void *row, int64_t d)
     case KV_F16: return attn_f16_to_f32(((const uint16_t *)row)[d]);
     case KV_I8: return (float)((const int8_t *)row)[d];
     case KV_E4M3: return kv_e4m3_decode(((const uint8_t *)row)[d]);
+    case KV_Q4_0: return kv_q4_at(row, d);
     default: return kv_e4m3_decode(((const uint8_t *)row)[d]) * 0x1p-8f;
     }
-}
-
-static size_t elem_bytes(kv_format f)
-{
-    return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1;
 }
 
 static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
@@ -30,7 +26,7 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
                            int64_t next_bytes)
 {
     (void)next, (void)next_bytes; /* the portable path leaves memory to the hardware */
-    const size_t row_bytes = (size_t)D * elem_bytes(f);
+    const size_t row_bytes = (size_t)kv_format_row_bytes(f, D);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {
@@ -48,7 +44,7 @@ static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t
                                bool skip_zero, const void *next, int64_t next_bytes)
 {
     (void)next, (void)next_bytes;
-    const size_t row_bytes = (size_t)Dv * elem_bytes(f);
+    const size_t row_bytes = (size_t)kv_format_row_bytes(f, Dv);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {

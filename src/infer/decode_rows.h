@@ -3,7 +3,8 @@
  * set, for every storage format: a few query rows against consecutive cache
  * rows, which are read once and dequantized in registers (the raw format
  * value: int8 as an integer, e4m3 as its value; the per-row or per-head
- * scales are applied by the caller, outside the inner loops).
+ * scales are applied by the caller, outside the inner loops; q4_0's
+ * per-block scales inside, with the codes).
  *
  *   scores      s[r*lds + t] = Σ_d q[r*D + d]·x_t[d]     r < m, t < n
  *               s[r*lds + t] = 0                         n <= t < n_out

@@ -3,8 +3,9 @@
  * vector, each cache row loaded once per call and widened in registers
  * (bfloat16 by a shift, float16 by vcvtph2ps, int8 by sign extension, e4m3
  * by moving its exponent and mantissa into a float's and rescaling by
- * 2^120, exact for normals and subnormals alike), then multiplied against up
- * to KV_ROWS query rows.
+ * 2^120, exact for normals and subnormals alike; q4_0 by masking or shifting
+ * its nibbles, minus 8, times the block's float16 scale), then multiplied
+ * against up to KV_ROWS query rows.
  *   scores:     two keys at a time, one accumulator per (key, row), lanes
  *               added by _mm512_reduce_add_ps.
  *   accumulate: per 64 features (a cache line of int8 / fp8), KV_ROWS × 4
@@ -30,7 +31,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE int64_t esize(kv_format f) { return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1; }
 
 /* Elements [d, d + 16) of a raw row (those of mask k only; the others 0). */
 INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
@@ -47,6 +47,14 @@ INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
     case KV_I8:
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, (const int8_t *)row + d)));
+    case KV_Q4_0: { /* d is a multiple of 16: the low or high nibbles of a block's bytes */
+        const uint8_t *blk = (const uint8_t *)row + d / KV_Q4_BLOCK * KV_Q4_BLOCK_BYTES;
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        const __m512i code = d % KV_Q4_BLOCK ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
+        const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16((short)(blk[0] | blk[1] << 8)));
+        (void)k; /* q4_0 rows are whole blocks */
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(code, _mm512_set1_epi32(8))), scale);
+    }
     case KV_E4M3_FINITE: { /* s eeee mmm -> float16 bits s 0eeee mmm0000000: value·2^-8 */
         const __m256i b = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(k, (const uint8_t *)row + d));
         return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbfff)));
@@ -105,7 +113,7 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
                         const float *q, const int m, float *s, int64_t lds, const void *next,
                         int64_t next_bytes)
 {
-    const int64_t rb = D * esize(f), iters = (n + 3) / 4;
+    const int64_t rb = kv_format_row_bytes(f, D), iters = (n + 3) / 4;
     for (int64_t t = 0; t < n; t += 4) {
         prefetch_share(next, next_bytes, t / 4, iters);
         const char *x[4];
@@ -138,7 +146,7 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
                             const float *p, int64_t ldp, const int m, float *acc, int64_t ldacc,
                             const void *next, int64_t next_bytes)
 {
-    const int64_t rb = Dv * esize(f);
+    const int64_t rb = kv_format_row_bytes(f, Dv);
     for (int64_t d = 0; d < Dv; d += 64) {
         const int ns = Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16); /* slices of 16 */
         __m512 a[KV_ROWS][4];
@@ -180,6 +188,7 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
     case KV_F16: BY_WIDTH(body, KV_F16, __VA_ARGS__) break;                                        \
     case KV_I8: BY_WIDTH(body, KV_I8, __VA_ARGS__) break;                                          \
     case KV_E4M3: BY_WIDTH(body, KV_E4M3, __VA_ARGS__) break;                                      \
+    case KV_Q4_0: BY_WIDTH(body, KV_Q4_0, __VA_ARGS__) break;                                      \
     default: BY_WIDTH(body, KV_E4M3_FINITE, __VA_ARGS__) break;                                    \
     }
 
