@@ -18,6 +18,7 @@ typedef struct {
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
     long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
+    attn_rope_style rope; /* decode: rotary embeddings timed on the new token (NONE: not) */
     int ncache;      /* decode: the cache storages compared, first = the ratios' base */
     attn_dtype cache_dtype[8];
     attn_kv_quant cache_quant[8];

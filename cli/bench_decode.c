@@ -1,7 +1,8 @@
 /* attn bench --mode decode: attn_kvcache_attend over KV caches of several
  * storages holding the same tokens, beside a streaming read of memory that
  * sizes what the machine can read; per storage its bytes per token,
- * tokens/s, share of the streaming bandwidth and error against float32. */
+ * tokens/s, share of the streaming bandwidth and error against float32;
+ * with --rope, the rotation of the new token as a share of a step. */
 #include "bench.h"
 
 #include <math.h>
@@ -106,6 +107,9 @@ int bench_decode(const bench_config *c)
     attn_error err = {0};
     int rc = CLI_FAIL;
     float *kbuf = NULL, *vbuf = NULL, *q = NULL, *lse = NULL, *stream = NULL;
+    float *rq = NULL, *rk = NULL; /* --rope: the new token's queries and key, rotated in turn */
+    int64_t *rpos = NULL;
+    double *t_rope = NULL;
     void *q16 = NULL;
     double *t_mem = malloc(sizeof(double) * (size_t)c->runs);
     const int64_t chunk = Nk < 1024 ? Nk : 1024;
@@ -114,6 +118,15 @@ int bench_decode(const bench_config *c)
     q = malloc(sizeof(float) * (size_t)(B * H * Nq * D));
     lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
     bool ok = t_mem && kbuf && vbuf && q && lse;
+    if (c->rope) {
+        rq = bench_alloc_filled(B * H * Nq * D, 21);
+        rk = bench_alloc_filled(B * Hkv * Nq * D, 22);
+        rpos = malloc(sizeof(int64_t) * (size_t)B);
+        t_rope = malloc(sizeof(double) * (size_t)c->runs);
+        ok = ok && rq && rk && rpos && t_rope;
+        for (int64_t b = 0; ok && b < B; ++b) rpos[b] = Nk - Nq; /* the new tokens' positions */
+    }
+    const attn_rope rope = {.style = c->rope};
     double max_bytes = 0.0;
     for (int i = 0; i < nf && ok; ++i) {
         f[i].dtype = c->cache_dtype[i];
@@ -187,6 +200,16 @@ int bench_decode(const bench_config *c)
             }
             if (r >= c->warmup) f[i].times[r - c->warmup] = bench_now_seconds() - t0;
         }
+        if (c->rope) { /* what a step with rotary embeddings adds: q and the new k */
+            attn_tensor RQ = attn_tensor_4d(rq, B, H, Nq, D), RK = attn_tensor_4d(rk, B, Hkv, Nq, D);
+            const double t0 = bench_now_seconds();
+            if (attn_rope_apply(&rope, &RQ, rpos, &err) != ATTN_OK ||
+                attn_rope_apply(&rope, &RK, rpos, &err) != ATTN_OK) {
+                rc = cli_report("bench", &err);
+                goto done;
+            }
+            if (r >= c->warmup) t_rope[r - c->warmup] = bench_now_seconds() - t0;
+        }
         const double t0 = bench_now_seconds();
         sink += stream_read(stream, sn, threads);
         if (r >= c->warmup) t_mem[r - c->warmup] = bench_now_seconds() - t0;
@@ -198,12 +221,16 @@ int bench_decode(const bench_config *c)
     for (int i = 0; i < nf; ++i)
         if (f[i].quant == ATTN_KV_FLOAT && f[i].dtype == ATTN_F32) ref = &f[i];
     const double base_tps = (double)B * (double)Nq / bench_median(f[0].times, c->runs);
+    const double rope_s = c->rope ? bench_median(t_rope, c->runs) : 0.0;
     if (!c->json)
         printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %s threads=%d  "
                "LLC %.1f MiB, stream read of %.0f MiB: %.2f GB/s\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
                layout, attn_isa(), threads, (double)llc / 1048576.0, 4.0 * (double)sn / 1048576.0,
                mem_gbs);
+    if (!c->json && c->rope)
+        printf("  rope %s on the new token (queries and key): median %.1f us\n",
+               c->rope == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
     for (int i = 0; i < nf; ++i) {
         const double med = bench_median(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
         const double tps = (double)B * (double)Nq / med;
@@ -215,6 +242,11 @@ int bench_decode(const bench_config *c)
             esum += d;
         }
         const double bpt = f[i].bytes / ((double)B * (double)Nk);
+        char rope_text[96] = ""; /* the rotation's share of this storage's step */
+        if (c->rope)
+            snprintf(rope_text, sizeof rope_text,
+                     c->json ? ",\"rope_us\":%.2f,\"rope_share\":%.5f" : "  rope %.0f us = %.2f%% of the step",
+                     rope_s * 1e6, (c->json ? 1.0 : 100.0) * rope_s / (med + rope_s));
         if (c->json)
             printf("{\"mode\":\"decode\",\"cache_dtype\":\"%s\",\"batch\":%ld,\"heads\":%ld,"
                    "\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,"
@@ -222,22 +254,23 @@ int bench_decode(const bench_config *c)
                    "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
                    "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
                    "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
-                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
+                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu%s" CLI_OPENMP_JSON "}\n",
                    f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                    c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
                    bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
                    tps / base_tps, ref ? emax : NAN, ref ? esum / (double)no : NAN,
-                   bench_peak_rss_bytes());
+                   bench_peak_rss_bytes(), rope_text);
         else
             printf("  %-5s %6.0f B/token  median %8.3f ms  %8.1f tokens/s (%.2fx %s)  K/V %6.2f GB/s "
-                   "(%3.0f%% of stream)  err max %.2e mean %.2e\n",
+                   "(%3.0f%% of stream)  err max %.2e mean %.2e%s\n",
                    f[i].name, bpt, med * 1e3, tps, tps / base_tps, f[0].name, gbs,
-                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN);
+                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN, rope_text);
     }
     fflush(stdout);
     rc = CLI_OK;
 done:
     for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times);
     free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
+    free(rq), free(rk), free(rpos), free(t_rope);
     return rc;
 }

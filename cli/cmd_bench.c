@@ -27,6 +27,7 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0 (default: --dtype)"},
+    {"--rope", "STYLE", "decode: also time rotary embeddings (neox or gptj) on the new token"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
@@ -71,7 +72,9 @@ static const char bench_details[] =
     "sets it), and the\n"
     "output's max and mean |difference| from the f32 cache's (when f32 is\n"
     "listed). The storages and the streaming read are timed in turn in every\n"
-    "run; medians.\n"
+    "run; medians. --rope neox|gptj also times attn_rope_apply on the new\n"
+    "token's queries and key (positions Nk..), as a decode step with rotary\n"
+    "embeddings runs it, and prints it as a share of each storage's step.\n"
     "--mode varlen times attn_sdpa_varlen over packed sequences of --seq-lens\n"
     "(default 64,128,256,512,1024,2048) and, alternately, attn_sdpa on one\n"
     "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
@@ -500,8 +503,15 @@ static int run_bench(int argc, char **argv)
                 return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
                                        mode_name[c.mode]);
     }
-    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
-        return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
+    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib") || cli_get(&a, "--rope")) &&
+        c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--cache-dtype, --stream-mib, --rope: only with --mode decode");
+    const char *rope = cli_get(&a, "--rope");
+    if (rope) {
+        if (!strcmp(rope, "neox")) c.rope = ATTN_ROPE_NEOX;
+        else if (!strcmp(rope, "gptj")) c.rope = ATTN_ROPE_GPTJ;
+        else return cli_usage_error(cmd, "--rope: expected neox or gptj, got '%s'", rope);
+    }
     if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
     if (c.mode == MODE_DECODE) {
         /* the storages to compare: names split at commas, kept in a static
