@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One pass of a streaming read over n floats (16 independent lanes so the
@@ -81,6 +82,15 @@ static void fill_keys(float *x, int64_t rows, int64_t D, attn_rng *r, bool outli
         }
 }
 
+/* CPU seconds the process has used: on a loaded machine, with one thread,
+ * the work of a call without the time it waited for a core. */
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* One cache storage of a decode benchmark. */
 typedef struct {
     attn_dtype dtype;
@@ -89,6 +99,7 @@ typedef struct {
     attn_kvcache *cache;
     float *out;     /* its last output, float32 */
     double *times;  /* (runs) */
+    double *cpu;    /* (runs) the process's CPU time per call */
     double bytes;   /* K/V bytes a step reads */
 } decode_format;
 
@@ -148,7 +159,8 @@ int bench_decode(const bench_config *c)
         if (f[i].bytes > max_bytes) max_bytes = f[i].bytes;
         f[i].out = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv));
         f[i].times = malloc(sizeof(double) * (size_t)c->runs);
-        ok = f[i].out && f[i].times;
+        f[i].cpu = malloc(sizeof(double) * (size_t)c->runs);
+        ok = f[i].out && f[i].times && f[i].cpu;
     }
     /* the streaming buffer: past the last-level cache (4x) and at least
      * as large as the biggest K/V, so it measures memory */
@@ -193,12 +205,15 @@ int bench_decode(const bench_config *c)
     for (long r = 0; r < c->warmup + c->runs; ++r) {
         for (int i = 0; i < nf; ++i) { /* in turn: the machine's load falls on all alike */
             attn_tensor O = attn_tensor_4d(f[i].out, B, H, Nq, Dv);
-            const double t0 = bench_now_seconds();
+            const double t0 = bench_now_seconds(), c0 = cpu_seconds();
             if (attn_kvcache_attend(f[i].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
                 rc = cli_report("bench", &err);
                 goto done;
             }
-            if (r >= c->warmup) f[i].times[r - c->warmup] = bench_now_seconds() - t0;
+            if (r >= c->warmup) {
+                f[i].times[r - c->warmup] = bench_now_seconds() - t0;
+                f[i].cpu[r - c->warmup] = cpu_seconds() - c0;
+            }
         }
         if (c->rope) { /* what a step with rotary embeddings adds: q and the new k */
             attn_tensor RQ = attn_tensor_4d(rq, B, H, Nq, D), RK = attn_tensor_4d(rk, B, Hkv, Nq, D);
@@ -233,6 +248,7 @@ int bench_decode(const bench_config *c)
                c->rope == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
     for (int i = 0; i < nf; ++i) {
         const double med = bench_median(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
+        const double cpu = bench_median(f[i].cpu, c->runs);
         const double tps = (double)B * (double)Nq / med;
         double emax = 0.0, esum = 0.0;
         const int64_t no = B * H * Nq * Dv;
@@ -254,22 +270,22 @@ int bench_decode(const bench_config *c)
                    "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
                    "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
                    "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
-                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu%s" CLI_OPENMP_JSON "}\n",
+                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"cpu_ms\":%.4f,\"peak_rss_bytes\":%zu%s" CLI_OPENMP_JSON "}\n",
                    f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                    c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
                    bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
                    tps / base_tps, ref ? emax : NAN, ref ? esum / (double)no : NAN,
-                   bench_peak_rss_bytes(), rope_text);
+                   cpu * 1e3, bench_peak_rss_bytes(), rope_text);
         else
-            printf("  %-5s %6.0f B/token  median %8.3f ms  %8.1f tokens/s (%.2fx %s)  K/V %6.2f GB/s "
-                   "(%3.0f%% of stream)  err max %.2e mean %.2e%s\n",
-                   f[i].name, bpt, med * 1e3, tps, tps / base_tps, f[0].name, gbs,
+            printf("  %-5s %6.0f B/token  median %8.3f ms (cpu %8.3f)  %8.1f tokens/s (%.2fx %s)  "
+                   "K/V %6.2f GB/s (%3.0f%% of stream)  err max %.2e mean %.2e%s\n",
+                   f[i].name, bpt, med * 1e3, cpu * 1e3, tps, tps / base_tps, f[0].name, gbs,
                    100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN, rope_text);
     }
     fflush(stdout);
     rc = CLI_OK;
 done:
-    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times);
+    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times), free(f[i].cpu);
     free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
     free(rq), free(rk), free(rpos), free(t_rope);
     return rc;
