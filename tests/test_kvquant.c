@@ -133,6 +133,24 @@ static void group_fp8(tu_suite *s)
 
 /* ------------------------------------------------------------------ int8 */
 
+/* Appends the (T, D) rows x as keys and values of a paged cache of `quant`
+ * (blocks of 16) and reads them back into back. */
+static bool paged_round_trip(tu_group *g, attn_kv_quant quant, float *x, float *back, int64_t T,
+                             int64_t D)
+{
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
+                               .quant = quant, .block_size = 16};
+    attn_kvcache *c = NULL;
+    attn_error err;
+    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
+    const bool ok =
+        tu_check(g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
+        tu_check(g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
+        tu_check(g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message);
+    attn_kvcache_free(c);
+    return ok;
+}
+
 static void group_int8(tu_suite *s)
 {
     tu_group g;
@@ -150,14 +168,7 @@ static void group_int8(tu_suite *s)
             if (t == 4) v = d == 3 ? 1e-3 : 0.0;
             x[t * D + d] = (float)v;
         }
-    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
-                               .quant = ATTN_KV_INT8, .block_size = 16};
-    attn_kvcache *c = NULL;
-    attn_error err;
-    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
-    if (tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
-        tu_check(&g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
-        tu_check(&g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message)) {
+    if (paged_round_trip(&g, ATTN_KV_INT8, x, back, T, D)) {
         int64_t bad = 0;
         for (int64_t t = 0; t < T; ++t) {
             float amax = 0.0f;
@@ -181,7 +192,6 @@ static void group_int8(tu_suite *s)
         }
         if (!bad) tu_group_pass(&g);
     }
-    attn_kvcache_free(c);
     tu_group_end(&g);
 }
 
@@ -218,14 +228,7 @@ static void group_q4(tu_suite *s)
             if (t == 7) v = d % BLK == 0 ? -8.0 : (d % 2 ? 7.5 : -7.5); /* d = 1: 7.5 clamps */
             x[t * D + d] = (float)v;
         }
-    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
-                               .quant = ATTN_KV_Q4_0, .block_size = 16};
-    attn_kvcache *c = NULL;
-    attn_error err;
-    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
-    if (tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
-        tu_check(&g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
-        tu_check(&g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message)) {
+    if (paged_round_trip(&g, ATTN_KV_Q4_0, x, back, T, D)) {
         int64_t bad = 0;
         for (int64_t b0 = 0; b0 < T * D; b0 += BLK) {
             double m = 0.0;
@@ -254,7 +257,6 @@ static void group_q4(tu_suite *s)
         }
         if (!bad) tu_group_pass(&g);
     }
-    attn_kvcache_free(c);
     tu_group_end(&g);
 }
 
