@@ -18,7 +18,6 @@ typedef struct {
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
     long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
-    attn_rope_style rope; /* decode: rotary embeddings timed on the new token (NONE: not) */
     int ncache;      /* decode: the cache storages compared, first = the ratios' base */
     attn_dtype cache_dtype[8];
     attn_kv_quant cache_quant[8];
@@ -31,6 +30,7 @@ typedef struct {
     bool fresh_workspace; /* calls allocate their own workspace */
     bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
     float softcap, dropout;
+    attn_rope rope; /* forward: --rope (style NONE = off) */
 } bench_config;
 
 /* Monotonic wall-clock seconds. */

@@ -129,7 +129,7 @@ int bench_decode(const bench_config *c)
     q = malloc(sizeof(float) * (size_t)(B * H * Nq * D));
     lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
     bool ok = t_mem && kbuf && vbuf && q && lse;
-    if (c->rope) {
+    if (c->rope.style != ATTN_ROPE_NONE) {
         rq = bench_alloc_filled(B * H * Nq * D, 21);
         rk = bench_alloc_filled(B * Hkv * Nq * D, 22);
         rpos = malloc(sizeof(int64_t) * (size_t)B);
@@ -137,7 +137,6 @@ int bench_decode(const bench_config *c)
         ok = ok && rq && rk && rpos && t_rope;
         for (int64_t b = 0; ok && b < B; ++b) rpos[b] = Nk - Nq; /* the new tokens' positions */
     }
-    const attn_rope rope = {.style = c->rope};
     double max_bytes = 0.0;
     for (int i = 0; i < nf && ok; ++i) {
         f[i].dtype = c->cache_dtype[i];
@@ -215,11 +214,11 @@ int bench_decode(const bench_config *c)
                 f[i].cpu[r - c->warmup] = cpu_seconds() - c0;
             }
         }
-        if (c->rope) { /* what a step with rotary embeddings adds: q and the new k */
+        if (c->rope.style != ATTN_ROPE_NONE) { /* what a step with rotary embeddings adds: q and the new k */
             attn_tensor RQ = attn_tensor_4d(rq, B, H, Nq, D), RK = attn_tensor_4d(rk, B, Hkv, Nq, D);
             const double t0 = bench_now_seconds();
-            if (attn_rope_apply(&rope, &RQ, rpos, &err) != ATTN_OK ||
-                attn_rope_apply(&rope, &RK, rpos, &err) != ATTN_OK) {
+            if (attn_rope_apply(&c->rope, &RQ, rpos, &err) != ATTN_OK ||
+                attn_rope_apply(&c->rope, &RK, rpos, &err) != ATTN_OK) {
                 rc = cli_report("bench", &err);
                 goto done;
             }
@@ -236,16 +235,16 @@ int bench_decode(const bench_config *c)
     for (int i = 0; i < nf; ++i)
         if (f[i].quant == ATTN_KV_FLOAT && f[i].dtype == ATTN_F32) ref = &f[i];
     const double base_tps = (double)B * (double)Nq / bench_median(f[0].times, c->runs);
-    const double rope_s = c->rope ? bench_median(t_rope, c->runs) : 0.0;
+    const double rope_s = c->rope.style != ATTN_ROPE_NONE ? bench_median(t_rope, c->runs) : 0.0;
     if (!c->json)
         printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %s threads=%d  "
                "LLC %.1f MiB, stream read of %.0f MiB: %.2f GB/s\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
                layout, attn_isa(), threads, (double)llc / 1048576.0, 4.0 * (double)sn / 1048576.0,
                mem_gbs);
-    if (!c->json && c->rope)
+    if (!c->json && c->rope.style != ATTN_ROPE_NONE)
         printf("  rope %s on the new token (queries and key): median %.1f us\n",
-               c->rope == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
+               c->rope.style == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
     for (int i = 0; i < nf; ++i) {
         const double med = bench_median(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
         const double cpu = bench_median(f[i].cpu, c->runs);
@@ -259,7 +258,7 @@ int bench_decode(const bench_config *c)
         }
         const double bpt = f[i].bytes / ((double)B * (double)Nk);
         char rope_text[96] = ""; /* the rotation's share of this storage's step */
-        if (c->rope)
+        if (c->rope.style != ATTN_ROPE_NONE)
             snprintf(rope_text, sizeof rope_text,
                      c->json ? ",\"rope_us\":%.2f,\"rope_share\":%.5f" : "  rope %.0f us = %.2f%% of the step",
                      rope_s * 1e6, (c->json ? 1.0 : 100.0) * rope_s / (med + rope_s));

@@ -27,7 +27,6 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0 (default: --dtype)"},
-    {"--rope", "STYLE", "decode: also time rotary embeddings (neox or gptj) on the new token"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
@@ -43,6 +42,8 @@ static const cli_option bench_options[] = {
     {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
     {"--sinks", NULL, "one attention sink logit per head (0.5)"},
     {"--dropout", "P", "dropout on the weights"},
+    CLI_ROPE_OPTIONS, /* forward: opts.rope, Q and K rotated inside the timed call;
+                       * decode: the new token's rotation timed beside each step */
     {"--fresh-workspace", NULL, "let every call allocate its own workspace (default: one, reused)"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
@@ -245,6 +246,7 @@ static int bench_one(const bench_config *c)
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
         s.sopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+        if (c->rope.style != ATTN_ROPE_NONE) s.sopts.rope = &c->rope;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -321,6 +323,9 @@ static int bench_one(const bench_config *c)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " bf16 engine=%s",
                  attn_engine());
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
+    if (c->rope.style != ATTN_ROPE_NONE)
+        strncat(variant, c->rope.style == ATTN_ROPE_NEOX ? " rope=neox" : " rope=gptj",
+                sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
                  (double)c->softcap);
@@ -506,15 +511,8 @@ static int run_bench(int argc, char **argv)
                 return cli_usage_error(cmd, "%s: not measured by --mode %s", variants[i],
                                        mode_name[c.mode]);
     }
-    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib") || cli_get(&a, "--rope")) &&
-        c.mode != MODE_DECODE)
-        return cli_usage_error(cmd, "--cache-dtype, --stream-mib, --rope: only with --mode decode");
-    const char *rope = cli_get(&a, "--rope");
-    if (rope) {
-        if (!strcmp(rope, "neox")) c.rope = ATTN_ROPE_NEOX;
-        else if (!strcmp(rope, "gptj")) c.rope = ATTN_ROPE_GPTJ;
-        else return cli_usage_error(cmd, "--rope: expected neox or gptj, got '%s'", rope);
-    }
+    if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
     if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
     if (c.mode == MODE_DECODE) {
         /* the storages to compare: names split at commas, kept in a static
@@ -566,6 +564,9 @@ static int run_bench(int argc, char **argv)
     if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
         return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
+    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
+    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--rope: with --mode forward or decode");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))

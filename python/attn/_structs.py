@@ -64,7 +64,8 @@ class attn_sdpa_opts(C.Structure):
         ("precision", _enum),
         ("reserved32", C.c_uint32),
         ("grad_mask", C.POINTER(attn_tensor)),
-        ("reserved", C.c_uint64 * 2),
+        ("rope", C.c_void_p),  # const attn_rope * (attn_rope is mirrored below)
+        ("rope_offset", C.c_int64),
     ]
 
 
