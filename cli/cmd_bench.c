@@ -536,6 +536,9 @@ static int run_bench(int argc, char **argv)
         if (!cli_get(&a, "--kv-seq")) c.kv_seq = 32768;
     }
     if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
+    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--rope: with --mode forward or decode");
     if (c.mode == MODE_VARLEN) {
         long long lens[256] = {64, 128, 256, 512, 1024, 2048};
         int nl = 6;
@@ -564,9 +567,6 @@ static int run_bench(int argc, char **argv)
     if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
         return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
-    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
-    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD && c.mode != MODE_DECODE)
-        return cli_usage_error(cmd, "--rope: with --mode forward or decode");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
