@@ -1,7 +1,8 @@
 /* attn bench --mode decode: attn_kvcache_attend over KV caches of several
  * storages holding the same tokens, beside a streaming read of memory that
  * sizes what the machine can read; per storage its bytes per token,
- * tokens/s, share of the streaming bandwidth and error against float32. */
+ * tokens/s, share of the streaming bandwidth and error against float32;
+ * with --rope, the rotation of the new token as a share of a step. */
 #include "bench.h"
 
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One pass of a streaming read over n floats (16 independent lanes so the
@@ -80,6 +82,15 @@ static void fill_keys(float *x, int64_t rows, int64_t D, attn_rng *r, bool outli
         }
 }
 
+/* CPU seconds the process has used: on a loaded machine, with one thread,
+ * the work of a call without the time it waited for a core. */
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* One cache storage of a decode benchmark. */
 typedef struct {
     attn_dtype dtype;
@@ -88,6 +99,7 @@ typedef struct {
     attn_kvcache *cache;
     float *out;     /* its last output, float32 */
     double *times;  /* (runs) */
+    double *cpu;    /* (runs) the process's CPU time per call */
     double bytes;   /* K/V bytes a step reads */
 } decode_format;
 
@@ -106,6 +118,9 @@ int bench_decode(const bench_config *c)
     attn_error err = {0};
     int rc = CLI_FAIL;
     float *kbuf = NULL, *vbuf = NULL, *q = NULL, *lse = NULL, *stream = NULL;
+    float *rq = NULL, *rk = NULL; /* --rope: the new token's queries and key, rotated in turn */
+    int64_t *rpos = NULL;
+    double *t_rope = NULL;
     void *q16 = NULL;
     double *t_mem = malloc(sizeof(double) * (size_t)c->runs);
     const int64_t chunk = Nk < 1024 ? Nk : 1024;
@@ -114,6 +129,14 @@ int bench_decode(const bench_config *c)
     q = malloc(sizeof(float) * (size_t)(B * H * Nq * D));
     lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
     bool ok = t_mem && kbuf && vbuf && q && lse;
+    if (c->rope.style != ATTN_ROPE_NONE) {
+        rq = bench_alloc_filled(B * H * Nq * D, 21);
+        rk = bench_alloc_filled(B * Hkv * Nq * D, 22);
+        rpos = malloc(sizeof(int64_t) * (size_t)B);
+        t_rope = malloc(sizeof(double) * (size_t)c->runs);
+        ok = ok && rq && rk && rpos && t_rope;
+        for (int64_t b = 0; ok && b < B; ++b) rpos[b] = Nk - Nq; /* the new tokens' positions */
+    }
     double max_bytes = 0.0;
     for (int i = 0; i < nf && ok; ++i) {
         f[i].dtype = c->cache_dtype[i];
@@ -126,13 +149,17 @@ int bench_decode(const bench_config *c)
             rc = cli_report("bench", &err);
             goto done;
         }
-        const double elem = f[i].quant ? 1.0 : (double)attn_dtype_size(f[i].dtype);
+        /* q4_0: 18 bytes per 32 values (a float16 scale and 16 bytes of nibbles) */
+        const double elem = f[i].quant == ATTN_KV_Q4_0 ? 18.0 / 32.0
+                            : f[i].quant                ? 1.0
+                                                        : (double)attn_dtype_size(f[i].dtype);
         const double scales = f[i].quant == ATTN_KV_INT8 ? 8.0 : 0.0; /* a float per K and V row */
         f[i].bytes = (double)B * (double)Hkv * (double)Nk * (elem * (double)(D + Dv) + scales);
         if (f[i].bytes > max_bytes) max_bytes = f[i].bytes;
         f[i].out = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv));
         f[i].times = malloc(sizeof(double) * (size_t)c->runs);
-        ok = f[i].out && f[i].times;
+        f[i].cpu = malloc(sizeof(double) * (size_t)c->runs);
+        ok = f[i].out && f[i].times && f[i].cpu;
     }
     /* the streaming buffer: past the last-level cache (4x) and at least
      * as large as the biggest K/V, so it measures memory */
@@ -177,12 +204,25 @@ int bench_decode(const bench_config *c)
     for (long r = 0; r < c->warmup + c->runs; ++r) {
         for (int i = 0; i < nf; ++i) { /* in turn: the machine's load falls on all alike */
             attn_tensor O = attn_tensor_4d(f[i].out, B, H, Nq, Dv);
-            const double t0 = bench_now_seconds();
+            const double t0 = bench_now_seconds(), c0 = cpu_seconds();
             if (attn_kvcache_attend(f[i].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
                 rc = cli_report("bench", &err);
                 goto done;
             }
-            if (r >= c->warmup) f[i].times[r - c->warmup] = bench_now_seconds() - t0;
+            if (r >= c->warmup) {
+                f[i].times[r - c->warmup] = bench_now_seconds() - t0;
+                f[i].cpu[r - c->warmup] = cpu_seconds() - c0;
+            }
+        }
+        if (c->rope.style != ATTN_ROPE_NONE) { /* what a step with rotary embeddings adds: q and the new k */
+            attn_tensor RQ = attn_tensor_4d(rq, B, H, Nq, D), RK = attn_tensor_4d(rk, B, Hkv, Nq, D);
+            const double t0 = bench_now_seconds();
+            if (attn_rope_apply(&c->rope, &RQ, rpos, &err) != ATTN_OK ||
+                attn_rope_apply(&c->rope, &RK, rpos, &err) != ATTN_OK) {
+                rc = cli_report("bench", &err);
+                goto done;
+            }
+            if (r >= c->warmup) t_rope[r - c->warmup] = bench_now_seconds() - t0;
         }
         const double t0 = bench_now_seconds();
         sink += stream_read(stream, sn, threads);
@@ -195,14 +235,19 @@ int bench_decode(const bench_config *c)
     for (int i = 0; i < nf; ++i)
         if (f[i].quant == ATTN_KV_FLOAT && f[i].dtype == ATTN_F32) ref = &f[i];
     const double base_tps = (double)B * (double)Nq / bench_median(f[0].times, c->runs);
+    const double rope_s = c->rope.style != ATTN_ROPE_NONE ? bench_median(t_rope, c->runs) : 0.0;
     if (!c->json)
         printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %s threads=%d  "
                "LLC %.1f MiB, stream read of %.0f MiB: %.2f GB/s\n",
                c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
                layout, attn_isa(), threads, (double)llc / 1048576.0, 4.0 * (double)sn / 1048576.0,
                mem_gbs);
+    if (!c->json && c->rope.style != ATTN_ROPE_NONE)
+        printf("  rope %s on the new token (queries and key): median %.1f us\n",
+               c->rope.style == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
     for (int i = 0; i < nf; ++i) {
         const double med = bench_median(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
+        const double cpu = bench_median(f[i].cpu, c->runs);
         const double tps = (double)B * (double)Nq / med;
         double emax = 0.0, esum = 0.0;
         const int64_t no = B * H * Nq * Dv;
@@ -212,6 +257,11 @@ int bench_decode(const bench_config *c)
             esum += d;
         }
         const double bpt = f[i].bytes / ((double)B * (double)Nk);
+        char rope_text[96] = ""; /* the rotation's share of this storage's step */
+        if (c->rope.style != ATTN_ROPE_NONE)
+            snprintf(rope_text, sizeof rope_text,
+                     c->json ? ",\"rope_us\":%.2f,\"rope_share\":%.5f" : "  rope %.0f us = %.2f%% of the step",
+                     rope_s * 1e6, (c->json ? 1.0 : 100.0) * rope_s / (med + rope_s));
         if (c->json)
             printf("{\"mode\":\"decode\",\"cache_dtype\":\"%s\",\"batch\":%ld,\"heads\":%ld,"
                    "\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,"
@@ -219,23 +269,24 @@ int bench_decode(const bench_config *c)
                    "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
                    "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
                    "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
-                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
+                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"cpu_ms\":%.4f,\"peak_rss_bytes\":%zu%s" CLI_OPENMP_JSON "}\n",
                    f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
                    c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
                    bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
                    tps / base_tps, ref ? emax : NAN, ref ? esum / (double)no : NAN,
-                   bench_peak_rss_bytes());
+                   cpu * 1e3, bench_peak_rss_bytes(), rope_text);
         else
-            printf("  %-5s %6.0f B/token  median %8.3f ms  %8.1f tokens/s (%.2fx %s)  K/V %6.2f GB/s "
-                   "(%3.0f%% of stream)  err max %.2e mean %.2e\n",
-                   f[i].name, bpt, med * 1e3, tps, tps / base_tps, f[0].name, gbs,
-                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN);
+            printf("  %-5s %6.0f B/token  median %8.3f ms (cpu %8.3f)  %8.1f tokens/s (%.2fx %s)  "
+                   "K/V %6.2f GB/s (%3.0f%% of stream)  err max %.2e mean %.2e%s\n",
+                   f[i].name, bpt, med * 1e3, cpu * 1e3, tps, tps / base_tps, f[0].name, gbs,
+                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN, rope_text);
     }
     fflush(stdout);
     rc = CLI_OK;
 done:
-    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times);
+    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times), free(f[i].cpu);
     free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
+    free(rq), free(rk), free(rpos), free(t_rope);
     return rc;
 }
 

@@ -26,7 +26,7 @@ static const cli_option bench_options[] = {
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
-    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0 (default: --dtype)"},
     {"--shared-prefix", "N", "decode: the batch shares its first N of --kv-seq tokens (forked, cascade) vs the same tokens unshared"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
@@ -43,7 +43,8 @@ static const cli_option bench_options[] = {
     {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
     {"--sinks", NULL, "one attention sink logit per head (0.5)"},
     {"--dropout", "P", "dropout on the weights"},
-    CLI_ROPE_OPTIONS, /* forward: opts.rope, Q and K rotated inside the timed call */
+    CLI_ROPE_OPTIONS, /* forward: opts.rope, Q and K rotated inside the timed call;
+                       * decode: the new token's rotation timed beside each step */
     {"--fresh-workspace", NULL, "let every call allocate its own workspace (default: one, reused)"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
@@ -73,7 +74,11 @@ static const char bench_details[] =
     "sets it), and the\n"
     "output's max and mean |difference| from the f32 cache's (when f32 is\n"
     "listed). The storages and the streaming read are timed in turn in every\n"
-    "run; medians.\n"
+    "run; medians. \"cpu\" is the process's CPU time per call (one thread:\n"
+    "the call's work without the time it waited for a core on a loaded\n"
+    "machine; more threads add their waiting). --rope neox|gptj also times attn_rope_apply on the new\n"
+    "token's queries and key (positions Nk..), as a decode step with rotary\n"
+    "embeddings runs it, and prints it as a share of each storage's step.\n"
     "--shared-prefix N (decode, paged: --block-size, default 16 here): every\n"
     "entry's first N of its --kv-seq tokens are the same; the cache that holds\n"
     "them once (entry 0 forked to the others: attn_kvcache_attend's cascade)\n"
@@ -544,7 +549,7 @@ static int run_bench(int argc, char **argv)
         for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             if (c.ncache == 8) return cli_usage_error(cmd, "--cache-dtype: at most 8 storages");
             if (!cli_parse_cache_dtype(tok, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
-                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8 or fp8, got '%s'", tok);
+                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", tok);
             c.cache_name[c.ncache++] = tok;
         }
         if (c.ncache == 0) return cli_usage_error(cmd, "--cache-dtype: no storage given");
@@ -555,6 +560,9 @@ static int run_bench(int argc, char **argv)
         if (!cli_get(&a, "--kv-seq")) c.kv_seq = 32768;
     }
     if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
+    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--rope: with --mode forward or decode");
     if (c.mode == MODE_VARLEN) {
         long long lens[256] = {64, 128, 256, 512, 1024, 2048};
         int nl = 6;
@@ -583,9 +591,6 @@ static int run_bench(int argc, char **argv)
     if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
         return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
-    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
-    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD)
-        return cli_usage_error(cmd, "--rope: with --mode forward");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))

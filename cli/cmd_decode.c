@@ -25,7 +25,7 @@ static const cli_option decode_options[] = {
     {"--block-size", "N", "store the cache paged in blocks of N tokens (default contiguous)"},
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
     {"--dtype", "T", "storage of the cache, the queries and the output: f32 (default), bf16, f16"},
-    {"--cache-dtype", "T", "storage of the cache alone: f32, bf16, f16, int8, fp8 (default --dtype)"},
+    {"--cache-dtype", "T", "storage of the cache alone: f32, bf16, f16, int8, fp8, q4_0 (default --dtype)"},
     CLI_ROPE_OPTIONS,
     {"--out", "O.npy", "output (B,Hq,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,Hq,Nq)"},
@@ -41,7 +41,9 @@ static const char decode_details[] =
     "(float32 arithmetic); the output comes out in it: float16 as .npy <f2,\n"
     "bfloat16 as its exact float32 values. The LSE is float32.\n"
     "--cache-dtype int8 stores one int8 per element and a scale per token and\n"
-    "kv head; fp8 stores e4m3 (scale 1, saturating at +-448). --rope rotates\n"
+    "kv head; fp8 stores e4m3 (scale 1, saturating at +-448); q4_0 stores\n"
+    "ggml's blocks of 32 4-bit codes with a float16 scale (D, Dv multiples of\n"
+    "32). --rope rotates\n"
     "the cached keys at positions 0..L_b-1 as they are stored and the queries\n"
     "at L_b - Nq + i (the new tokens' positions), so the files hold keys and\n"
     "queries before rotation.";
@@ -258,7 +260,7 @@ static int run_decode(int argc, char **argv)
     cache_dtype = dtype;
     const char *cd = cli_get(&a, "--cache-dtype");
     if (cd && !cli_parse_cache_dtype(cd, &cache_dtype, &quant)) {
-        cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8 or fp8, got '%s'", cd);
+        cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", cd);
         goto done;
     }
     attn_error err = {0};

@@ -62,7 +62,7 @@ bool cli_parse_cache_dtype(const char *name, attn_dtype *dtype, attn_kv_quant *q
         attn_kv_quant quant;
     } names[] = {{"f32", ATTN_F32, ATTN_KV_FLOAT},  {"bf16", ATTN_BF16, ATTN_KV_FLOAT},
                  {"f16", ATTN_F16, ATTN_KV_FLOAT},  {"int8", ATTN_F32, ATTN_KV_INT8},
-                 {"fp8", ATTN_F32, ATTN_KV_FP8_E4M3}};
+                 {"fp8", ATTN_F32, ATTN_KV_FP8_E4M3}, {"q4_0", ATTN_F32, ATTN_KV_Q4_0}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (!strcmp(name, names[i].name)) {
             *dtype = names[i].dtype;

@@ -11,19 +11,26 @@
  *   int8     rows of random, zero and non-finite values: the read-back is
  *            s·q with s = max|x|/127 and q = rint(x / s) (computed here),
  *            |x - s·q| <= s/2.
- *   attend   random cases (int8 and fp8; contiguous and paged, block sizes
+ *   q4_0     rows of random values over 40 binades, zero, non-finite,
+ *            past float16's range, and ties: the read-back is (c - 8)·d
+ *            with d = float16(m / -8) (m the block's value of largest
+ *            magnitude; float16 rounding computed here) and c - 8 =
+ *            rint(x / d) clamped to [-8, 7]; |x - value| <= |d|/2 unless
+ *            clamped or d saturated; a block with inf or NaN reads NaN.
+ *   attend   random cases (int8, fp8 and q4_0; contiguous and paged, block sizes
  *            1..64, shuffled block tables; GQA; Nq 1..8; bottom-right
  *            causal, window, ALiBi, softcap, sinks; lengths up to 2500 so
  *            several decode splits merge): the output and LSE against the
  *            float64 oracle (tests/support/ref64_variants) over the
  *            dequantized cache, by the accuracy criterion; the same bits for
  *            1, 2 and 3 threads.
- *   nan      an fp8 / int8 cache holding a NaN key and value at position 0:
+ *   nan      an fp8 / int8 / q4_0 cache holding a NaN key and value at position 0:
  *            hidden by the window, the output is finite and within float
  *            rounding of the same cache without the NaN (the exact e4m3
  *            widening and the zero-skipping P·V run then); seen, it is NaN.
- *   errors   a quantized dtype other than float32, bad fp8 scales, an
- *            unknown quant, view of a quantized cache.
+ *   errors   a quantized dtype other than float32, bad fp8 scales, q4_0
+ *            with a head_dim not a multiple of 32, an unknown quant, view
+ *            of a quantized cache.
  *
  * Usage: test_kvquant [--seed S] [--cases N] [--group NAME] [--quick] [-v]
  */
@@ -126,6 +133,24 @@ static void group_fp8(tu_suite *s)
 
 /* ------------------------------------------------------------------ int8 */
 
+/* Appends the (T, D) rows x as keys and values of a paged cache of `quant`
+ * (blocks of 16) and reads them back into back. */
+static bool paged_round_trip(tu_group *g, attn_kv_quant quant, float *x, float *back, int64_t T,
+                             int64_t D)
+{
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
+                               .quant = quant, .block_size = 16};
+    attn_kvcache *c = NULL;
+    attn_error err;
+    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
+    const bool ok =
+        tu_check(g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
+        tu_check(g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
+        tu_check(g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message);
+    attn_kvcache_free(c);
+    return ok;
+}
+
 static void group_int8(tu_suite *s)
 {
     tu_group g;
@@ -143,14 +168,7 @@ static void group_int8(tu_suite *s)
             if (t == 4) v = d == 3 ? 1e-3 : 0.0;
             x[t * D + d] = (float)v;
         }
-    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = T, .head_dim = D,
-                               .quant = ATTN_KV_INT8, .block_size = 16};
-    attn_kvcache *c = NULL;
-    attn_error err;
-    attn_tensor k = attn_tensor_4d(x, 1, 1, T, D), kb = attn_tensor_4d(back, 1, 1, T, D);
-    if (tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_OK, "create: %s", err.message) &&
-        tu_check(&g, attn_kvcache_append(c, &k, &k, NULL, &err) == ATTN_OK, "append: %s", err.message) &&
-        tu_check(&g, attn_kvcache_read(c, 0, &kb, &kb, &err) == ATTN_OK, "read: %s", err.message)) {
+    if (paged_round_trip(&g, ATTN_KV_INT8, x, back, T, D)) {
         int64_t bad = 0;
         for (int64_t t = 0; t < T; ++t) {
             float amax = 0.0f;
@@ -174,7 +192,71 @@ static void group_int8(tu_suite *s)
         }
         if (!bad) tu_group_pass(&g);
     }
-    attn_kvcache_free(c);
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------------------------ q4_0 */
+
+/* x rounded to float16 (nearest even; ±65504 largest, steps of 2^-24 below
+ * 2^-14), from the format's definition. */
+static double f16_round(double x)
+{
+    if (x == 0.0 || !isfinite(x)) return x;
+    int e;
+    frexp(fabs(x), &e); /* |x| in [2^(e-1), 2^e) */
+    const double step = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return rint(x / step) * step;
+}
+
+static void group_q4(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "q4_0");
+    enum { D = 96, T = 64, BLK = 32 };
+    static float x[T * D], back[T * D];
+    tu_rng r;
+    tu_rng_seed(&r, DEFAULT_SEED + 2);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+            double v = tu_rng_normal(&r) * ldexp(1.0, (int)tu_rng_int(&r, -20, 20));
+            if (t == 1) v = 0.0;
+            if (t == 2 && d == 5) v = INFINITY;   /* block 0 NaN, blocks 1, 2 not */
+            if (t == 3 && d == 40) v = NAN;       /* block 1 NaN */
+            if (t == 4) v = d % BLK == 3 ? 1e-3 : 0.0;
+            if (t == 5) v = d % BLK == 0 ? 1e7 : tu_rng_normal(&r) * 1e6; /* d past 65504 */
+            if (t == 6) v = d % BLK == 0 ? 8.0 : (double)(d % 16) - 7.5; /* d = -1: ties */
+            if (t == 7) v = d % BLK == 0 ? -8.0 : (d % 2 ? 7.5 : -7.5); /* d = 1: 7.5 clamps */
+            x[t * D + d] = (float)v;
+        }
+    if (paged_round_trip(&g, ATTN_KV_Q4_0, x, back, T, D)) {
+        int64_t bad = 0;
+        for (int64_t b0 = 0; b0 < T * D; b0 += BLK) {
+            double m = 0.0;
+            bool finite = true;
+            for (int j = 0; j < BLK; ++j) {
+                finite &= isfinite(x[b0 + j]);
+                if (fabs((double)x[b0 + j]) > fabs(m)) m = x[b0 + j];
+            }
+            double dd = (double)(float)(m / -8.0); /* the division in float, as stored */
+            if (fabs(dd) > 65504.0) dd = copysign(65504.0, dd);
+            const double d16 = f16_round(dd);
+            for (int j = 0; j < BLK && bad < 5; ++j) {
+                const double xv = x[b0 + j], got = back[b0 + j];
+                double code = d16 != 0.0 ? rint((double)(float)(xv / (float)d16)) : 0.0;
+                code = code > 7 ? 7 : code < -8 ? -8 : code;
+                const double want = finite ? code * d16 : NAN;
+                const bool same = isnan(want) ? isnan(got) : got == want;
+                const bool close = !finite || fabs(dd) == 65504.0 || code == 7 || code == -8 ||
+                                   fabs(xv - got) <= 0.5 * fabs(d16) * (1.0 + 1e-6);
+                if (!same || !close) {
+                    tu_group_fail(&g, "q4_0 element %" PRId64 ": x = %a reads back %a, expected %a",
+                                  b0 + j, xv, got, want);
+                    bad++;
+                }
+            }
+        }
+        if (!bad) tu_group_pass(&g);
+    }
     tu_group_end(&g);
 }
 
@@ -193,13 +275,18 @@ static qcase random_case(tu_rng *r)
 {
     qcase c;
     memset(&c, 0, sizeof c);
-    c.quant = tu_rng_chance(r, 0.5) ? ATTN_KV_INT8 : ATTN_KV_FP8_E4M3;
+    static const attn_kv_quant quants[] = {ATTN_KV_INT8, ATTN_KV_FP8_E4M3, ATTN_KV_Q4_0};
+    c.quant = quants[tu_rng_int(r, 0, 2)];
     c.B = tu_rng_int(r, 1, 3);
     c.Hkv = tu_rng_int(r, 1, 3);
     c.Hq = c.Hkv * tu_rng_int(r, 1, 5);
     static const int64_t dims[] = {1, 8, 16, 33, 64, 128};
     c.D = tu_rng_pick(r, dims, 6);
     c.Dv = tu_rng_chance(r, 0.7) ? c.D : tu_rng_pick(r, dims, 6);
+    if (c.quant == ATTN_KV_Q4_0) { /* whole blocks of 32 */
+        c.D = (c.D + 31) / 32 * 32;
+        c.Dv = (c.Dv + 31) / 32 * 32;
+    }
     c.cap = tu_rng_chance(r, 0.3) ? tu_rng_int(r, 1000, 2500) : tu_rng_int(r, 1, 300);
     c.Nq = tu_rng_int(r, 1, 8);
     static const int64_t blocks[] = {0, 0, 1, 3, 16, 64};
@@ -357,11 +444,11 @@ static void group_attend(tu_suite *s, const tu_options *opt)
 
 /* ------------------------------------------------------------------- nan */
 
-/* out (1, 2, 1, 16) of a (1, 1, 300, 16) cache whose token 0 is NaN (nan)
+/* out (1, 2, 1, 32) of a (1, 1, 300, 32) cache whose token 0 is NaN (nan)
  * or 0.5, the query seeing keys [first, 300). */
 static bool attend_nan(attn_kv_quant quant, bool nan, int64_t first, float *out)
 {
-    enum { L = 300, D = 16 };
+    enum { L = 300, D = 32 };
     static float k[L * D], v[L * D], q[2 * D];
     tu_rng r;
     tu_rng_seed(&r, 77);
@@ -386,23 +473,24 @@ static void group_nan(tu_suite *s)
 {
     tu_group g;
     tu_group_begin(&g, s, "nan");
-    for (int fmt = 0; fmt < 2; ++fmt) {
-        const attn_kv_quant quant = fmt ? ATTN_KV_INT8 : ATTN_KV_FP8_E4M3;
-        float with[32], without[32], seen[32];
+    static const attn_kv_quant quants[] = {ATTN_KV_FP8_E4M3, ATTN_KV_INT8, ATTN_KV_Q4_0};
+    for (int fmt = 0; fmt < 3; ++fmt) {
+        const attn_kv_quant quant = quants[fmt];
+        float with[64], without[64], seen[64];
         if (!tu_check(&g, attend_nan(quant, true, 1, with) && attend_nan(quant, false, 1, without) &&
                               attend_nan(quant, true, 0, seen),
                       "quant %d: attend failed", (int)quant))
             continue;
         double worst = 0.0;
         bool finite = true;
-        for (int e = 0; e < 32; ++e) {
+        for (int e = 0; e < 64; ++e) {
             finite &= isfinite(with[e]);
             worst = fmax(worst, fabs((double)with[e] - (double)without[e]));
         }
         tu_check(&g, finite && worst <= 1e-5, "quant %d: NaN at a hidden key: finite %d, |diff| %g",
                  (int)quant, finite, worst);
-        tu_check(&g, isnan(seen[0]) && isnan(seen[16]), "quant %d: a seen NaN key gives %g, %g",
-                 (int)quant, (double)seen[0], (double)seen[16]);
+        tu_check(&g, isnan(seen[0]) && isnan(seen[32]), "quant %d: a seen NaN key gives %g, %g",
+                 (int)quant, (double)seen[0], (double)seen[32]);
     }
     tu_group_end(&g);
 }
@@ -426,6 +514,9 @@ static void group_errors(tu_suite *s)
     tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_ARG && !c && strstr(err.message, "v_scale[1]"),
              "an fp8 scale of 0: %s", err.message);
     cfg.v_scale = NULL;
+    cfg.quant = ATTN_KV_Q4_0; /* head_dim 4: not whole blocks of 32 */
+    tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_ARG && !c && strstr(err.message, "multiples of 32"),
+             "q4_0 with head_dim 4: %s", err.message);
     cfg.quant = (attn_kv_quant)7;
     tu_check(&g, attn_kvcache_create(&cfg, &c, &err) == ATTN_ERR_ARG && !c && strstr(err.message, "quant"),
              "quant 7: %s", err.message);
@@ -449,6 +540,7 @@ int main(int argc, char **argv)
     if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     if (tu_group_selected(&opt, "fp8")) group_fp8(&s);
     if (tu_group_selected(&opt, "int8")) group_int8(&s);
+    if (tu_group_selected(&opt, "q4_0")) group_q4(&s);
     if (tu_group_selected(&opt, "attend")) group_attend(&s, &opt);
     if (tu_group_selected(&opt, "nan")) group_nan(&s);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);

@@ -55,13 +55,23 @@ extern "C" {
  *                     (k_scale, v_scale; 1 by default), saturating at ±448
  *                     and rounding to nearest even (vLLM's fp8 KV cache); the
  *                     value is scale_h·e4m3. NaN stays NaN.
+ *   ATTN_KV_Q4_0      ggml's q4_0 layout: each row in blocks of 32 values,
+ *                     a block 18 bytes: its float16 scale d, then 16 bytes
+ *                     whose low nibbles are values 0..15 and high nibbles
+ *                     16..31, code c in 0..15 meaning (c - 8)·d. Symmetric:
+ *                     m = the block's value of largest magnitude, d =
+ *                     float16(m / -8) (clamped to ±65504), c - 8 =
+ *                     round_half_even(x / d) clamped to [-8, 7] (all 8 when
+ *                     d = 0). D and Dv must be multiples of 32. A block
+ *                     holding inf or NaN reads back as NaN.
  * Bytes per token and kv head: int8 D + 4 (keys) and Dv + 4 (values);
- * fp8 D and Dv.
+ * fp8 D and Dv; q4_0 18·D/32 and 18·Dv/32.
  */
 typedef enum {
     ATTN_KV_FLOAT = 0,    /* floats of attn_kvcache_config.dtype */
     ATTN_KV_INT8 = 1,
     ATTN_KV_FP8_E4M3 = 2,
+    ATTN_KV_Q4_0 = 3,
 } attn_kv_quant;
 
 typedef struct {

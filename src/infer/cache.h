@@ -15,7 +15,8 @@
  *               head's rows, so blocks with consecutive pool indices form one
  *               contiguous (Hkv, n, D) view with strides (pool rows·D, D, 1).
  * An int8 cache keeps one float32 scale per row beside the rows (k_rs, v_rs,
- * indexed by row number); an fp8 cache one scale per kv head (k_hs, v_hs).
+ * indexed by row number); an fp8 cache one scale per kv head (k_hs, v_hs);
+ * a q4_0 row holds its blocks' scales itself (kv_format_row_bytes).
  */
 #ifndef ATTN_INFER_CACHE_H
 #define ATTN_INFER_CACHE_H
@@ -29,13 +30,22 @@
  * is e4m3 known to hold no NaN code, read as value·2^-8 (a float16 with the
  * same bits shifted: cheaper than the exact widening; the caller multiplies
  * the scale by 2^8). */
-typedef enum { KV_F32, KV_BF16, KV_F16, KV_I8, KV_E4M3, KV_E4M3_FINITE } kv_format;
+typedef enum { KV_F32, KV_BF16, KV_F16, KV_I8, KV_E4M3, KV_E4M3_FINITE, KV_Q4_0 } kv_format;
+
+enum { KV_Q4_BLOCK = 32, KV_Q4_BLOCK_BYTES = 18 }; /* q4_0: values and bytes per block */
+
+/* Bytes of one storage row of `width` elements in format f. */
+static inline int64_t kv_format_row_bytes(kv_format f, int64_t width)
+{
+    if (f == KV_Q4_0) return width / KV_Q4_BLOCK * KV_Q4_BLOCK_BYTES;
+    return width * (f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1);
+}
 
 struct attn_kvcache {
     attn_kvcache_config cfg;
     kv_format fmt;
     void *k, *v;        /* storage rows */
-    size_t elem;        /* bytes per element */
+    size_t elem;        /* bytes per element (q4_0: 1, rows are kv_format_row_bytes) */
     float *k_rs, *v_rs; /* int8: one scale per row */
     float *k_hs, *v_hs; /* fp8: (Hkv) per-head scales (cfg.k_scale/v_scale point here) */
     int64_t *len;       /* (B) current lengths */
@@ -119,8 +129,8 @@ static inline int64_t kv_run_end(const attn_kvcache *c, int64_t b, int64_t j0)
 /* Start of storage row `row` of K (v false) or V. */
 static inline void *kv_row_data(const attn_kvcache *c, bool v, int64_t row)
 {
-    const int64_t width = v ? c->cfg.value_dim : c->cfg.head_dim;
-    return (char *)(v ? c->v : c->k) + row * width * (int64_t)c->elem;
+    return (char *)(v ? c->v : c->k) +
+           row * kv_format_row_bytes(c->fmt, v ? c->cfg.value_dim : c->cfg.head_dim);
 }
 
 static inline bool kv_quantized(const attn_kvcache *c) { return c->fmt >= KV_I8; }
@@ -172,6 +182,8 @@ void kv_load_row(const attn_kvcache *c, bool v, int64_t row, int64_t head, float
  * and decode. */
 uint8_t kv_e4m3_encode(float x);
 float kv_e4m3_decode(uint8_t b);
+/* Value j (scale applied) of a q4_0 row. */
+float kv_q4_at(const uint8_t *row, int64_t j);
 
 /* ---- decode.c: attention read in place, every storage ---- */
 

@@ -1,6 +1,6 @@
 /*
  * The decode kernel: attention of a few new queries over a cache read in
- * place, in any storage (float32, bfloat16, float16, int8, fp8 e4m3), the
+ * place, in any storage (float32, bfloat16, float16, int8, fp8 e4m3, q4_0), the
  * rows dequantized in registers (decode_rows.h), never into a float copy.
  *
  * Work is split flash-decoding style into tasks (entry b, kv head h, split
@@ -122,15 +122,13 @@ static void chunk_softmax(const decode_plan *p, const decode_task *t, decode_scr
     }
 }
 
-/* s[r·LDS + j] *= scale[j] for r < R, j in [lo, hi), a zero staying
- * exactly 0 (a hidden key's probability; its scale may be NaN). */
-static void scale_columns(float *restrict s, int64_t R, int64_t lo, int64_t hi,
-                          const float *restrict scale)
+/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS,
+ * inside one paged block. */
+static int64_t chunk_keys(const attn_kvcache *c, int64_t b, int64_t c0, int64_t j1)
 {
-    for (int64_t r = 0; r < R; ++r) {
-        float *restrict row = s + r * LDS;
-        for (int64_t j = lo; j < hi; ++j) row[j] = row[j] == 0.0f ? 0.0f : row[j] * scale[j];
-    }
+    int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
+    const int64_t left = kv_block_left(c, b, c0);
+    return left < n ? left : n; /* stay inside the block */
 }
 
 /* One task: its split's partial (m, ll, o) per row into p->parts. */
@@ -149,17 +147,22 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     }
     memset(w->acc, 0, (size_t)(R * Dv) * sizeof *w->acc);
     const int64_t j0 = t->split * SPLIT_KEYS, j1 = j0 + SPLIT_KEYS < L ? j0 + SPLIT_KEYS : L;
-    for (int64_t c0 = j0; c0 < j1;) {
-        int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
-        const int64_t left = kv_block_left(c, t->b, c0);
-        if (left < n) n = left; /* stay inside the block */
+    int64_t n = chunk_keys(c, t->b, j0, j1);
+    for (int64_t c0 = j0; c0 < j1; c0 += n, n = chunk_keys(c, t->b, c0, j1)) {
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         const void *krows = kv_row_data(c, false, row0), *vrows = kv_row_data(c, true, row0);
+        const size_t krow_bytes = (size_t)kv_format_row_bytes(c->fmt, D);
+        const size_t vrow_bytes = (size_t)kv_format_row_bytes(c->fmt, Dv);
+        /* the scores prefetch this chunk's values, the accumulation the
+         * next chunk's keys (a chunk ahead measured no faster) */
+        const int64_t next_n = c0 + n < j1 ? chunk_keys(c, t->b, c0 + n, j1) : 0;
+        const void *next_k = next_n ? kv_row_data(c, false, kv_row(c, t->b, t->h, c0 + n)) : NULL;
         const int64_t npad = (n + 31) / 32 * 32;
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
-                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS);
-        if (c->fmt == KV_I8) scale_columns(w->s, R, 0, n, c->k_rs + row0);
+                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS,
+                            r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
+        if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, 0, n, c->k_rs + row0);
         chunk_softmax(p, t, w, c0, n, key_scale);
         int64_t lo = n, hi = 0; /* keys any row sees */
         for (int64_t r = 0; r < R; ++r) {
@@ -170,13 +173,12 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                 if (w->end[r] > hi) hi = w->end[r];
             }
         }
-        if (c->fmt == KV_I8) scale_columns(w->s, R, lo, hi, c->v_rs + row0); /* P' = P·s_v */
-        const size_t vrow_bytes = (size_t)Dv * c->elem;
+        if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, lo, hi, c->v_rs + row0); /* P' = P·s_v */
         for (int64_t r = 0; r < R && lo < hi; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
-                                w->acc + r * Dv, Dv, p->v_may_be_nan);
-        c0 += n;
+                                w->acc + r * Dv, Dv, p->v_may_be_nan, r == 0 ? next_k : NULL,
+                                next_n * (int64_t)krow_bytes);
     }
     const float v_scale = c->fmt == KV_E4M3 ? p->v_unit * c->v_hs[t->h] : 1.0f;
     for (int64_t r = 0; r < R; ++r) {

@@ -16,19 +16,17 @@ static inline float raw_at(kv_format f, const void *row, int64_t d)
     case KV_F16: return attn_f16_to_f32(((const uint16_t *)row)[d]);
     case KV_I8: return (float)((const int8_t *)row)[d];
     case KV_E4M3: return kv_e4m3_decode(((const uint8_t *)row)[d]);
+    case KV_Q4_0: return kv_q4_at(row, d);
     default: return kv_e4m3_decode(((const uint8_t *)row)[d]) * 0x1p-8f;
     }
 }
 
-static size_t elem_bytes(kv_format f)
-{
-    return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1;
-}
-
 static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
-                           const float *q, int m, float *s, int64_t lds)
+                           const float *q, int m, float *s, int64_t lds, const void *next,
+                           int64_t next_bytes)
 {
-    const size_t row_bytes = (size_t)D * elem_bytes(f);
+    (void)next, (void)next_bytes; /* the portable path leaves memory to the hardware */
+    const size_t row_bytes = (size_t)kv_format_row_bytes(f, D);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {
@@ -43,9 +41,10 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
 
 static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t Dv,
                                const float *p, int64_t ldp, int m, float *acc, int64_t ldacc,
-                               bool skip_zero)
+                               bool skip_zero, const void *next, int64_t next_bytes)
 {
-    const size_t row_bytes = (size_t)Dv * elem_bytes(f);
+    (void)next, (void)next_bytes;
+    const size_t row_bytes = (size_t)kv_format_row_bytes(f, Dv);
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {
@@ -56,7 +55,16 @@ static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t
     }
 }
 
-const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic};
+static void scale_generic(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
+                          const float *scale)
+{
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t t = lo; t < hi; ++t)
+            s[r * lds + t] = s[r * lds + t] == 0.0f ? 0.0f : s[r * lds + t] * scale[t];
+}
+
+const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic,
+                                        scale_generic};
 
 const kv_row_kernels *kv_row_kernels_select(void)
 {

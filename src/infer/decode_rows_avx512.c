@@ -3,12 +3,16 @@
  * vector, each cache row loaded once per call and widened in registers
  * (bfloat16 by a shift, float16 by vcvtph2ps, int8 by sign extension, e4m3
  * by moving its exponent and mantissa into a float's and rescaling by
- * 2^120, exact for normals and subnormals alike), then multiplied against up
- * to KV_ROWS query rows.
+ * 2^120, exact for normals and subnormals alike; q4_0 by masking or shifting
+ * its nibbles, minus 8, times the block's float16 scale), then multiplied
+ * against up to KV_ROWS query rows.
  *   scores:     two keys at a time, one accumulator per (key, row), lanes
  *               added by _mm512_reduce_add_ps.
- *   accumulate: per 16-feature slice, KV_ROWS accumulators in registers for
- *               even keys and KV_ROWS for odd ones (two dependency chains).
+ *   accumulate: per 64 features (a cache line of int8 / fp8), KV_ROWS × 4
+ *               accumulators in registers, one key at a time: a probability
+ *               broadcast once serves four slices.
+ * Both issue a share of the software prefetches of the next call's rows in
+ * every iteration (prefetch_share).
  */
 #include "decode_rows.h"
 
@@ -27,7 +31,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE int64_t esize(kv_format f) { return f == KV_F32 ? 4 : f == KV_BF16 || f == KV_F16 ? 2 : 1; }
 
 /* Elements [d, d + 16) of a raw row (those of mask k only; the others 0). */
 INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
@@ -44,6 +47,14 @@ INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
     case KV_I8:
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, (const int8_t *)row + d)));
+    case KV_Q4_0: { /* d is a multiple of 16: the low or high nibbles of a block's bytes */
+        const uint8_t *blk = (const uint8_t *)row + d / KV_Q4_BLOCK * KV_Q4_BLOCK_BYTES;
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        const __m512i code = d % KV_Q4_BLOCK ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
+        const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16((short)(blk[0] | blk[1] << 8)));
+        (void)k; /* q4_0 rows are whole blocks */
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(code, _mm512_set1_epi32(8))), scale);
+    }
     case KV_E4M3_FINITE: { /* s eeee mmm -> float16 bits s 0eeee mmm0000000: value·2^-8 */
         const __m256i b = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(k, (const uint8_t *)row + d));
         return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbfff)));
@@ -58,6 +69,18 @@ INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
         return _mm512_mask_mov_ps(x, nan, _mm512_set1_ps(NAN));
     }
     }
+}
+
+/* Iteration i of `iters` prefetches its share of the lines of
+ * [next, next + bytes); prefetches never fault, so the address is formed
+ * from integers. */
+INLINE void prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t iters)
+{
+    if (!next) return;
+    const int64_t per = ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
+    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
+    for (int64_t o = lo; o < hi; o += 64)
+        _mm_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), _MM_HINT_T0);
 }
 
 INLINE __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
@@ -87,10 +110,12 @@ INLINE __m512 sum16(__m512 acc[KV_ROWS][4])
 /* Four keys at a time against m rows: 4·m accumulators, then sum16. Keys
  * past n read row n - 1 again and are not stored. */
 INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t n_out, int64_t D,
-                        const float *q, const int m, float *s, int64_t lds)
+                        const float *q, const int m, float *s, int64_t lds, const void *next,
+                        int64_t next_bytes)
 {
-    const int64_t rb = D * esize(f);
+    const int64_t rb = kv_format_row_bytes(f, D), iters = (n + 3) / 4;
     for (int64_t t = 0; t < n; t += 4) {
+        prefetch_share(next, next_bytes, t / 4, iters);
         const char *x[4];
         for (int j = 0; j < 4; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
         __m512 acc[KV_ROWS][4];
@@ -118,31 +143,28 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
 }
 
 INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
-                            const float *p, int64_t ldp, const int m, float *acc, int64_t ldacc)
+                            const float *p, int64_t ldp, const int m, float *acc, int64_t ldacc,
+                            const void *next, int64_t next_bytes)
 {
-    const int64_t rb = Dv * esize(f);
-    for (int64_t d = 0; d < Dv; d += 16) {
-        const __mmask16 k = lanes(Dv - d);
-        __m512 a0[KV_ROWS], a1[KV_ROWS];
-        for (int r = 0; r < m; ++r) {
-            a0[r] = _mm512_maskz_loadu_ps(k, acc + r * ldacc + d);
-            a1[r] = _mm512_setzero_ps();
-        }
-        int64_t t = 0;
-        for (; t + 2 <= n; t += 2) {
-            const __m512 x0 = load16(f, rows + t * rb, d, k), x1 = load16(f, rows + (t + 1) * rb, d, k);
+    const int64_t rb = kv_format_row_bytes(f, Dv);
+    for (int64_t d = 0; d < Dv; d += 64) {
+        const int ns = Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16); /* slices of 16 */
+        __m512 a[KV_ROWS][4];
+        for (int r = 0; r < m; ++r)
+            for (int j = 0; j < ns; ++j)
+                a[r][j] = _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j);
+        for (int64_t t = 0; t < n; ++t) {
+            if (d == 0) prefetch_share(next, next_bytes, t, n);
+            __m512 x[4];
+            for (int j = 0; j < ns; ++j) x[j] = load16(f, rows + t * rb, d + 16 * j, lanes(Dv - d - 16 * j));
             for (int r = 0; r < m; ++r) {
-                a0[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t]), x0, a0[r]);
-                a1[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t + 1]), x1, a1[r]);
+                const __m512 pr = _mm512_set1_ps(p[r * ldp + t]);
+                for (int j = 0; j < ns; ++j) a[r][j] = _mm512_fmadd_ps(pr, x[j], a[r][j]);
             }
         }
-        if (t < n) {
-            const __m512 x0 = load16(f, rows + t * rb, d, k);
-            for (int r = 0; r < m; ++r)
-                a0[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + t]), x0, a0[r]);
-        }
         for (int r = 0; r < m; ++r)
-            _mm512_mask_storeu_ps(acc + r * ldacc + d, k, _mm512_add_ps(a0[r], a1[r]));
+            for (int j = 0; j < ns; ++j)
+                _mm512_mask_storeu_ps(acc + r * ldacc + d + 16 * j, lanes(Dv - d - 16 * j), a[r][j]);
     }
 }
 
@@ -166,38 +188,62 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
     case KV_F16: BY_WIDTH(body, KV_F16, __VA_ARGS__) break;                                        \
     case KV_I8: BY_WIDTH(body, KV_I8, __VA_ARGS__) break;                                          \
     case KV_E4M3: BY_WIDTH(body, KV_E4M3, __VA_ARGS__) break;                                      \
+    case KV_Q4_0: BY_WIDTH(body, KV_Q4_0, __VA_ARGS__) break;                                      \
     default: BY_WIDTH(body, KV_E4M3_FINITE, __VA_ARGS__) break;                                    \
     }
 
+/* accumulate_body with the prefetch before the row count, to share the macros */
+INLINE void accumulate_body_call(const kv_format f, const char *rows, int64_t n, int64_t Dv,
+                                 const float *p, int64_t ldp, const void *next,
+                                 int64_t next_bytes, const int m, float *acc, int64_t ldacc)
+{
+    accumulate_body(f, rows, n, Dv, p, ldp, m, acc, ldacc, next, next_bytes);
+}
+
 /* scores_body with n_out moved after the width, to share the macros */
 INLINE void scores_call(const kv_format f, const char *rows, int64_t n, int64_t D, int64_t n_out,
-                        const float *q, const int m, float *s, int64_t lds)
+                        const float *q, const void *next, int64_t next_bytes, const int m,
+                        float *s, int64_t lds)
 {
-    scores_body(f, rows, n, n_out, D, q, m, s, lds);
+    scores_body(f, rows, n, n_out, D, q, m, s, lds, next, next_bytes);
 }
 
 static void scores_avx512(kv_format f, const void *rows_, int64_t n, int64_t n_out, int64_t D,
-                          const float *q, int m, float *out, int64_t ld)
+                          const float *q, int m, float *out, int64_t ld, const void *next,
+                          int64_t next_bytes)
 {
     const char *rows = rows_;
     const int64_t width = D;
-    BY_FORMAT(scores_call, n_out, q)
+    BY_FORMAT(scores_call, n_out, q, next, next_bytes)
 }
 
 static void accumulate_avx512(kv_format f, const void *rows_, int64_t n, int64_t Dv,
                               const float *p, int64_t ldp, int m, float *out, int64_t ld,
-                              bool skip_zero)
+                              bool skip_zero, const void *next, int64_t next_bytes)
 {
     const char *rows = rows_;
     if (skip_zero) { /* rare (a cache holding NaN): the portable loop */
-        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, out, ld, true);
+        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, out, ld, true, NULL, 0);
         return;
     }
     const int64_t width = Dv;
-    BY_FORMAT(accumulate_body, p, ldp)
+    BY_FORMAT(accumulate_body_call, p, ldp, next, next_bytes)
 }
 
-const kv_row_kernels kv_rows_avx512 = {"avx512", scores_avx512, accumulate_avx512};
+static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
+                         const float *scale)
+{
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t t = lo; t < hi; t += 16) {
+            const __mmask16 k = lanes(hi - t);
+            const __m512 x = _mm512_maskz_loadu_ps(k, s + r * lds + t);
+            const __mmask16 nz = _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            const __m512 y = _mm512_maskz_mul_ps(nz, x, _mm512_maskz_loadu_ps(k, scale + t));
+            _mm512_mask_storeu_ps(s + r * lds + t, k, y);
+        }
+}
+
+const kv_row_kernels kv_rows_avx512 = {"avx512", scores_avx512, accumulate_avx512, scale_avx512};
 
 #if defined(__clang__)
 #pragma clang attribute pop

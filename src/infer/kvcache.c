@@ -66,8 +66,12 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     RETURN_IF(g.dtype != ATTN_F32 && g.dtype != ATTN_BF16 && g.dtype != ATTN_F16, err,
               ATTN_ERR_DTYPE, "dtype: the cache stores float32, bfloat16 or float16, not %s",
               attn_dtype_name(g.dtype));
-    RETURN_IF(g.quant != ATTN_KV_FLOAT && g.quant != ATTN_KV_INT8 && g.quant != ATTN_KV_FP8_E4M3,
+    RETURN_IF(g.quant != ATTN_KV_FLOAT && g.quant != ATTN_KV_INT8 && g.quant != ATTN_KV_FP8_E4M3 &&
+                  g.quant != ATTN_KV_Q4_0,
               err, ATTN_ERR_ARG, "quant: %d is not an attn_kv_quant", (int)g.quant);
+    RETURN_IF(g.quant == ATTN_KV_Q4_0 && (g.head_dim % KV_Q4_BLOCK || g.value_dim % KV_Q4_BLOCK),
+              err, ATTN_ERR_ARG, "head_dim, value_dim: q4_0 needs multiples of 32, got %lld, %lld",
+              (long long)g.head_dim, (long long)g.value_dim);
     RETURN_IF(g.quant != ATTN_KV_FLOAT && g.dtype != ATTN_F32, err, ATTN_ERR_DTYPE,
               "dtype: a quantized cache takes ATTN_F32 (0) as dtype, not %s",
               attn_dtype_name(g.dtype));
@@ -108,13 +112,14 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     c->cfg = g;
     c->fmt = g.quant == ATTN_KV_INT8       ? KV_I8
              : g.quant == ATTN_KV_FP8_E4M3 ? KV_E4M3
+             : g.quant == ATTN_KV_Q4_0     ? KV_Q4_0
              : g.dtype == ATTN_BF16        ? KV_BF16
              : g.dtype == ATTN_F16         ? KV_F16
                                            : KV_F32;
     c->max_blocks = max_blocks;
     c->elem = elem;
-    c->k = calloc((size_t)nk, elem);
-    c->v = calloc((size_t)nv, elem);
+    c->k = calloc((size_t)rows, (size_t)kv_format_row_bytes(c->fmt, g.head_dim));
+    c->v = calloc((size_t)rows, (size_t)kv_format_row_bytes(c->fmt, g.value_dim));
     c->len = calloc((size_t)g.batch, sizeof *c->len);
     bool ok = c->k && c->v && c->len;
     if (ok && c->fmt == KV_I8) {

@@ -31,8 +31,8 @@ static int64_t block_row(const attn_kvcache *c, int64_t h, int64_t p)
 static void fill_block(attn_kvcache *c, int64_t dst, int64_t src)
 {
     const attn_kvcache_config *g = &c->cfg;
-    const size_t kb = (size_t)(g->block_size * g->head_dim) * c->elem;
-    const size_t vb = (size_t)(g->block_size * g->value_dim) * c->elem;
+    const size_t kb = (size_t)(g->block_size * kv_format_row_bytes(c->fmt, g->head_dim));
+    const size_t vb = (size_t)(g->block_size * kv_format_row_bytes(c->fmt, g->value_dim));
     const size_t sb = (size_t)g->block_size * sizeof(float);
     for (int64_t h = 0; h < g->kv_heads; ++h) {
         const int64_t to = block_row(c, h, dst), from = src < 0 ? 0 : block_row(c, h, src);

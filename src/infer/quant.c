@@ -1,7 +1,8 @@
 /*
  * The KV cache's storage formats, one row at a time: float32 / bfloat16 /
- * float16 (attn_store_float's rounding), int8 with a scale per row, and fp8
- * e4m3 with a scale per kv head (attn/kvcache.h states the rounding).
+ * float16 (attn_store_float's rounding), int8 with a scale per row, fp8
+ * e4m3 with a scale per kv head, and ggml's q4_0 blocks of 32 with a
+ * float16 scale each (attn/kvcache.h states the rounding).
  */
 #include "../core/half.h"
 #include "cache.h"
@@ -56,6 +57,41 @@ static void store_int8(int8_t *q, float *scale, const float *x, int64_t n)
     }
 }
 
+/* q4_0, one block of 32: d = float16(m / -8) for m the value of largest
+ * magnitude, codes rne(x / d) + 8 in 0..15, value j in the low nibble of
+ * byte j (j < 16) or the high nibble of byte j - 16. */
+static void store_q4_block(uint8_t *blk, const float *x)
+{
+    float m = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < KV_Q4_BLOCK; ++j) {
+        finite &= isfinite(x[j]);
+        if (fabsf(x[j]) > fabsf(m)) m = x[j];
+    }
+    float d = m / -8.0f;
+    if (fabsf(d) > 65504.0f) d = copysignf(65504.0f, d); /* float16's largest */
+    const uint16_t d16 = attn_f32_to_f16(finite ? d : NAN);
+    blk[0] = (uint8_t)(d16 & 0xff); /* little-endian, as ggml writes it */
+    blk[1] = (uint8_t)(d16 >> 8);
+    const float dr = attn_f16_to_f32(d16);
+    uint8_t code[KV_Q4_BLOCK];
+    for (int j = 0; j < KV_Q4_BLOCK; ++j) {
+        const float r = finite && dr != 0.0f ? rintf(x[j] / dr) : 0.0f;
+        code[j] = (uint8_t)((r > 7.0f ? 7 : r < -8.0f ? -8 : (int)r) + 8);
+    }
+    for (int j = 0; j < KV_Q4_BLOCK / 2; ++j)
+        blk[2 + j] = (uint8_t)(code[j] | code[j + KV_Q4_BLOCK / 2] << 4);
+}
+
+/* Value j of a q4_0 row. */
+float kv_q4_at(const uint8_t *row, int64_t j)
+{
+    const uint8_t *blk = row + j / KV_Q4_BLOCK * KV_Q4_BLOCK_BYTES;
+    const int i = (int)(j % KV_Q4_BLOCK);
+    const int code = i < KV_Q4_BLOCK / 2 ? blk[2 + i] & 15 : blk[2 + i - KV_Q4_BLOCK / 2] >> 4;
+    return attn_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * (float)(code - 8);
+}
+
 bool kv_store_row(attn_kvcache *c, bool v, int64_t row, int64_t head, const float *x, int64_t n)
 {
     void *dst = kv_row_data(c, v, row);
@@ -71,6 +107,10 @@ bool kv_store_row(attn_kvcache *c, bool v, int64_t row, int64_t head, const floa
         for (int64_t d = 0; d < n; ++d) q[d] = kv_e4m3_encode(x[d] / s);
         break;
     }
+    case KV_Q4_0:
+        for (int64_t b = 0; b < n / KV_Q4_BLOCK; ++b)
+            store_q4_block((uint8_t *)dst + b * KV_Q4_BLOCK_BYTES, x + b * KV_Q4_BLOCK);
+        break;
     default:
         for (int64_t d = 0; d < n; ++d) attn_store_float(dst, c->cfg.dtype, d, x[d]);
     }
@@ -91,6 +131,9 @@ void kv_load_row(const attn_kvcache *c, bool v, int64_t row, int64_t head, float
         for (int64_t d = 0; d < n; ++d) x[d] = s * kv_e4m3_decode(((const uint8_t *)src)[d]);
         return;
     }
+    case KV_Q4_0:
+        for (int64_t d = 0; d < n; ++d) x[d] = kv_q4_at(src, d);
+        return;
     default:
         for (int64_t d = 0; d < n; ++d) x[d] = attn_load_float(src, c->cfg.dtype, d);
     }
