@@ -10,7 +10,7 @@
  *             free count, which pool block each entry reads and every
  *             entry's keys and values (attn_kvcache_read, against the
  *             tokens this file appended) are as the rules say.
- *   formats   float32, bfloat16, float16, int8 and fp8 caches: a forked
+ *   formats   float32, bfloat16, float16, int8, fp8 and q4_0 caches: a forked
  *             entry and its parent, each appended to afterwards, read back
  *             bit for bit what an unshared cache holding the same tokens
  *             reads (the copy takes the int8 row scales along).
@@ -222,8 +222,8 @@ static void group_formats(tu_suite *s, tu_rng *r)
         const char *name;
     } fmts[] = {{ATTN_F32, ATTN_KV_FLOAT, "f32"},  {ATTN_BF16, ATTN_KV_FLOAT, "bf16"},
                 {ATTN_F16, ATTN_KV_FLOAT, "f16"},  {ATTN_F32, ATTN_KV_INT8, "int8"},
-                {ATTN_F32, ATTN_KV_FP8_E4M3, "fp8"}};
-    enum { H = 2, D = 8, CAP = 40, PRE = 13, OWN = 9 };
+                {ATTN_F32, ATTN_KV_FP8_E4M3, "fp8"}, {ATTN_F32, ATTN_KV_Q4_0, "q4_0"}};
+    enum { H = 2, D = 32, CAP = 40, PRE = 13, OWN = 9 }; /* q4_0: D a multiple of 32 */
     float k[2 * H * CAP * D], v[2 * H * CAP * D];
     for (int i = 0; i < 2 * H * CAP * D; ++i) {
         k[i] = (float)tu_rng_normal(r);
