@@ -19,15 +19,10 @@ static float *rotated_copy(const attn_tensor *x, const attn_rope *rope, const in
     float *data = malloc((size_t)(B * H * N * D > 0 ? B * H * N * D : 1) * sizeof *data);
     if (!data) return NULL;
     *copy = attn_tensor_4d(data, B, H, N, D);
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-            for (int64_t n = 0; n < N; ++n) {
-                float *row = data + ((b * H + h) * N + n) * D;
-                const int64_t at = b * x->stride[0] + h * x->stride[1] + n * x->stride[2];
-                for (int64_t d = 0; d < D; ++d)
-                    row[d] = attn_load_float(x->data, x->dtype, at + d * x->stride[3]);
-                if (rope) attn_rope_row(rope, pos[b] + n, row, D);
-            }
+    if (!attn_rope_rows(rope, x, pos, data)) {
+        free(data);
+        return NULL;
+    }
     return data;
 }
 

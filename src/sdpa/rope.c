@@ -90,20 +90,6 @@ static void angle(const attn_rope *rope, int64_t rd, int64_t pos, int64_t i, flo
     *s = (float)sin(a);
 }
 
-void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D)
-{
-    const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D, half = rd / 2;
-    for (int64_t i = 0; i < half; ++i) {
-        float c, s;
-        angle(rope, rd, pos, i, &c, &s);
-        int64_t i0, i1;
-        pair(rope->style, half, i, &i0, &i1);
-        const float u = x[i0], v = x[i1];
-        x[i0] = u * c - v * s;
-        x[i1] = u * s + v * c;
-    }
-}
-
 void attn_rope_frequencies(const attn_rope *rope, int64_t D, double *freq)
 {
     const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D;
@@ -138,11 +124,40 @@ void attn_rope_turn(attn_rope_style style, int64_t half, const float *c, const f
     }
 }
 
+bool attn_rope_rows(const attn_rope *rope, const attn_tensor *x, const int64_t *pos0, float *dst)
+{
+    const int64_t B = x->shape[0], H = x->shape[1], N = x->shape[2], D = x->shape[3];
+    const int64_t half = rope ? (rope->rotary_dim ? rope->rotary_dim : D) / 2 : 0;
+    float *own = dst ? NULL : malloc((size_t)(D > 0 ? D : 1) * sizeof *own);
+    float *cs = malloc((size_t)(2 * half + 1) * sizeof *cs);
+    double *freq = malloc((size_t)(half + 1) * sizeof *freq);
+    const bool ok = (dst || own) && cs && freq;
+    if (ok && rope) attn_rope_frequencies(rope, D, freq);
+    for (int64_t b = 0; ok && b < B; ++b)
+        for (int64_t n = 0; n < N; ++n) {
+            /* one position: its angles serve every head */
+            if (rope) attn_rope_angles(rope, D, freq, (pos0 ? pos0[b] : 0) + n, cs, cs + half);
+            for (int64_t h = 0; h < H; ++h) {
+                float *row = dst ? dst + ((b * H + h) * N + n) * D : own;
+                const int64_t at = b * x->stride[0] + h * x->stride[1] + n * x->stride[2];
+                for (int64_t d = 0; d < D; ++d)
+                    row[d] = attn_load_float(x->data, x->dtype, at + d * x->stride[3]);
+                if (rope) attn_rope_turn(rope->style, half, cs, cs + half, false, row, 1);
+                for (int64_t d = 0; !dst && d < D; ++d)
+                    attn_store_float(x->data, x->dtype, at + d * x->stride[3], row[d]);
+            }
+        }
+    free(own);
+    free(cs);
+    free(freq);
+    return ok;
+}
+
 attn_status attn_rope_apply(const attn_rope *rope, attn_tensor *x, const int64_t *positions,
                             attn_error *err)
 {
     RETURN_IF_ERROR(attn_check_float_tensor(x, "x", 4, true, err));
-    const int64_t B = x->shape[0], H = x->shape[1], N = x->shape[2], D = x->shape[3];
+    const int64_t B = x->shape[0], N = x->shape[2], D = x->shape[3];
     int64_t max_pos = N > 0 ? N - 1 : 0;
     for (int64_t b = 0; positions && b < B; ++b) {
         RETURN_IF(positions[b] < 0 || positions[b] > INT64_MAX - N, err, ATTN_ERR_ARG,
@@ -151,19 +166,8 @@ attn_status attn_rope_apply(const attn_rope *rope, attn_tensor *x, const int64_t
         if (positions[b] + N - 1 > max_pos) max_pos = positions[b] + N - 1;
     }
     RETURN_IF_ERROR(attn_rope_check(rope, D, max_pos, err));
-    float *row = malloc((size_t)(D > 0 ? D : 1) * sizeof *row);
-    RETURN_IF(!row, err, ATTN_ERR_ALLOC, "rope: cannot allocate a row");
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-            for (int64_t n = 0; n < N; ++n) {
-                const int64_t at = b * x->stride[0] + h * x->stride[1] + n * x->stride[2];
-                for (int64_t d = 0; d < D; ++d)
-                    row[d] = attn_load_float(x->data, x->dtype, at + d * x->stride[3]);
-                attn_rope_row(rope, (positions ? positions[b] : 0) + n, row, D);
-                for (int64_t d = 0; d < D; ++d)
-                    attn_store_float(x->data, x->dtype, at + d * x->stride[3], row[d]);
-            }
-    free(row);
+    RETURN_IF(!attn_rope_rows(rope, x, positions, NULL), err, ATTN_ERR_ALLOC,
+              "rope: cannot allocate a row");
     attn_ok(err);
     return ATTN_OK;
 }

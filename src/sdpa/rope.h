@@ -23,13 +23,17 @@ static inline void attn_rope_positions(int64_t offset, int64_t Nq, int64_t Nk, i
  * with this rope_offset (positions as attn_rope_positions). */
 attn_status attn_rope_check_call(const attn_rope *rope, int64_t D, int64_t offset, int64_t Nq,
                                  int64_t Nk, attn_error *err);
-/* Rotates x[0..D) as the row at position pos (rope already checked). */
-void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D);
+/* The rows of x (B, H, N, D), token n of entry b at position pos0[b] + n
+ * (pos0 NULL: n), rotated (rope checked; NULL: copied as they are) into
+ * dst, a contiguous float32 (B, H, N, D), or in place when dst is NULL.
+ * The angles of a position are computed once for every head. False when
+ * out of memory (x untouched). */
+bool attn_rope_rows(const attn_rope *rope, const attn_tensor *x, const int64_t *pos0, float *dst);
 /* theta^(-2i / rotary_dim) for the rotary_dim / 2 pairs into freq (nothing
  * with tables), for attn_rope_angles. */
 void attn_rope_frequencies(const attn_rope *rope, int64_t D, double *freq);
 /* cos and sin of position pos's angles into c[0..rd/2), s[0..rd/2): the
- * values attn_rope_row rotates by (rope checked, pos within the tables). */
+ * values of position pos (rope checked, pos within the tables). */
 void attn_rope_angles(const attn_rope *rope, int64_t D, const double *freq, int64_t pos, float *c,
                       float *s);
 /* Rotates the rd/2 = half pairs of x (element stride `stride`) by the angles
