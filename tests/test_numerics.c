@@ -1,6 +1,6 @@
 /*
  * test_numerics — promises of the SDPA layer that only show at their edges,
- * on every path (ATTN_ARCH = reference, generic, avx2, avx512 as this CPU
+ * on every path (ATTN_ARCH = reference, generic, avx2, avx512, neon as this CPU
  * has them):
  *   - workspace: the forward's and backward's figures serve every call with
  *     at most their query rows and keys, as strided slices or contiguous
@@ -45,6 +45,8 @@ static int available_archs(arch_entry *out)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         out[n++] = (arch_entry){"avx2", true};
     if (__builtin_cpu_supports("avx512f")) out[n++] = (arch_entry){"avx512", true};
+#elif defined(__aarch64__)
+    out[n++] = (arch_entry){"neon", true}; /* every AArch64 CPU has it */
 #endif
     return n;
 }
