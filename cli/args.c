@@ -310,6 +310,36 @@ bool cli_get_window(const cli_args *a, attn_window *out)
     return true;
 }
 
+bool cli_get_rope(const cli_args *a, attn_rope *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *style = cli_get(a, "--rope"), *theta_text = cli_get(a, "--rope-theta");
+    float theta = 0.0f;
+    long rd = 0;
+    if (!cli_get_float(a, "--rope-theta", &theta) || !cli_get_int(a, "--rotary-dim", 2, 1L << 30, &rd))
+        return false;
+    if (!style) {
+        if (theta_text || cli_get(a, "--rotary-dim")) {
+            cli_usage_error(a->cmd, "--rope-theta/--rotary-dim: only with --rope neox|gptj");
+            return false;
+        }
+        return true;
+    }
+    if (!strcmp(style, "neox")) out->style = ATTN_ROPE_NEOX;
+    else if (!strcmp(style, "gptj")) out->style = ATTN_ROPE_GPTJ;
+    else {
+        cli_usage_error(a->cmd, "--rope: expected neox or gptj, got '%s'", style);
+        return false;
+    }
+    if (theta_text && !(theta > 0.0f && theta != 1.0f)) {
+        cli_usage_error(a->cmd, "--rope-theta: must be > 0 and not 1, got '%s'", theta_text);
+        return false;
+    }
+    out->theta = theta;
+    out->rotary_dim = rd;
+    return true;
+}
+
 bool cli_get_list(const cli_args *a, const char *name, long long lo, long long hi,
                   long long *vals, int max, int *count)
 {
