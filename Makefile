@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build build-quiet test demo asan tsan fuzz clean install stress-full python tile-cycles
+.PHONY: all build build-quiet test demo asan tsan fuzz fuzz-build clean install stress-full python tile-cycles
 
 all: build
 
@@ -68,11 +68,9 @@ tsan:
 FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
 FUZZ_TIME ?= 30
 FUZZ_TARGETS = npy safetensors json cli_args kvcache_varlen
-fuzz:
-	@test -n "$(FUZZ_CC)" || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
-	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DATTN_FUZZ=ON -DATTN_BUILD_TESTS=OFF \
-	  -DATTN_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) >build-fuzz/build.log 2>&1 || { cat build-fuzz/build.log; exit 1; }
+# (make fuzz-build builds them only; `make -o fuzz-build fuzz` runs them
+# without building, as CI does in two lanes.)
+fuzz: fuzz-build
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build-fuzz/corpus/$$t; \
 	  echo "== fuzz_$$t for $(FUZZ_TIME) s =="; \
@@ -81,6 +79,12 @@ fuzz:
 	    2>build-fuzz/fuzz_$$t.log || { tail -n 60 build-fuzz/fuzz_$$t.log; exit 1; }; \
 	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log; \
 	done
+
+fuzz-build:
+	@test -n "$(FUZZ_CC)" || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DATTN_FUZZ=ON -DATTN_BUILD_TESTS=OFF \
+	  -DATTN_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) >build-fuzz/build.log 2>&1 || { cat build-fuzz/build.log; exit 1; }
 
 # Cycles per part of the fused kernels, unmasked beside causal, from the
 # profiling build (-DATTN_PROFILE=ON; bench/tile_cycles.c): e.g.

@@ -34,7 +34,7 @@ static bool row_finite(const float *o, int64_t row, int64_t width)
 /* ------------------------------------------------------------ one rule
  * README "NaN, inf and empty rows": a non-finite value reaches only the
  * outputs that depend on it through visible keys. The same cases on every
- * path (ATTN_ARCH reference, generic, avx2, avx512 as the CPU has them). */
+ * path (ATTN_ARCH reference, generic, avx2, avx512, neon as the CPU has them). */
 
 enum { RH = 2, RNQ = 6, RNK = 7, RD = 8 };
 
@@ -86,15 +86,18 @@ static void one_rule(tu_suite *suite, tu_rng *rng)
 {
     tu_group g;
     tu_group_begin(&g, suite, "one rule for NaN and inf on every path");
-    static const char *const archs[4] = {"reference", "generic", "avx2", "avx512"};
+    static const char *const archs[5] = {"reference", "generic", "avx2", "avx512", "neon"};
     static float q[RH * RNQ * RD], k[RH * RNK * RD], v[RH * RNK * RD], dout[RH * RNQ * RD];
     static rule_out r;
-    for (int a = 0; a < 4; ++a) {
+    for (int a = 0; a < 5; ++a) {
 #if defined(__x86_64__) || defined(__i386__)
         if (a == 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) continue;
         if (a == 3 && !__builtin_cpu_supports("avx512f")) continue;
+        if (a == 4) continue; /* NEON */
+#elif defined(__aarch64__)
+        if (a == 2 || a == 3) continue; /* x86 kernels; every AArch64 CPU has NEON */
 #else
-        if (a >= 2) continue; /* x86 kernels */
+        if (a >= 2) continue; /* SIMD kernels */
 #endif
         setenv("ATTN_ARCH", archs[a], 1);
         const char *an = archs[a];

@@ -357,6 +357,7 @@ void tu_group_begin(tu_group *g, tu_suite *s, const char *name)
     memset(g, 0, sizeof *g);
     g->suite = s;
     g->name = name;
+    g->start = tu_now_seconds();
 }
 
 void tu_group_pass(tu_group *g) { g->passed++; }
@@ -421,7 +422,7 @@ void tu_group_end(tu_group *g)
         printf(", %" PRId64 " skipped (%s)", g->skipped, g->skip_reason ? g->skip_reason : "?");
     if (g->details_printed >= TU_MAX_DETAILS)
         printf("  [detail lines capped at %d]", TU_MAX_DETAILS);
-    printf("\n");
+    printf("  (%.1f s)\n", tu_now_seconds() - g->start);
     fflush(stdout);
     if (g->suite) {
         g->suite->passed += g->passed;

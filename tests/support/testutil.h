@@ -198,6 +198,7 @@ typedef struct {
     int64_t passed, failed, skipped;
     int64_t details_printed; /* detail lines printed so far (capped) */
     const char *skip_reason; /* reported in the group line if anything skipped */
+    double start;            /* tu_now_seconds() at tu_group_begin: the line gives the time */
 } tu_group;
 
 /* Detail lines (tu_group_note) printed per group; FAIL lines always print. */
