@@ -94,9 +94,9 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
     /* In the forward pass out = a·Woᵀ + bo, so dWo += doutᵀ·a, dbo += Σ dout
      * and da = dout·Wo. */
     const mha_rows a = mha_rows_dense(act.a, L, E), dar = mha_rows_dense(da, L, E);
-    linear_backward_params(&dy, &a, B, L, E, E, G + m->w_out, E,
+    linear_backward_params_bf16(c->bf16, &dy, &a, B, L, E, E, G + m->w_out, E,
                                m->b_out != SIZE_MAX ? G + m->b_out : NULL, 1, th);
-    linear_backward_input(&dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
+    linear_backward_input_bf16(c->bf16, &dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
 
     /* In the forward pass a = SDPA(q, k, v) per head; SDPA's backward gives
      * dq, dk, dv for every key row, appended ones included. */
@@ -127,25 +127,25 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
      * S rows), so dW += dᵀ·input, db += Σ d, dinput = d·W. */
     const mha_rows dqr = mha_rows_dense(dq, L, E), dkr = mha_rows_dense(dk, Sp, E),
                    dvr = mha_rows_dense(dv, Sp, E);
-    linear_backward_params(&dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
-    linear_backward_params(&dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
+    linear_backward_params_bf16(c->bf16, &dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
+    linear_backward_params_bf16(c->bf16, &dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
                                has_bias ? gb_in + E : NULL, 1, th);
-    linear_backward_params(&dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
+    linear_backward_params_bf16(c->bf16, &dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
                                has_bias ? gb_in + 2 * E : NULL, 1, th);
 
-    if (gq.view) linear_backward_input(&dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
+    if (gq.view) linear_backward_input_bf16(c->bf16, &dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
     if (c->self) {
         /* key = value = query: the three paths sum into one gradient. */
         if (gq.view) {
-            linear_backward_input(&dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true, th);
-            linear_backward_input(&dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true, th);
+            linear_backward_input_bf16(c->bf16, &dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true, th);
+            linear_backward_input_bf16(c->bf16, &dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true, th);
         }
     } else {
         if (gk.view)
-            linear_backward_input(&dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows, c->kdim,
+            linear_backward_input_bf16(c->bf16, &dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows, c->kdim,
                                       false, th);
         if (gv.view)
-            linear_backward_input(&dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows, c->vdim,
+            linear_backward_input_bf16(c->bf16, &dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows, c->vdim,
                                       false, th);
     }
     finish_grad(c, &gq, L, E);

@@ -111,6 +111,7 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c)
     o.scale = c->scale; /* 0: 1/sqrt(head_dim), torch's */
     o.dropout_p = c->dropout_p;
     o.dropout_seed = c->dropout_seed;
+    o.precision = c->precision;
     return o;
 }
 
