@@ -1,7 +1,8 @@
-/* attn bench: times SDPA forward / backward and MHA forward on random data.
+/* attn bench: parses the options; times SDPA forward / backward, MHA
+ * forward and varlen on random data (--mode decode: bench_decode.c).
  * Per configuration: median wall time over --runs timed calls after
  * --warmup untimed ones, GFLOP/s, peak RSS, path/ISA and threads. */
-#include "cli.h"
+#include "bench.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -78,34 +79,14 @@ static const char bench_details[] =
     "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
     "prints both GFLOP/s and their ratio (forward; --causal: bottom-right).";
 
-typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA, MODE_DECODE, MODE_VARLEN, MODE_MHA_BACKWARD } bench_mode;
-static const char *const mode_name[] = {"forward", "backward", "mha", "decode", "varlen", "mha-backward"};
+
+static const char *const mode_name[] = {"forward", "backward", "mha", "decode", "varlen",
+                                        "mha-backward"};
 
 static bool is_mha(bench_mode m)
 {
     return m == MODE_MHA || m == MODE_MHA_BACKWARD;
 }
-
-typedef struct {
-    bench_mode mode;
-    long batch, heads, kv_heads, seq, kv_seq, head_dim, value_dim;
-    attn_causal causal; /* the mode's natural alignment when bare */
-    long threads, runs, warmup;
-    long block_size; /* decode: 0 = contiguous cache */
-    long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
-    int ncache;      /* decode: the cache storages compared, first = the ratios' base */
-    attn_dtype cache_dtype[8];
-    attn_kv_quant cache_quant[8];
-    const char *cache_name[8];
-    attn_dtype dtype; /* storage of q, k, v, o, dout, dq, dk, dv and the cache */
-    attn_path path;
-    bool json;
-    attn_window window;
-    bool alibi, sinks;
-    bool fresh_workspace; /* calls allocate their own workspace */
-    bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
-    float softcap, dropout;
-} bench_config;
 
 /* Fraction of (query, key) pairs that causality and the window leave
  * visible (sdpa semantics: bottom-right aligned window, causal as given). */
@@ -126,7 +107,7 @@ static double visible_fraction(const bench_config *c)
     return seen / ((double)c->seq * (double)c->kv_seq);
 }
 
-static double now_seconds(void)
+double bench_now_seconds(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -139,7 +120,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static size_t peak_rss_bytes(void)
+double bench_median(double *t, long n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+size_t bench_peak_rss_bytes(void)
 {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
@@ -194,7 +181,7 @@ static double flops(const bench_config *c)
     return 8.0 * c->batch * (double)c->seq * e * e + attn;
 }
 
-static float *alloc_filled(int64_t n, uint64_t seed)
+float *bench_alloc_filled(int64_t n, uint64_t seed)
 {
     float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     if (p) fill(p, n, seed);
@@ -236,7 +223,7 @@ static int bench_one(const bench_config *c)
         s.mopts.path = c->path;
         s.mopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
         for (int i = 0; i < (c->mode == MODE_MHA_BACKWARD ? 4 : 2); ++i)
-            if (!(bufs[i] = alloc_filled(B * Nq * H * D, (uint64_t)i + 1))) goto oom;
+            if (!(bufs[i] = bench_alloc_filled(B * Nq * H * D, (uint64_t)i + 1))) goto oom;
         s.x = attn_tensor_3d(bufs[0], B, Nq, H * D);
         s.y = attn_tensor_3d(bufs[1], B, Nq, H * D);
         s.dy = attn_tensor_3d(bufs[2], B, Nq, H * D);
@@ -247,7 +234,7 @@ static int bench_one(const bench_config *c)
                               B * H * Nq * D,  B * Hkv * Nk * D, B * Hkv * Nk * Dv};
         const int used = c->mode == MODE_BACKWARD ? 9 : 5;
         for (int i = 0; i < used; ++i)
-            if (!(bufs[i] = alloc_filled(n[i], (uint64_t)i + 1))) goto oom;
+            if (!(bufs[i] = bench_alloc_filled(n[i], (uint64_t)i + 1))) goto oom;
         s.q = attn_tensor_4d(bufs[0], B, H, Nq, D);
         s.k = attn_tensor_4d(bufs[1], B, Hkv, Nk, D);
         s.v = attn_tensor_4d(bufs[2], B, Hkv, Nk, Dv);
@@ -313,18 +300,16 @@ static int bench_one(const bench_config *c)
     double *times = malloc(sizeof(double) * (size_t)c->runs);
     if (!times) goto oom;
     for (long r = 0; r < c->warmup + c->runs; ++r) {
-        const double t0 = now_seconds();
+        const double t0 = bench_now_seconds();
         if (run_once(&s, &err) != ATTN_OK) {
             free(times);
             rc = cli_report("bench", &err);
             goto done;
         }
-        if (r >= c->warmup) times[r - c->warmup] = now_seconds() - t0;
+        if (r >= c->warmup) times[r - c->warmup] = bench_now_seconds() - t0;
     }
-    qsort(times, (size_t)c->runs, sizeof *times, cmp_double);
-    const double med = c->runs % 2 ? times[c->runs / 2]
-                                   : 0.5 * (times[c->runs / 2 - 1] + times[c->runs / 2]);
-    const double best = times[0];
+    const double med = bench_median(times, c->runs);
+    const double best = times[0]; /* sorted by bench_median */
     free(times);
 
     const char *isa = c->path == ATTN_PATH_REFERENCE ? "reference" : attn_isa();
@@ -335,7 +320,7 @@ static int bench_one(const bench_config *c)
                        : strcmp(attn_isa(), "reference") ? "fused" : "reference";
     const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
     const double gflops = flops(c) / med / 1e9;
-    const size_t rss = peak_rss_bytes();
+    const size_t rss = bench_peak_rss_bytes();
     char variant[160] = "";
     if (c->window.enabled)
         snprintf(variant, sizeof variant, " window=%lld,%lld visible=%.4f", (long long)c->window.left,
@@ -382,242 +367,6 @@ done:
     return rc;
 }
 
-/* ---------------------------------------------------------------- decode */
-
-/* One pass of a streaming read over n floats (16 independent lanes so the
- * compiler vectorises it); returns the sum so the loads cannot be dropped. */
-static float stream_read(const float *x, int64_t n, int threads)
-{
-    float total = 0.0f;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
-#endif
-    for (int64_t blk = 0; blk < n / 4096; ++blk) {
-        float acc[16] = {0};
-        const float *p = x + blk * 4096;
-        for (int64_t i = 0; i < 4096; i += 16)
-            for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
-        float s = 0.0f;
-        for (int l = 0; l < 16; ++l) s += acc[l];
-        total += s;
-    }
-    (void)threads;
-    return total;
-}
-
-static double median_of(double *t, long n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-/* Bytes of the last-level cache (the largest cache sysfs lists for cpu0,
- * else glibc's sysconf), 0 when unknown. */
-static int64_t llc_bytes(void)
-{
-    int64_t best = 0;
-    int best_level = 0;
-    for (int i = 0; i < 16; ++i) {
-        char path[96], text[32];
-        int level = 0;
-        long long size = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        FILE *f = fopen(path, "r");
-        if (!f) break;
-        if (fscanf(f, "%d", &level) != 1) level = 0;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        if (!(f = fopen(path, "r"))) continue;
-        if (fscanf(f, "%31s", text) == 1) {
-            char *unit;
-            size = strtoll(text, &unit, 10);
-            size <<= *unit == 'K' ? 10 : *unit == 'M' ? 20 : 0;
-        }
-        fclose(f);
-        if (level > best_level || (level == best_level && size > best)) {
-            best_level = level;
-            best = size;
-        }
-    }
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    if (best == 0) {
-        const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        best = l3 > 0 ? l3 : l2 > 0 ? l2 : 0;
-    }
-#endif
-    return best;
-}
-
-/* Keys as LLM keys are: N(0, 1) with a few outlier channels 16x larger
- * (the channels quantization has to cover); values and queries N(0, 1). */
-static void fill_keys(float *x, int64_t rows, int64_t D, attn_rng *r, bool outliers)
-{
-    for (int64_t i = 0; i < rows; ++i)
-        for (int64_t d = 0; d < D; ++d) {
-            const bool big = outliers && (d % 32 == 7 || d == 1);
-            x[i * D + d] = (float)(attn_rng_normal(r) * (big ? 16.0 : 1.0));
-        }
-}
-
-/* One cache storage of a decode benchmark. */
-typedef struct {
-    attn_dtype dtype;
-    attn_kv_quant quant;
-    const char *name;
-    attn_kvcache *cache;
-    float *out;     /* its last output, float32 */
-    double *times;  /* (runs) */
-    double bytes;   /* K/V bytes a step reads */
-} decode_format;
-
-/* attn_kvcache_attend on caches of each --cache-dtype holding the same
- * tokens and a streaming read of memory, timed in turn in every run;
- * prints per storage its bytes, tokens/s, the share of the streaming read's
- * bandwidth, and its output's error against the float32 cache's. */
-static int bench_decode(const bench_config *c)
-{
-    const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
-    const int64_t D = c->head_dim, Dv = c->value_dim;
-    const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
-    const int nf = c->ncache;
-    decode_format f[8];
-    memset(f, 0, sizeof f);
-    attn_error err = {0};
-    int rc = CLI_FAIL;
-    float *kbuf = NULL, *vbuf = NULL, *q = NULL, *lse = NULL, *stream = NULL;
-    void *q16 = NULL;
-    double *t_mem = malloc(sizeof(double) * (size_t)c->runs);
-    const int64_t chunk = Nk < 1024 ? Nk : 1024;
-    kbuf = malloc(sizeof(float) * (size_t)(B * Hkv * chunk * D));
-    vbuf = malloc(sizeof(float) * (size_t)(B * Hkv * chunk * Dv));
-    q = malloc(sizeof(float) * (size_t)(B * H * Nq * D));
-    lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
-    bool ok = t_mem && kbuf && vbuf && q && lse;
-    double max_bytes = 0.0;
-    for (int i = 0; i < nf && ok; ++i) {
-        f[i].dtype = c->cache_dtype[i];
-        f[i].quant = c->cache_quant[i];
-        f[i].name = c->cache_name[i];
-        attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
-                                   .value_dim = Dv, .block_size = c->block_size,
-                                   .dtype = f[i].dtype, .quant = f[i].quant};
-        if (attn_kvcache_create(&cfg, &f[i].cache, &err) != ATTN_OK) {
-            rc = cli_report("bench", &err);
-            goto done;
-        }
-        const double elem = f[i].quant ? 1.0 : (double)attn_dtype_size(f[i].dtype);
-        const double scales = f[i].quant == ATTN_KV_INT8 ? 8.0 : 0.0; /* a float per K and V row */
-        f[i].bytes = (double)B * (double)Hkv * (double)Nk * (elem * (double)(D + Dv) + scales);
-        if (f[i].bytes > max_bytes) max_bytes = f[i].bytes;
-        f[i].out = malloc(sizeof(float) * (size_t)(B * H * Nq * Dv));
-        f[i].times = malloc(sizeof(double) * (size_t)c->runs);
-        ok = f[i].out && f[i].times;
-    }
-    /* the streaming buffer: past the last-level cache (4x) and at least
-     * as large as the biggest K/V, so it measures memory */
-    const int64_t llc = llc_bytes();
-    double stream_bytes = max_bytes;
-    if (stream_bytes < 4.0 * (double)llc) stream_bytes = 4.0 * (double)llc;
-    if (stream_bytes < (double)(256 << 20)) stream_bytes = (double)(256 << 20);
-    if (c->stream_mib) stream_bytes = (double)c->stream_mib * 1048576.0; /* the caller's choice */
-    int64_t sn = (int64_t)(stream_bytes / 4.0);
-    sn -= sn % 4096;
-    if (ok) ok = (stream = alloc_filled(sn, 16)) != NULL;
-    if (!ok) {
-        fprintf(stderr, "attn bench: out of memory\n");
-        goto done;
-    }
-    attn_rng rng;
-    attn_rng_seed(&rng, 11);
-    for (int64_t done_n = 0; done_n < Nk; done_n += chunk) {
-        const int64_t n = Nk - done_n < chunk ? Nk - done_n : chunk;
-        fill_keys(kbuf, B * Hkv * chunk, D, &rng, true);
-        fill_keys(vbuf, B * Hkv * chunk, Dv, &rng, false);
-        attn_tensor k = attn_tensor_4d(kbuf, B, Hkv, n, D), v = attn_tensor_4d(vbuf, B, Hkv, n, Dv);
-        k.stride[1] = chunk * D;
-        k.stride[0] = Hkv * chunk * D;
-        v.stride[1] = chunk * Dv;
-        v.stride[0] = Hkv * chunk * Dv;
-        for (int i = 0; i < nf; ++i)
-            if (attn_kvcache_append(f[i].cache, &k, &v, NULL, &err) != ATTN_OK) {
-                rc = cli_report("bench", &err);
-                goto done;
-            }
-    }
-    fill_keys(q, B * H * Nq, D, &rng, false);
-    attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D);
-    attn_tensor L = attn_tensor_3d(lse, B, H, Nq);
-    if (!cli_round_input("bench", &Q, c->dtype, &q16)) goto done;
-    attn_sdpa_opts opts = attn_sdpa_opts_default();
-    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-    opts.num_threads = threads;
-    opts.path = c->path;
-    volatile float sink = 0.0f;
-    for (long r = 0; r < c->warmup + c->runs; ++r) {
-        for (int i = 0; i < nf; ++i) { /* in turn: the machine's load falls on all alike */
-            attn_tensor O = attn_tensor_4d(f[i].out, B, H, Nq, Dv);
-            const double t0 = now_seconds();
-            if (attn_kvcache_attend(f[i].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
-                rc = cli_report("bench", &err);
-                goto done;
-            }
-            if (r >= c->warmup) f[i].times[r - c->warmup] = now_seconds() - t0;
-        }
-        const double t0 = now_seconds();
-        sink += stream_read(stream, sn, threads);
-        if (r >= c->warmup) t_mem[r - c->warmup] = now_seconds() - t0;
-    }
-    (void)sink;
-    const double mem_gbs = 4.0 * (double)sn / median_of(t_mem, c->runs) / 1e9;
-    const char *layout = c->block_size ? "paged" : "contiguous";
-    const decode_format *ref = NULL; /* the float32 cache, for the error */
-    for (int i = 0; i < nf; ++i)
-        if (f[i].quant == ATTN_KV_FLOAT && f[i].dtype == ATTN_F32) ref = &f[i];
-    const double base_tps = (double)B * (double)Nq / median_of(f[0].times, c->runs);
-    if (!c->json)
-        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld D=%ld Dv=%ld %s  %s threads=%d  "
-               "LLC %.1f MiB, stream read of %.0f MiB: %.2f GB/s\n",
-               c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim, c->value_dim,
-               layout, attn_isa(), threads, (double)llc / 1048576.0, 4.0 * (double)sn / 1048576.0,
-               mem_gbs);
-    for (int i = 0; i < nf; ++i) {
-        const double med = median_of(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
-        const double tps = (double)B * (double)Nq / med;
-        double emax = 0.0, esum = 0.0;
-        const int64_t no = B * H * Nq * Dv;
-        for (int64_t e = 0; ref && e < no; ++e) {
-            const double d = fabs((double)f[i].out[e] - (double)ref->out[e]);
-            emax = d > emax ? d : emax;
-            esum += d;
-        }
-        const double bpt = f[i].bytes / ((double)B * (double)Nk);
-        if (c->json)
-            printf("{\"mode\":\"decode\",\"cache_dtype\":\"%s\",\"batch\":%ld,\"heads\":%ld,"
-                   "\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,"
-                   "\"layout\":\"%s\",\"block_size\":%ld,\"isa\":\"%s\",\"threads\":%d,"
-                   "\"runs\":%ld,\"ms\":%.4f,\"bytes_per_token\":%.0f,\"kv_gbs\":%.3f,"
-                   "\"stream_gbs\":%.3f,\"llc_bytes\":%lld,\"stream_bytes\":%.0f,"
-                   "\"fraction\":%.4f,\"tokens_per_s\":%.2f,\"speedup\":%.3f,"
-                   "\"err_max\":%.3e,\"err_mean\":%.3e,\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
-                   f[i].name, c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->head_dim,
-                   c->value_dim, layout, c->block_size, attn_isa(), threads, c->runs, med * 1e3,
-                   bpt, gbs, mem_gbs, (long long)llc, 4.0 * (double)sn, gbs / mem_gbs, tps,
-                   tps / base_tps, ref ? emax : NAN, ref ? esum / (double)no : NAN,
-                   peak_rss_bytes());
-        else
-            printf("  %-5s %6.0f B/token  median %8.3f ms  %8.1f tokens/s (%.2fx %s)  K/V %6.2f GB/s "
-                   "(%3.0f%% of stream)  err max %.2e mean %.2e\n",
-                   f[i].name, bpt, med * 1e3, tps, tps / base_tps, f[0].name, gbs,
-                   100.0 * gbs / mem_gbs, ref ? emax : NAN, ref ? esum / (double)no : NAN);
-    }
-    fflush(stdout);
-    rc = CLI_OK;
-done:
-    for (int i = 0; i < nf; ++i) attn_kvcache_free(f[i].cache), free(f[i].out), free(f[i].times);
-    free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- varlen */
 
 /* attn_sdpa_varlen over packed sequences vs attn_sdpa on one sequence with
@@ -637,8 +386,8 @@ static int bench_varlen(const bench_config *c, const long long *lens, int nl)
     }
     const int64_t N = (int64_t)llround(sqrt(pairs));
     const int64_t rows = total > N ? total : N;
-    float *q = alloc_filled(rows * H * D, 1), *k = alloc_filled(rows * Hkv * D, 2);
-    float *v = alloc_filled(rows * Hkv * Dv, 3), *o = alloc_filled(rows * H * Dv, 4);
+    float *q = bench_alloc_filled(rows * H * D, 1), *k = bench_alloc_filled(rows * Hkv * D, 2);
+    float *v = bench_alloc_filled(rows * Hkv * Dv, 3), *o = bench_alloc_filled(rows * H * Dv, 4);
     double *tv = malloc(sizeof(double) * (size_t)c->runs), *ts = malloc(sizeof(double) * (size_t)c->runs);
     int rc = CLI_FAIL;
     if (!q || !k || !v || !o || !tv || !ts) {
@@ -659,24 +408,24 @@ static int bench_varlen(const bench_config *c, const long long *lens, int nl)
     opts.path = c->path;
     attn_error err = {0};
     for (long r = 0; r < c->warmup + c->runs; ++r) {
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         if (attn_sdpa_varlen(&Q, &K, &V, &seqs, &O, NULL, &opts, &err) != ATTN_OK) {
             rc = cli_report("bench", &err);
             goto done;
         }
-        const double a = now_seconds() - t0;
-        t0 = now_seconds();
+        const double a = bench_now_seconds() - t0;
+        t0 = bench_now_seconds();
         if (attn_sdpa(&Q1, &K1, &V1, &O1, NULL, NULL, &opts, &err) != ATTN_OK) {
             rc = cli_report("bench", &err);
             goto done;
         }
-        const double b = now_seconds() - t0;
+        const double b = bench_now_seconds() - t0;
         if (r >= c->warmup) {
             tv[r - c->warmup] = a;
             ts[r - c->warmup] = b;
         }
     }
-    const double mv = median_of(tv, c->runs), ms = median_of(ts, c->runs);
+    const double mv = bench_median(tv, c->runs), ms = bench_median(ts, c->runs);
     /* dense-equivalent FLOPs, causal half, on both sides */
     const double half = c->causal ? 0.5 : 1.0;
     const double fv = 2.0 * H * pairs * (double)(D + Dv) * half / mv / 1e9;
