@@ -18,7 +18,8 @@
  *                in_proj, causal; cross-attention with kdim != vdim (odd),
  *                add_bias_kv, add_zero_attn and a key padding mask; long
  *                rows with large logits.
- *   composition  bitwise the same for 1, 2 and 3 threads; the mode ran
+ *   composition  bitwise the same for 1, 2 and 3 threads and with a caller
+ *                workspace (the pair operands in it); the mode ran
  *                (bits differ from the exact call's), or with f32 is the
  *                exact call; the reference path ignores it; an unknown
  *                precision is refused.
@@ -88,7 +89,7 @@ static void group_linear(tu_suite *suite)
         if (!g_eng[e].eng) continue;
         for (int t = 0; t < 2; ++t) {
             const linear_engine le = {t ? 3 : 1, false};
-            const sdpa_bf16_engine *eng = g_eng[e].eng;
+            const linear_bf16 eng = {g_eng[e].eng, NULL, 0}; /* operands allocated */
             const linear_rows xr = {x, M * K, K, 0, 0}, dyr = {dy, M * N, N, 0, 0};
             const linear_rows yr = {y[t], M * G, G, G, gstride};
             const linear_rows dxr = {dx[t], M * K, K, 0, 0}, dxar = {dxa[t], M * K, K, 0, 0};
@@ -268,9 +269,10 @@ static bool mout_same(const mout *a, const mout *b, const mdata *d)
            !memcmp(a->grads, b->grads, d->count * 4);
 }
 
-/* Forward and backward on engine `engine` (ATTN_ENGINE). */
-static bool run_mha(const mdata *d, const char *engine, attn_precision prec, int threads,
-                    attn_path path, mout *r, attn_error *err)
+/* Forward and backward on engine `engine` (ATTN_ENGINE), with a caller
+ * workspace (the backward's size, for both) when `workspace`. */
+static bool run_mha_ws(const mdata *d, const char *engine, attn_precision prec, int threads,
+                       attn_path path, bool workspace, mout *r, attn_error *err)
 {
     const mcase *c = d->c;
     const bool self = c->kdim == 0;
@@ -289,13 +291,28 @@ static bool run_mha(const mdata *d, const char *engine, attn_precision prec, int
     attn_tensor dY = attn_tensor_3d(d->doutf, c->B, c->L, c->E), dX = attn_tensor_3d(r->dx, c->B, c->L, c->E);
     attn_tensor K = attn_tensor_3d(d->kf, c->B, c->S, d->kdim), V = attn_tensor_3d(d->vf, c->B, c->S, d->vdim);
     attn_tensor dK = attn_tensor_3d(r->dk, c->B, c->S, d->kdim), dV = attn_tensor_3d(r->dv, c->B, c->S, d->vdim);
+    void *ws = NULL;
+    size_t ws_size = 0;
+    if (workspace &&
+        attn_mha_workspace_size(d->m, &X, self ? NULL : &K, self ? NULL : &V, true, &o, &ws_size,
+                                err) == ATTN_OK) {
+        ws = tu_xcalloc((int64_t)ws_size, 1);
+        o.workspace = ws, o.workspace_size = ws_size;
+    }
     attn_mha_zero_grad(d->m);
     bool ok = attn_mha_forward(d->m, &X, self ? NULL : &K, self ? NULL : &V, &Y, &o, err) == ATTN_OK &&
               attn_mha_backward(d->m, &X, self ? NULL : &K, self ? NULL : &V, &dY, &dX,
                                 self ? NULL : &dK, self ? NULL : &dV, &o, err) == ATTN_OK;
     if (ok) memcpy(r->grads, attn_mha_grads_flat(d->m, NULL), d->count * 4);
     unsetenv("ATTN_ENGINE");
-    return ok;
+    free(ws);
+    return ok && (!workspace || ws);
+}
+
+static bool run_mha(const mdata *d, const char *engine, attn_precision prec, int threads,
+                    attn_path path, mout *r, attn_error *err)
+{
+    return run_mha_ws(d, engine, prec, threads, path, false, r, err);
 }
 
 /* Max |x - ref| (ref finite here), and max |ref|. */
@@ -410,9 +427,13 @@ static void group_composition(tu_suite *suite)
         for (int t = 0; t < 3; ++t)
             ok &= run_mha(&d, g_eng[e].name, ATTN_PRECISION_BF16, t + 1, ATTN_PATH_AUTO, &r[t], &err);
         ok &= run_mha(&d, g_eng[e].name, ATTN_PRECISION_EXACT, 2, ATTN_PATH_AUTO, &r[3], &err);
+        ok &= run_mha_ws(&d, g_eng[e].name, ATTN_PRECISION_BF16, 2, ATTN_PATH_AUTO, true, &r[4],
+                         &err);
         if (tu_check(&g, ok, "%s: %s", g_eng[e].name, err.message)) {
             tu_check(&g, mout_same(&r[0], &r[1], &d) && mout_same(&r[0], &r[2], &d),
                      "%s: 1, 2 and 3 threads differ", g_eng[e].name);
+            tu_check(&g, mout_same(&r[0], &r[4], &d), "%s: a caller workspace changes the bits",
+                     g_eng[e].name);
             if (g_eng[e].eng)
                 tu_check(&g, memcmp(r[0].out, r[3].out, 4) != 0 || !mout_same(&r[0], &r[3], &d),
                          "%s: the bf16 call gave the exact call's bits", g_eng[e].name);

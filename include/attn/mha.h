@@ -104,9 +104,10 @@ typedef struct {
      * float32. Error: README "bfloat16 products" (at most twice a plain
      * bfloat16 implementation's plus a small slack, against a float64
      * oracle on the same bfloat16 inputs and parameters). Deterministic and
-     * independent of the thread count on one engine. Where there is no
-     * engine ("f32"), on ATTN_PATH_REFERENCE, or when the packed operands
-     * cannot be allocated, the projections are the exact float32 ones. */
+     * independent of the thread count on one engine. The packed operands
+     * share the attention's part of the workspace (attn_mha_workspace_size
+     * counts them). Where there is no engine ("f32") or on
+     * ATTN_PATH_REFERENCE, the call is the exact one. */
     attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
     uint32_t reserved32;      /* zero */
     uint64_t reserved[3];     /* zero; room for future options */

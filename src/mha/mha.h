@@ -88,6 +88,10 @@ typedef struct {
     float *a; /* (B,L,E)     attention output, heads concatenated */
     void *sdpa_ws; /* the attention's workspace, or NULL: it allocates its own */
     size_t sdpa_ws_size;
+    /* The projections' engine and, with one, the scratch of their pair
+     * operands: the attention's workspace (the two never run at once), or
+     * an allocation of the call's. */
+    linear_bf16 proj;
 } mha_acts;
 
 /* The projections multiply with core/linear_bf16.h's linear layers (on
