@@ -27,6 +27,7 @@
  */
 #include "attn.h"
 #include "bf16_engines.h"
+#include "bf16_judge.h"
 #include "bf16_ref.h"
 #include "mha_bf16_ref.h"
 #include "mha_ref64.h"
@@ -315,36 +316,13 @@ static bool run_mha(const mdata *d, const char *engine, attn_precision prec, int
     return run_mha_ws(d, engine, prec, threads, path, false, r, err);
 }
 
-/* Max |x - ref| (ref finite here), and max |ref|. */
-static double max_err(const double *x, const double *ref, int64_t n, double *refmax)
-{
-    double e = 0.0, m = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double diff = isfinite(x[i]) ? fabs(x[i] - ref[i]) : INFINITY;
-        e = diff > e ? diff : e;
-        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-    }
-    *refmax = m;
-    return e;
-}
-
-/* The slack of the contract, relative to the tensor's largest magnitude
- * (as test_bf16: a sixteenth of bfloat16's unit roundoff). */
-#define CONTRACT_SLACK 0x1p-13
-
+/* bf16_judge on float32 results. */
 static void judge(tu_group *g, const char *what, const float *got, const double *ref,
                   const double *base, int64_t n, double *worst)
 {
-    double *gd = tu_xcalloc(n, sizeof(double)), mx, mx2;
+    double *gd = tu_xcalloc(n, sizeof(double));
     for (int64_t e = 0; e < n; ++e) gd[e] = got[e];
-    const double ea = max_err(gd, ref, n, &mx), eb = max_err(base, ref, n, &mx2);
-    const double allow = 2.0 * eb + CONTRACT_SLACK * mx;
-    const double ratio = allow > 0 ? ea / allow : (ea > 0 ? INFINITY : 0);
-    if (ratio > *worst) *worst = ratio;
-    if (tu_check(g, ea <= allow, "%s: error %.3g > 2 × baseline %.3g + slack %.3g (max |ref| %.3g)",
-                 what, ea, eb, CONTRACT_SLACK * mx, mx) &&
-        g->suite && g->suite->verbose)
-        tu_group_note(g, "%s: error %.3g, baseline %.3g (%.2f of the allowance)", what, ea, eb, ratio);
+    bf16_judge(g, what, gd, ref, base, n, worst);
     free(gd);
 }
 
