@@ -98,9 +98,10 @@ static double visible_fraction(const bench_config *c)
         long lo = 0, hi = c->kv_seq;
         if (c->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < hi) hi = i + 1;
         if (c->causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < hi) hi = diag + 1;
-        if (c->window.enabled && c->window.left >= 0 && diag - c->window.left > lo)
+        /* sides up to INT64_MAX: compared without forming diag ± side */
+        if (c->window.enabled && c->window.left >= 0 && c->window.left < diag - lo)
             lo = diag - c->window.left;
-        if (c->window.enabled && c->window.right >= 0 && diag + c->window.right + 1 < hi)
+        if (c->window.enabled && c->window.right >= 0 && c->window.right < hi - diag - 1)
             hi = diag + c->window.right + 1;
         if (hi > lo) seen += (double)(hi - lo);
     }
@@ -607,7 +608,7 @@ static int run_bench(int argc, char **argv)
 const cli_command cmd_bench = {
     .name = "bench",
     .summary = "time attention on random data: median ms, GFLOP/s, peak memory, ISA",
-    .usage = "[--mode forward|backward|mha|decode] [--seq N[,N...]] [--head-dim D] [options]",
+    .usage = "[--mode forward|backward|mha|decode|varlen] [--seq N[,N...]] [--head-dim D] [options]",
     .details = bench_details,
     .options = bench_options,
     .run = run_bench,

@@ -13,7 +13,7 @@ static const char sdpa_details[] =
     "shape that broadcasts to (B,Hq,Nq,Nk).\n"
     "--causal, --causal top-left: query i sees keys j <= i (PyTorch is_causal).\n"
     "--causal bottom-right: query i sees keys j <= i + Nk - Nq (FlashAttention).\n"
-    "A query that sees no key gets output 0 and LSE -inf, never NaN.\n"
+    "A query that sees no key gets output 0 and LSE -inf (with --sinks: the sink).\n"
     "--window L,R: query i sees keys i+Nk-Nq-L .. i+Nk-Nq+R (-1 = unbounded side).\n"
     "--alibi-slopes: a (H) or (B,H) .npy of slopes, or 'geometric' for the ALiBi\n"
     "paper's; bias -slope*|i+Nk-Nq-j|. --softcap C: logits C*tanh(x/C).\n"

@@ -542,7 +542,20 @@ static void group_bad(tu_suite *s)
     CASE("lse out rows", ATTN_ERR_SHAPE, "lse", attn_lse_merge(&O, &L, &O2, &L2, &OO, &Lo, &err));
     attn_tensor Ov = attn_tensor_4d(c, 2, 3, 4, 4);
     CASE("out features", ATTN_ERR_SHAPE, "out", attn_lse_merge(&O, &L, &O2, &L2, &Ov, &LO, &err));
+    /* Memory: an output may be the same view as an input of its kind (in
+     * place), nothing else. */
+    attn_tensor Oshift = attn_tensor_4d(a + 1, 2, 3, 4, 5); /* never read: refused first */
+    CASE("out overlaps out1", ATTN_ERR_ARG, "out1", attn_lse_merge(&O, &L, &O2, &L2, &Oshift, &LO, &err));
+    attn_tensor Ohalf = attn_tensor_4d(c, 2, 3, 4, 5);
+    Ohalf.data = b + 60; /* the second half of out2 and beyond */
+    CASE("out overlaps out2", ATTN_ERR_ARG, "out2", attn_lse_merge(&O, &L, &O2, &L2, &Ohalf, NULL, &err));
+    attn_tensor Lin = attn_tensor_3d(a, 2, 3, 4);
+    CASE("lse overlaps out1", ATTN_ERR_ARG, "out1", attn_lse_merge(&O, &L, &O2, &L2, &OO, &Lin, &err));
+    attn_tensor Lo1 = attn_tensor_3d(c, 2, 3, 4);
+    CASE("out and lse overlap", ATTN_ERR_ARG, "lse", attn_lse_merge(&O, &L, &O2, &L2, &OO, &Lo1, &err));
 #undef CASE
+    tu_check(&g, attn_lse_merge(&O, &L, &O2, &L2, &O, &L, &err) == ATTN_OK,
+             "out = out1 and lse = lse1 (in place) must be allowed: %s", err.message);
     /* lse may be NULL: out alone. */
     tu_check(&g, attn_lse_merge(&O, &L, &O2, &L2, &OO, NULL, &err) == ATTN_OK,
              "lse NULL must be allowed: %s", err.message);

@@ -180,6 +180,24 @@ static void one_rule(tu_suite *suite, tu_rng *rng)
                          want == IS_NAN ? "NaN" : "finite");
             }
         }
+        /* C2. The same sinks where no row sees a key (a mask hiding every
+         * key): every output is the constant 0, so nothing reaches the sinks:
+         * their gradients are 0, whatever the sinks hold. */
+        for (int sv = 0; sv < 3; ++sv) {
+            static const float sval[3][2] = {{INFINITY, NAN}, {-INFINITY, 1.0f}, {NAN, INFINITY}};
+            float sinks[RH] = {sval[sv][0], sval[sv][1]};
+            static uint8_t none[RNQ * 4];
+            attn_tensor S = attn_tensor_1d(sinks, RH);
+            attn_tensor M = attn_tensor_make(none, ATTN_BOOL, 2, (const int64_t[]){RNQ, 4});
+            attn_sdpa_opts so = attn_sdpa_opts_default();
+            so.sinks = &S;
+            so.mask[0] = &M;
+            memset(&r, 0, sizeof r);
+            if (!tu_check(&g, run_rule(q, k, v, dout, 4, so, &r), "%s: sinks, no key: call failed", an)) continue;
+            tu_check(&g, r.ds[0] == 0.0f && r.ds[1] == 0.0f && rows_are(r.o, RNQ, RD, 0, 0, RNQ, IS_ZERO),
+                     "%s: sinks (%g, %g), no row sees a key: out 0, sink gradients 0 (got %g, %g)", an,
+                     (double)sinks[0], (double)sinks[1], (double)r.ds[0], (double)r.ds[1]);
+        }
         /* D. ALiBi slopes of -inf: the bias -slope·|d| is +inf off the
          * diagonal and NaN on it (-inf·0): every row that sees its diagonal
          * key is NaN (out and LSE). Nq = Nk = 6, no causal. */

@@ -98,7 +98,8 @@ typedef struct {
  *          rounded lse is not (|lse| large next to ll, e.g. rows whose mask
  *          values are all finfo.min). With only lse, the backward uses
  *          P = exp(x - lse), whose relative error is up to ulp(lse)/2 (as
- *          FlashAttention). Rows that see nothing: (-inf, 0).
+ *          FlashAttention). Rows that see nothing: (-inf, 0)
+ *          (with sinks: (sink, 0)).
  */
 /*
  * How the fused paths multiply.
@@ -179,7 +180,8 @@ attn_sdpa_opts attn_sdpa_opts_default(void);
  *   out (B, Hq,  Nq, Dv)
  *   lse (B, Hq,  Nq)      optional: log Σ_j exp(scale·q·k_j + mask), natural log
  *   weights (B, Hq, Nq, Nk) optional: the softmax probabilities
- * A query row that sees no key gets out = 0, lse = -inf, weights = 0.
+ * A query row that sees no key gets out = 0, lse = -inf (the sink's logit
+ * with sinks: +inf, -inf or NaN as the sink is), weights = 0.
  * Requesting the weights never changes the bits of out and lse.
  * q, k, v and out (and the backward's out, dout, dq, dk, dv) may each be
  * ATTN_F32, ATTN_BF16 or ATTN_F16; lse, weights and the options' tensors

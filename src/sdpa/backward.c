@@ -697,6 +697,10 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
             for (int64_t i = 0; i < p->Nq; ++i) {
                 const int64_t row = (b * p->Hq + h) * p->Nq + i;
                 if (rm[row] == -INFINITY) continue; /* nothing, not even the sink */
+                /* A row that sees no key has the constant output 0: nothing
+                 * flows to its sink, whose statistics alone cannot tell
+                 * that when the sink is ±inf or NaN. */
+                if (!isfinite(sink) && !sdpa_row_sees_key(p, b, h, i)) continue;
                 acc -= (double)expf(sink - rm[row] - rll[row]) * di[row];
             }
         p->dsinks[h * p->dsinks_s] = (float)acc;

@@ -107,6 +107,31 @@ static attn_status check_same(const attn_tensor *t, const attn_tensor *ref, cons
     return ATTN_OK;
 }
 
+/* The same view: in-place merging reads each element before writing it. */
+static bool same_view(const attn_tensor *a, const attn_tensor *b)
+{
+    if (a->data != b->data || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; ++d)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->stride[d] != b->stride[d]))
+            return false;
+    return true;
+}
+
+/* Each output may be the same view as an input of its kind; any other
+ * shared memory would let the loop read what it already wrote. */
+static attn_status check_merge_memory(const attn_tensor *const ins[4], const attn_tensor *out,
+                                      const attn_tensor *lse, attn_error *err)
+{
+    static const char *const in_names[4] = {"out1", "lse1", "out2", "lse2"};
+    const attn_tensor *const outs[2] = {out, lse};
+    static const char *const out_names[2] = {"out", "lse"};
+    for (int o = 0; o < 2; ++o)
+        for (int i = 0; outs[o] && i < 4; ++i)
+            if (i % 2 != o || !same_view(outs[o], ins[i]))
+                RETURN_IF_ERROR(attn_check_disjoint(outs[o], out_names[o], ins[i], in_names[i], err));
+    return attn_check_call_memory(outs, out_names, 2, NULL, NULL, 0, NULL, 0, err);
+}
+
 attn_status attn_lse_merge(const attn_tensor *out1, const attn_tensor *lse1,
                            const attn_tensor *out2, const attn_tensor *lse2, attn_tensor *out,
                            attn_tensor *lse, attn_error *err)
@@ -139,6 +164,8 @@ attn_status attn_lse_merge(const attn_tensor *out1, const attn_tensor *lse1,
                   lse->ndim, lnd);
         RETURN_IF_ERROR(check_same(lse, lse1, "lse", "lse1", lnd, true, err));
     }
+    RETURN_IF_ERROR(check_merge_memory((const attn_tensor *const[4]){out1, lse1, out2, lse2},
+                                       out, lse, err));
 
     const int64_t B = out1->shape[0], H = out1->shape[1], N = out1->shape[2],
                   Dv = out1->shape[3];
