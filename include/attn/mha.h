@@ -93,6 +93,7 @@ typedef struct {
      * a loop calling again and again pays for in page faults each time. */
     void *workspace;
     size_t workspace_size;
+    uint64_t reserved[3]; /* zero; room for future options */
     /* How the projections and the attention multiply (attn/sdpa.h's
      * attn_precision). ATTN_PRECISION_BF16: the in-projections, the
      * out-projection and their gradients (dX = dY·W, dW = dYᵀ·X) run on
@@ -107,10 +108,10 @@ typedef struct {
      * independent of the thread count on one engine. The packed operands
      * share the attention's part of the workspace (attn_mha_workspace_size
      * counts them). Where there is no engine ("f32") or on
-     * ATTN_PATH_REFERENCE, the call is the exact one. */
+     * ATTN_PATH_REFERENCE, the call is the exact one. (After reserved:
+     * the fields before it keep their places from before it existed.) */
     attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
     uint32_t reserved32;      /* zero */
-    uint64_t reserved[3];     /* zero; room for future options */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);
