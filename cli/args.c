@@ -1,6 +1,7 @@
 /* Option parsing and error reporting shared by every sub-command. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -122,18 +123,30 @@ const char *cli_require(const cli_args *a, const char *name)
     return v;
 }
 
+/* One decimal integer at p: an optional '-', then digits (no blank, no
+ * '+'), within [lo, hi]; *end just after it. The one rule of every integer
+ * option, list item and ATTN_NUM_THREADS. */
+static bool scan_integer(const char *p, long long lo, long long hi, long long *v,
+                         const char **end)
+{
+    char *e = (char *)p;
+    errno = 0;
+    if (*p == '-' || isdigit((unsigned char)*p)) *v = strtoll(p, &e, 10);
+    *end = e;
+    return e != p && !errno && *v >= lo && *v <= hi;
+}
+
 bool cli_get_int(const cli_args *a, const char *name, long lo, long hi, long *out)
 {
     const char *v = cli_get(a, name);
     if (!v) return true; /* keep the default */
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi) {
+    long long n;
+    const char *end;
+    if (!scan_integer(v, lo, hi, &n, &end) || *end) {
         cli_usage_error(a->cmd, "%s: expected an integer from %ld to %ld, got '%s'", name, lo, hi, v);
         return false;
     }
-    *out = n;
+    *out = (long)n;
     return true;
 }
 
@@ -144,7 +157,7 @@ bool cli_get_u64(const cli_args *a, const char *name, uint64_t *out)
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 0);
-    if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ') {
+    if (errno || end == v || *end || !isdigit((unsigned char)*v)) {
         cli_usage_error(a->cmd, "%s: expected a non-negative integer, got '%s'", name, v);
         return false;
     }
@@ -290,12 +303,7 @@ bool cli_get_scale(const cli_args *a, float *out)
 /* One decimal integer of a list, from p up to the next ',' or the end. */
 static bool list_item(const char *p, long long lo, long long hi, long long *v, const char **next)
 {
-    char *end;
-    errno = 0;
-    *v = strtoll(p, &end, 10);
-    if (end == p || errno || *v < lo || *v > hi || (*end && *end != ',')) return false;
-    *next = end;
-    return p[0] != ' ' && p[0] != '+' && p[0] != '\t';
+    return scan_integer(p, lo, hi, v, next) && (**next == '\0' || **next == ',');
 }
 
 bool cli_get_window(const cli_args *a, attn_window *out)
@@ -311,6 +319,36 @@ bool cli_get_window(const cli_args *a, attn_window *out)
         return false;
     }
     *out = (attn_window){.enabled = true, .left = left, .right = right};
+    return true;
+}
+
+bool cli_get_rope(const cli_args *a, attn_rope *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *style = cli_get(a, "--rope"), *theta_text = cli_get(a, "--rope-theta");
+    float theta = 0.0f;
+    long rd = 0;
+    if (!cli_get_float(a, "--rope-theta", &theta) || !cli_get_int(a, "--rotary-dim", 2, 1L << 30, &rd))
+        return false;
+    if (!style) {
+        if (theta_text || cli_get(a, "--rotary-dim")) {
+            cli_usage_error(a->cmd, "--rope-theta/--rotary-dim: only with --rope neox|gptj");
+            return false;
+        }
+        return true;
+    }
+    if (!strcmp(style, "neox")) out->style = ATTN_ROPE_NEOX;
+    else if (!strcmp(style, "gptj")) out->style = ATTN_ROPE_GPTJ;
+    else {
+        cli_usage_error(a->cmd, "--rope: expected neox or gptj, got '%s'", style);
+        return false;
+    }
+    if (theta_text && !(theta > 0.0f && theta != 1.0f)) {
+        cli_usage_error(a->cmd, "--rope-theta: must be > 0 and not 1, got '%s'", theta_text);
+        return false;
+    }
+    out->theta = theta;
+    out->rotary_dim = rd;
     return true;
 }
 
@@ -342,10 +380,9 @@ bool cli_check_environment(void)
 {
     const char *v = getenv("ATTN_NUM_THREADS");
     if (!v || !*v) return true;
-    char *end;
-    errno = 0;
-    const long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < 1 || n > ATTN_MAX_THREADS) {
+    long long n;
+    const char *end;
+    if (!scan_integer(v, 1, ATTN_MAX_THREADS, &n, &end) || *end) {
         fprintf(stderr, "attn: ATTN_NUM_THREADS=%s: expected an integer from 1 to %d (or unset "
                         "for every core)\n", v, ATTN_MAX_THREADS);
         return false;
@@ -361,6 +398,7 @@ int cli_close_stdout(const char *context, int rc)
     const bool flushed = fflush(stdout) == 0;
     const int errnum = errno;
     if (flushed && !failed_before && fclose(stdout) == 0) return rc;
+    if (rc) return rc; /* the command failed and said why: one line */
     fprintf(stderr, "attn%s%s: standard output: %s\n", *context ? " " : "", context,
             !flushed && errnum ? strerror(errnum) : "write error");
     return rc ? rc : CLI_USAGE;

@@ -18,6 +18,7 @@ typedef struct {
     long threads, runs, warmup;
     long block_size; /* decode: 0 = contiguous cache */
     long stream_mib; /* decode: streaming buffer size; 0 = sized against the LLC */
+    long shared_prefix; /* decode: tokens every entry shares (0 = none) */
     int ncache;      /* decode: the cache storages compared, first = the ratios' base */
     attn_dtype cache_dtype[8];
     attn_kv_quant cache_quant[8];
@@ -30,6 +31,7 @@ typedef struct {
     bool fresh_workspace; /* calls allocate their own workspace */
     bool bf16;            /* opts.precision = ATTN_PRECISION_BF16 */
     float softcap, dropout;
+    attn_rope rope; /* forward: --rope (style NONE = off) */
 } bench_config;
 
 /* Monotonic wall-clock seconds. */
@@ -43,5 +45,8 @@ float *bench_alloc_filled(int64_t n, uint64_t seed);
 
 /* --mode decode: attn_kvcache_attend over caches of each --cache-dtype. */
 int bench_decode(const bench_config *c);
+/* --mode decode --shared-prefix: a forked cache (cascade) against the same
+ * tokens unshared. */
+int bench_decode_shared(const bench_config *c);
 
 #endif

@@ -238,3 +238,120 @@ done:
     free(kbuf), free(vbuf), free(q), free(q16), free(lse), free(stream), free(t_mem);
     return rc;
 }
+
+/* ------------------------------------------------------------ shared prefix */
+
+/* Appends n tokens per entry in chunks: the same tokens to every entry
+ * (shared: only entry 0 takes them; the others fork from it afterwards),
+ * or tokens of their own (own). */
+static bool fill_caches(attn_kvcache *const *caches, int ncaches, const bench_config *c, int64_t n,
+                        bool same, attn_rng *rng, attn_error *err)
+{
+    const int64_t B = c->batch, Hkv = c->kv_heads, D = c->head_dim, Dv = c->value_dim;
+    const int64_t chunk = n < 512 ? n : 512, rows = same ? Hkv : B * Hkv;
+    float *k = malloc(sizeof(float) * (size_t)(rows * chunk * D));
+    float *v = malloc(sizeof(float) * (size_t)(rows * chunk * Dv));
+    int64_t *first = calloc((size_t)B, sizeof *first);
+    bool ok = k && v && first;
+    for (int64_t at = 0; at < n && ok; at += chunk) {
+        const int64_t m = n - at < chunk ? n - at : chunk;
+        fill_keys(k, rows * chunk, D, rng, true);
+        fill_keys(v, rows * chunk, Dv, rng, false);
+        attn_tensor K = attn_tensor_4d(k, B, Hkv, m, D), V = attn_tensor_4d(v, B, Hkv, m, Dv);
+        K.stride[1] = chunk * D, V.stride[1] = chunk * Dv;
+        K.stride[0] = same ? 0 : Hkv * chunk * D, V.stride[0] = same ? 0 : Hkv * chunk * Dv;
+        first[0] = m;
+        for (int i = 0; i < ncaches && ok; ++i) /* cache 0 is the shared one */
+            ok = attn_kvcache_append(caches[i], &K, &V, same && i == 0 ? first : NULL, err) == ATTN_OK;
+    }
+    free(k), free(v), free(first);
+    return ok;
+}
+
+int bench_decode_shared(const bench_config *c)
+{
+    const int64_t B = c->batch, H = c->heads, Hkv = c->kv_heads, Nq = c->seq, Nk = c->kv_seq;
+    const int64_t P = c->shared_prefix, D = c->head_dim, Dv = c->value_dim;
+    const int threads = c->threads > 0 ? (int)c->threads : attn_default_threads();
+    const int64_t no = B * H * Nq * Dv;
+    float *q = malloc(sizeof(float) * (size_t)(B * H * Nq * D)), *lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
+    float *out[2] = {malloc(sizeof(float) * (size_t)no), malloc(sizeof(float) * (size_t)no)};
+    double *times[2] = {malloc(sizeof(double) * (size_t)c->runs), malloc(sizeof(double) * (size_t)c->runs)};
+    void *q16 = NULL;
+    attn_error err = {0};
+    int rc = CLI_FAIL;
+    if (!q || !lse || !out[0] || !out[1] || !times[0] || !times[1]) {
+        fprintf(stderr, "attn bench: out of memory\n");
+        goto done;
+    }
+    if (!c->json)
+        printf("decode   B=%ld H=%ld Hkv=%ld Nq=%ld Nk=%ld (shared prefix %ld + %ld own) D=%ld Dv=%ld "
+               "paged bs=%ld  %s threads=%d\n",
+               c->batch, c->heads, c->kv_heads, c->seq, c->kv_seq, c->shared_prefix,
+               c->kv_seq - c->shared_prefix, c->head_dim, c->value_dim, c->block_size, attn_isa(),
+               threads);
+    for (int f = 0; f < c->ncache; ++f) {
+        attn_kvcache *caches[2] = {NULL, NULL}; /* forked (cascade), unshared */
+        attn_kvcache_config cfg = {.batch = B, .kv_heads = Hkv, .capacity = Nk, .head_dim = D,
+                                   .value_dim = Dv, .block_size = c->block_size,
+                                   .dtype = c->cache_dtype[f], .quant = c->cache_quant[f]};
+        attn_rng rng;
+        attn_rng_seed(&rng, 11);
+        bool ok = attn_kvcache_create(&cfg, &caches[0], &err) == ATTN_OK &&
+                  attn_kvcache_create(&cfg, &caches[1], &err) == ATTN_OK &&
+                  fill_caches(caches, 2, c, P, true, &rng, &err);
+        for (int64_t b = 1; b < B && ok; ++b) ok = attn_kvcache_fork(caches[0], 0, b, &err) == ATTN_OK;
+        ok = ok && fill_caches(caches, 2, c, Nk - P, false, &rng, &err);
+        fill_keys(q, B * H * Nq, D, &rng, false);
+        attn_tensor Q = attn_tensor_4d(q, B, H, Nq, D), L = attn_tensor_3d(lse, B, H, Nq);
+        free(q16), q16 = NULL;
+        if (ok && !cli_round_input("bench", &Q, c->dtype, &q16)) ok = false;
+        attn_sdpa_opts opts = attn_sdpa_opts_default();
+        opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+        opts.num_threads = threads;
+        opts.path = c->path;
+        for (long r = 0; r < c->warmup + c->runs && ok; ++r)
+            for (int i = 0; i < 2 && ok; ++i) { /* in turn: the machine's load falls on both alike */
+                attn_tensor O = attn_tensor_4d(out[i], B, H, Nq, Dv);
+                const double t0 = bench_now_seconds();
+                ok = attn_kvcache_attend(caches[i], &Q, &O, &L, &opts, &err) == ATTN_OK;
+                if (r >= c->warmup) times[i][r - c->warmup] = bench_now_seconds() - t0;
+            }
+        attn_kvcache_free(caches[0]);
+        attn_kvcache_free(caches[1]);
+        if (!ok) {
+            rc = err.status != ATTN_OK ? cli_report("bench", &err) : CLI_FAIL;
+            goto done;
+        }
+        double emax = 0.0;
+        for (int64_t e = 0; e < no; ++e) {
+            const double d = fabs((double)out[0][e] - (double)out[1][e]);
+            emax = d > emax ? d : emax;
+        }
+        const double med[2] = {bench_median(times[0], c->runs), bench_median(times[1], c->runs)};
+        static const char *const variant[2] = {"cascade", "unshared"};
+        for (int i = 1; i >= 0; --i) {
+            const double tps = (double)B * (double)Nq / med[i];
+            if (c->json)
+                printf("{\"mode\":\"decode\",\"variant\":\"%s\",\"cache_dtype\":\"%s\",\"batch\":%ld,"
+                       "\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,"
+                       "\"shared_prefix\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"block_size\":%ld,"
+                       "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,"
+                       "\"tokens_per_s\":%.2f,\"speedup\":%.3f,\"diff_max\":%.3e,"
+                       "\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
+                       variant[i], c->cache_name[f], c->batch, c->heads, c->kv_heads, c->seq,
+                       c->kv_seq, c->shared_prefix, c->head_dim, c->value_dim, c->block_size,
+                       attn_isa(), threads, c->runs, med[i] * 1e3, tps, med[1] / med[i], emax,
+                       bench_peak_rss_bytes());
+            else
+                printf("  %-5s %-8s median %9.3f ms  %9.1f tokens/s (%.2fx unshared)\n",
+                       c->cache_name[f], variant[i], med[i] * 1e3, tps, med[1] / med[i]);
+        }
+        if (!c->json) printf("  %-5s max |cascade - unshared| %.2e\n", c->cache_name[f], emax);
+    }
+    fflush(stdout);
+    rc = CLI_OK;
+done:
+    free(q), free(lse), free(out[0]), free(out[1]), free(times[0]), free(times[1]), free(q16);
+    return rc;
+}

@@ -76,6 +76,13 @@ bool cli_get_threads(const cli_args *a, int *out);        /* 1..ATTN_MAX_THREADS
 bool cli_get_precision(const cli_args *a, attn_precision *out); /* exact (absent) or bf16 */
 bool cli_get_scale(const cli_args *a, float *out);        /* > 0 */
 bool cli_get_window(const cli_args *a, attn_window *out); /* L,R each >= -1 */
+/* --rope neox|gptj, --rope-theta T, --rotary-dim R (CLI_ROPE_OPTIONS) into
+ * *out: style ATTN_ROPE_NONE without --rope (the other two are then refused). */
+bool cli_get_rope(const cli_args *a, attn_rope *out);
+#define CLI_ROPE_OPTIONS                                                                          \
+    {"--rope", "STYLE", "rotary embeddings on keys and queries: neox (halves) or gptj (interleaved)"}, \
+    {"--rope-theta", "T", "RoPE base (default 10000)"},                                          \
+    {"--rotary-dim", "R", "features rotated (even, <= D; default D)"}
 /* name N[,N...]: integers in [lo, hi], no empty field; *count of them. */
 bool cli_get_list(const cli_args *a, const char *name, long long lo, long long hi,
                   long long *vals, int max, int *count);

@@ -27,6 +27,7 @@ static const cli_option bench_options[] = {
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
     {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8 (default: --dtype)"},
+    {"--shared-prefix", "N", "decode: the batch shares its first N of --kv-seq tokens (forked, cascade) vs the same tokens unshared"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
     {"--precision", "P", "forward, backward, mha, mha-backward: products exact (default) or bf16 (on the matrix engine)"},
@@ -42,6 +43,7 @@ static const cli_option bench_options[] = {
     {"--softcap", "C", "logit soft-capping C*tanh(x/C)"},
     {"--sinks", NULL, "one attention sink logit per head (0.5)"},
     {"--dropout", "P", "dropout on the weights"},
+    CLI_ROPE_OPTIONS, /* forward: opts.rope, Q and K rotated inside the timed call */
     {"--fresh-workspace", NULL, "let every call allocate its own workspace (default: one, reused)"},
     {"--json", NULL, "one JSON object per configuration and line"},
     {0},
@@ -74,6 +76,11 @@ static const char bench_details[] =
     "output's max and mean |difference| from the f32 cache's (when f32 is\n"
     "listed). The storages and the streaming read are timed in turn in every\n"
     "run; medians.\n"
+    "--shared-prefix N (decode, paged: --block-size, default 16 here): every\n"
+    "entry's first N of its --kv-seq tokens are the same; the cache that holds\n"
+    "them once (entry 0 forked to the others: attn_kvcache_attend's cascade)\n"
+    "is timed in turn with one holding a copy per entry; tokens/s of both, their\n"
+    "ratio and the outputs' max |difference|, per --cache-dtype.\n"
     "--mode varlen times attn_sdpa_varlen over packed sequences of --seq-lens\n"
     "(default 64,128,256,512,1024,2048) and, alternately, attn_sdpa on one\n"
     "sequence with the same number of (query, key) pairs, N = sqrt(sum L^2);\n"
@@ -254,6 +261,7 @@ static int bench_one(const bench_config *c)
         s.sopts.softcap = c->softcap;
         s.sopts.dropout_p = c->dropout;
         s.sopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+        if (c->rope.style != ATTN_ROPE_NONE) s.sopts.rope = &c->rope;
         if (c->alibi || c->sinks) {
             if (!(bufs[9] = malloc(sizeof(float) * (size_t)H))) goto oom;
             if (c->alibi) attn_alibi_slopes(H, bufs[9], NULL);
@@ -331,6 +339,9 @@ static int bench_one(const bench_config *c)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " bf16 engine=%s",
                  attn_engine());
     if (c->sinks) strncat(variant, " sinks", sizeof variant - strlen(variant) - 1);
+    if (c->rope.style != ATTN_ROPE_NONE)
+        strncat(variant, c->rope.style == ATTN_ROPE_NEOX ? " rope=neox" : " rope=gptj",
+                sizeof variant - strlen(variant) - 1);
     if (c->softcap > 0.0f)
         snprintf(variant + strlen(variant), sizeof variant - strlen(variant), " softcap=%g",
                  (double)c->softcap);
@@ -520,6 +531,10 @@ static int run_bench(int argc, char **argv)
     if ((cli_get(&a, "--cache-dtype") || cli_get(&a, "--stream-mib")) && c.mode != MODE_DECODE)
         return cli_usage_error(cmd, "--cache-dtype, --stream-mib: only with --mode decode");
     if (!cli_get_int(&a, "--stream-mib", 1, 1L << 20, &c.stream_mib)) return CLI_USAGE;
+    if (!cli_get_int(&a, "--shared-prefix", 1, 1L << 40, &c.shared_prefix)) return CLI_USAGE;
+    if (c.shared_prefix && c.mode != MODE_DECODE)
+        return cli_usage_error(cmd, "--shared-prefix: only with --mode decode");
+    if (c.shared_prefix && !c.block_size) c.block_size = 16; /* sharing needs the paged cache */
     if (c.mode == MODE_DECODE) {
         /* the storages to compare: names split at commas, kept in a static
          * copy of the argument */
@@ -570,6 +585,9 @@ static int run_bench(int argc, char **argv)
     if (c.bf16 && (c.mode == MODE_DECODE || c.mode == MODE_VARLEN))
         return cli_usage_error(cmd, "--precision bf16: with --mode forward, backward, mha or mha-backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
+    if (!cli_get_rope(&a, &c.rope)) return CLI_USAGE;
+    if (c.rope.style != ATTN_ROPE_NONE && c.mode != MODE_FORWARD)
+        return cli_usage_error(cmd, "--rope: with --mode forward");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
@@ -595,12 +613,17 @@ static int run_bench(int argc, char **argv)
             one.head_dim = (long)dims[j];
             if (!one.kv_seq) one.kv_seq = one.seq;
             if (!one.value_dim) one.value_dim = one.head_dim;
+            if (one.shared_prefix >= one.kv_seq)
+                return cli_usage_error(cmd, "--shared-prefix: %ld must be below --kv-seq %ld",
+                                       one.shared_prefix, one.kv_seq);
             if (!sizes_fit(&one))
                 return cli_usage_error(cmd, "--batch/--heads/--seq/--head-dim: %ld x %ld x %ld x %ld "
                                             "floats per tensor do not fit in memory",
                                        one.batch, one.heads, one.seq > one.kv_seq ? one.seq : one.kv_seq,
                                        one.head_dim > one.value_dim ? one.head_dim : one.value_dim);
-            rc = one.mode == MODE_DECODE ? bench_decode(&one) : bench_one(&one);
+            rc = one.mode != MODE_DECODE ? bench_one(&one)
+                 : one.shared_prefix     ? bench_decode_shared(&one)
+                                         : bench_decode(&one);
         }
     return rc;
 }

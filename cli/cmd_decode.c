@@ -26,9 +26,7 @@ static const cli_option decode_options[] = {
     {"--threads", "N", "worker threads (default: ATTN_NUM_THREADS or all cores)"},
     {"--dtype", "T", "storage of the cache, the queries and the output: f32 (default), bf16, f16"},
     {"--cache-dtype", "T", "storage of the cache alone: f32, bf16, f16, int8, fp8 (default --dtype)"},
-    {"--rope", "STYLE", "rotary embeddings on keys and queries: neox (halves) or gptj (interleaved)"},
-    {"--rope-theta", "T", "RoPE base (default 10000)"},
-    {"--rotary-dim", "R", "features rotated (even, <= D; default D)"},
+    CLI_ROPE_OPTIONS,
     {"--out", "O.npy", "output (B,Hq,Nq,Dv) (required)"},
     {"--lse", "LSE.npy", "also write the log-sum-exp per query (B,Hq,Nq)"},
     {0},
@@ -156,30 +154,6 @@ static int load_variants(const cli_command *cmd, const cli_args *a, int64_t Hq,
     return CLI_OK;
 }
 
-/* --rope, --rope-theta, --rotary-dim into *rope (style NONE without --rope). */
-static int parse_rope(const cli_command *cmd, const cli_args *a, attn_rope *rope)
-{
-    memset(rope, 0, sizeof *rope);
-    const char *style = cli_get(a, "--rope");
-    float theta = 0.0f;
-    long rd = 0;
-    if (!cli_get_float(a, "--rope-theta", &theta) || !cli_get_int(a, "--rotary-dim", 2, 1L << 30, &rd))
-        return CLI_USAGE;
-    if (!style) {
-        if (cli_get(a, "--rope-theta") || cli_get(a, "--rotary-dim"))
-            return cli_usage_error(cmd, "--rope-theta/--rotary-dim: only with --rope neox|gptj");
-        return CLI_OK;
-    }
-    if (!strcmp(style, "neox")) rope->style = ATTN_ROPE_NEOX;
-    else if (!strcmp(style, "gptj")) rope->style = ATTN_ROPE_GPTJ;
-    else return cli_usage_error(cmd, "--rope: expected neox or gptj, got '%s'", style);
-    if (cli_get(a, "--rope-theta") && !(theta > 0.0f && theta != 1.0f))
-        return cli_usage_error(cmd, "--rope-theta: must be > 0 and not 1, got '%s'", cli_get(a, "--rope-theta"));
-    rope->theta = theta;
-    rope->rotary_dim = rd;
-    return CLI_OK;
-}
-
 static int run_decode(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_decode;
@@ -206,7 +180,7 @@ static int run_decode(int argc, char **argv)
                                cli_get(&a, "--scale"));
     opts.num_threads = (int)threads;
     attn_rope rope;
-    if ((rc = parse_rope(cmd, &a, &rope))) return rc;
+    if (!cli_get_rope(&a, &rope)) return CLI_USAGE;
 
     attn_array q = {0}, k = {0}, v = {0}, slopes = {0}, sinks = {0};
     float *geometric = NULL;

@@ -2,6 +2,7 @@
  * torch.nn.functional.scaled_dot_product_attention semantics. */
 #include "cli.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ static const char sdpa_details[] =
     "matrix engine (AMX, AVX512_BF16; `attn --version` names it, ATTN_ENGINE\n"
     "forces one); within README's bfloat16 contract, not the float32 call's\n"
     "bits. Without an engine the call is the exact one.\n"
+    "--rope neox|gptj: rotary embeddings on Q and K before the scores, key j\n"
+    "at position P + j and query i at P + Nk - Nq + i (P = --rope-offset, 0 by\n"
+    "default); the files hold Q and K before rotation, and the backward's dQ,\n"
+    "dK are gradients with respect to them.\n"
     "ATTN_ARCH=reference forces the plain path; ATTN_NUM_THREADS sets threads.";
 
 #define SDPA_INPUT_OPTIONS                                                                     \
@@ -45,6 +50,8 @@ static const char sdpa_details[] =
     {"--seed", "S", "dropout seed (default 0)"},                                               \
     {"--dtype", "T", "storage of Q, K, V, dO and O, dQ, dK, dV: f32 (default), bf16, f16"},     \
     {"--precision", "P", "products: exact (default) or bf16 (bfloat16 operands, float32 sums)"}, \
+    CLI_ROPE_OPTIONS,                                                                          \
+    {"--rope-offset", "P", "position of key 0 with --rope (default 0)"},                       \
     {"--reference", NULL, "use the plain reference path"}
 
 static const cli_option sdpa_options[] = {
@@ -76,7 +83,8 @@ static const char *const option_names[][2] = {
     {"mask[0]", "--attn-mask"}, {"grad_out", "--grad-out"}, {"scale", "--scale"},
     {"num_threads", "--threads"}, {"window", "--window"},   {"alibi_slopes", "--alibi-slopes"},
     {"softcap", "--softcap"},   {"sinks", "--sinks"},       {"dropout_p", "--dropout"},
-    {"grad_sinks", "--grad-sinks"}, {"grad_mask", "--grad-attn-mask"}, {NULL, NULL},
+    {"grad_sinks", "--grad-sinks"}, {"grad_mask", "--grad-attn-mask"}, {"rope", "--rope"},
+    {"rope_offset", "--rope-offset"}, {NULL, NULL},
 };
 
 /* Inputs of one call, loaded and viewed as 4-D. */
@@ -84,6 +92,7 @@ typedef struct {
     attn_array q, k, v, mask, dout, slopes, sinks;
     float *geometric; /* --alibi-slopes geometric */
     attn_tensor q4, k4, v4, dout4, slopes_t;
+    attn_rope rope;    /* --rope: opts.rope points here */
     int rank; /* of the query file: outputs mirror it */
     attn_dtype dtype;  /* --dtype */
     void *rounded[4];  /* q4, k4, v4, dout4 in --dtype, when not float32 */
@@ -115,6 +124,15 @@ static int load_variants(const cli_command *cmd, const cli_args *a, sdpa_inputs 
         return cli_usage_error(cmd, "--softcap: must be > 0, got '%s'", cli_get(a, "--softcap"));
     if (!(in->opts.dropout_p >= 0.0f && in->opts.dropout_p < 1.0f))
         return cli_usage_error(cmd, "--dropout: must be in [0, 1), got '%s'", cli_get(a, "--dropout"));
+    long offset = 0;
+    if (!cli_get_rope(a, &in->rope) || !cli_get_int(a, "--rope-offset", 0, LONG_MAX, &offset))
+        return CLI_USAGE;
+    if (in->rope.style != ATTN_ROPE_NONE) {
+        in->opts.rope = &in->rope;
+        in->opts.rope_offset = offset;
+    } else if (cli_get(a, "--rope-offset")) {
+        return cli_usage_error(cmd, "--rope-offset: only with --rope neox|gptj");
+    }
     const char *slopes = cli_get(a, "--alibi-slopes");
     if (slopes && !strcmp(slopes, "geometric")) {
         const int64_t H = in->q4.shape[1];

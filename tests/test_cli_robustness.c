@@ -160,6 +160,7 @@ static void test_full_stdout(tu_suite *s)
         {"bench", "--seq", "16", "--head-dim", "8", "--heads", "1", "--runs", "1", "--warmup",
          "0", NULL},
         {"--help", NULL},
+        {"sdpa", "--query", "q.npy", "--key", "q.npy", "--value", "q.npy", "--out", "-", NULL},
     };
     char err[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
@@ -215,9 +216,14 @@ static void test_messages(tu_suite *s)
         {{"bench", "--dim", "", NULL}, 2, NULL, "--dim: expected integers"},
         {{"bench", "--mode", "varlen", "--seq-lens", "", NULL}, 2, NULL, "--seq-lens: expected"},
         {{"bench", "--seq", "5,", NULL}, 2, NULL, "no empty fields"},
+        /* one integer rule everywhere: no blank, no '+' */
+        {{"bench", "--threads", " 4", NULL}, 2, NULL, "--threads: expected an integer"},
+        {{"bench", "--threads", "+4", NULL}, 2, NULL, "--threads: expected an integer"},
+        {{"bench", "--seq", " 16", NULL}, 2, NULL, "--seq: expected integers"},
         {{"bench", "--seq", ",5", NULL}, 2, NULL, "no empty fields"},
         {{"bench", "--seq", "5,,6", NULL}, 2, NULL, "no empty fields"},
         {{"info", "q.npy", NULL}, 2, "ATTN_NUM_THREADS=abc", "ATTN_NUM_THREADS=abc: expected an integer"},
+        {{"info", "q.npy", NULL}, 2, "ATTN_NUM_THREADS= 4", "ATTN_NUM_THREADS= 4: expected an integer"},
         {{"sdpa", "--query", "missing.npy", "--key", "q.npy", "--value", "q.npy", "--out",
           "o.npy", NULL},
          2, NULL, "attn sdpa: --query missing.npy: cannot open"},

@@ -730,6 +730,11 @@ static void group_errors(tu_suite *s)
         opt.dropout_p = 0.5f;
         expect(&g, attn_kvcache_attend(c, &Q, &O, NULL, &opt, &err), ATTN_ERR_UNSUPPORTED, &err,
                "dropout_p", c, &before, "dropout");
+        opt = attn_sdpa_opts_default();
+        const attn_rope rope = {0};
+        opt.rope = &rope;
+        expect(&g, attn_kvcache_attend(c, &Q, &O, NULL, &opt, &err), ATTN_ERR_ARG, &err, "rope", c,
+               &before, "rope on cached keys");
         attn_tensor Q1 = attn_tensor_4d(q, 1, 2, 1, 2);
         expect(&g, attn_kvcache_attend(c, &Q1, &O, NULL, NULL, &err), ATTN_ERR_SHAPE, &err,
                "query: batch size", c, &before, "query batch");

@@ -309,6 +309,21 @@ int main(int argc, char **argv)
                  "%s: D = 2^57 broadcast must be refused, got %s", path_names[pi],
                  attn_status_string(s));
     }
+    /* No heads at all: an empty call (as torch), forward and backward, on
+     * both paths; query heads without key heads stay an error. */
+    for (int pi = 0; pi < 2; ++pi) {
+        opts = attn_sdpa_opts_default();
+        opts.path = paths[pi];
+        attn_tensor Q0 = Q, K0 = K, V0 = V, O0 = O, L0 = L;
+        Q0.shape[1] = K0.shape[1] = V0.shape[1] = O0.shape[1] = L0.shape[1] = 0;
+        attn_tensor dQ0 = Q0, dK0 = K0, dV0 = V0;
+        tu_check(&g, attn_sdpa(&Q0, &K0, &V0, &O0, &L0, NULL, &opts, &err) == ATTN_OK &&
+                         attn_sdpa_backward(&Q0, &K0, &V0, &O0, &L0, &O0, &dQ0, &dK0, &dV0, &opts,
+                                            &err) == ATTN_OK,
+                 "%s: zero heads must be an empty call: %s", path_names[pi], err.message);
+        tu_check(&g, attn_sdpa(&Q, &K0, &V0, &O, &L, NULL, &opts, &err) == ATTN_ERR_SHAPE,
+                 "%s: query heads over zero key heads must be refused", path_names[pi]);
+    }
     /* A finite scale whose scores overflow (a known defect): the same
      * answer on both paths, an overflowing logit is +-inf like any other. */
     {

@@ -30,8 +30,17 @@ extern "C" {
  *     D) (and Dv for V), and a block table per entry mapping its logical
  *     blocks to pool blocks (vLLM / FlashAttention's paged KV). Appends take
  *     the lowest-numbered free blocks, so allocation is deterministic;
- *     attn_kvcache_set_block_table lets the caller choose instead. Blocks
- *     are never shared between entries.
+ *     attn_kvcache_set_block_table lets the caller choose instead.
+ *
+ * Shared prefixes (paged): a block carries a reference count, the number of
+ * block tables pointing at it. attn_kvcache_fork gives an empty entry the
+ * parent's table (every block's count + 1): the child holds the parent's
+ * keys without a copy. An append that would write into a block another
+ * table also points at copies that block first (copy-on-write) and writes
+ * the copy; full shared blocks are only read. Shortening, resetting or
+ * remapping an entry releases its references; a block returns to the pool
+ * when its count reaches 0. attn_kvcache_attend attends the keys entries
+ * share once for all of them (cascade, see there).
  */
 /*
  * Quantized storage (attn_kvcache_config.quant), written by append and read
@@ -94,12 +103,37 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
 
 /*
  * Sets every entry's length (lengths (B), each in [0, capacity]): shorter
- * forgets the tail (paged: blocks past the new length return to the pool),
- * longer exposes what the storage holds there (zeros never written; paged:
- * new blocks come zeroed). All or nothing.
+ * forgets the tail (paged: the entry's references to blocks past the new
+ * length are released), longer exposes what the storage holds there (zeros
+ * never written; paged: new blocks come zeroed; a shared block's tail
+ * shows what its other holders wrote). All or nothing.
  */
 attn_status attn_kvcache_set_lengths(attn_kvcache *cache, const int64_t *lengths,
                                      attn_error *err);
+
+/*
+ * Paged only. Entry `child` takes entry `parent`'s keys by sharing its
+ * blocks: the child's block table becomes a copy of the parent's (each
+ * block's reference count + 1) and its length the parent's. Appends to
+ * either afterwards never change what the other reads (copy-on-write).
+ * The child must be empty (length 0, no blocks: attn_kvcache_reset) and
+ * differ from the parent. To share only the first n tokens, fork and
+ * shorten the child (attn_kvcache_set_lengths).
+ */
+attn_status attn_kvcache_fork(attn_kvcache *cache, int64_t parent, int64_t child,
+                              attn_error *err);
+/*
+ * Empties entry b (length 0); paged: releases its references to its blocks.
+ * The other entries are untouched.
+ */
+attn_status attn_kvcache_reset(attn_kvcache *cache, int64_t b, attn_error *err);
+/*
+ * Paged only: the number of block tables pointing at pool block `block`
+ * (0 = free); -1 for a contiguous cache or a block outside the pool.
+ */
+int64_t attn_kvcache_block_refs(const attn_kvcache *cache, int64_t block);
+/* Paged only: free pool blocks (count 0); -1 for a contiguous cache. */
+int64_t attn_kvcache_free_blocks(const attn_kvcache *cache);
 
 /*
  * Paged only. Reads entry b's block table: *count = its blocks
@@ -113,8 +147,9 @@ attn_status attn_kvcache_block_table(const attn_kvcache *cache, int64_t b, int32
  * table[0..n) (data moves nowhere: the blocks' contents become the entry's
  * keys). n must cover the entry's length and be at most
  * ceil(capacity / block_size); every index in [0, num_blocks), none
- * repeated or owned by another entry. The entry's previous blocks not in
- * the table return to the pool. All or nothing.
+ * repeated, each free or already in entry b's table (blocks reach other
+ * entries only through attn_kvcache_fork). The entry's references to its
+ * previous blocks are released. All or nothing.
  */
 attn_status attn_kvcache_set_block_table(attn_kvcache *cache, int64_t b, const int32_t *table,
                                          int64_t n, attn_error *err);
@@ -145,14 +180,31 @@ attn_status attn_kvcache_read(const attn_kvcache *cache, int64_t b, attn_tensor 
  * alignment; TOP_LEFT is refused), window, alibi_slopes (Hq) or (B, Hq),
  * softcap, sinks, num_threads, path. Masks, dropout, grad_sinks and a
  * workspace are refused.
- * Contiguous caches give exactly attn_sdpa's bits on the entry's view. A
- * paged entry whose blocks are consecutive in the pool is one view too
- * (the same bits); otherwise each run of consecutive blocks is attended
+ * Contiguous float caches give exactly attn_sdpa's bits on the entry's
+ * view. A paged float entry whose blocks are consecutive in the pool is one
+ * view too (the same bits); quantized caches (int8, fp8, q4_0) are read by
+ * the decode kernel in chunks that follow the blocks, so their bits depend
+ * on the block size within the bound below; otherwise each run of consecutive blocks is attended
  * separately and the partial results are merged with their softmax
  * statistics (m, ll) in double precision, first block to last: the same
  * for every thread count, and within a few float32 roundings of the
  * contiguous result (tests/test_kvcache.c asserts |paged - contiguous| <=
  * 8·FLT_EPSILON·max|V|; 1.5 measured).
+ *
+ * Cascade. Entries whose block tables start with the same pool blocks
+ * (forked) are grouped: the leading keys every member shares and every
+ * query sees are attended once per group with all members' queries
+ * (a (members·Hq/Hkv·Nq × shared keys) problem per kv head, the keys read
+ * once instead of once per entry), each entry's remaining keys separately,
+ * and the two merged with their softmax statistics in double as above.
+ * This is automatic because the sharing is the cache's own state (the
+ * caller would only restate the block tables) and every caller of a
+ * forked cache gains from it. Not split: calls with a window or ALiBi
+ * (visibility and bias then differ per entry over the shared keys), and
+ * caches where no two entries share a first block. The result is within
+ * the same few float32 roundings of the unshared one (tests/test_kvprefix.c
+ * compares it with float64 attention over the same keys), the same for
+ * every thread count.
  */
 attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
                                 attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
@@ -174,6 +226,38 @@ attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q
                                        const int64_t *counts, const attn_rope *rope,
                                        attn_tensor *out, attn_tensor *lse,
                                        const attn_sdpa_opts *opts, attn_error *err);
+
+/*
+ * Which cache entries a call's batch reads: flash_attn_with_kvcache's
+ * cache_batch_idx and cache_leftpad. Either pointer may be NULL.
+ *   cache_batch_idx  (Bq) batch entry b of q, out, lse (and k_new, v_new,
+ *                    counts) uses cache entry cache_batch_idx[b], each in
+ *                    [0, B); Bq = q's batch size, any >= 1. Entries may
+ *                    repeat when nothing is appended. NULL: entry b, Bq = B.
+ *   cache_leftpad    (Bq) keys at positions before cache_leftpad[b] are not
+ *                    attended (each in [0, length]; length after the
+ *                    append). Causal alignment, windows, ALiBi distances
+ *                    and rotary positions stay those of the cache
+ *                    positions: leftpad only hides keys. NULL: 0.
+ */
+typedef struct {
+    const int64_t *cache_batch_idx;
+    const int64_t *cache_leftpad;
+} attn_kvcache_batch;
+
+/* attn_kvcache_attend with batch (NULL: as attn_kvcache_attend). */
+attn_status attn_kvcache_attend_batch(const attn_kvcache *cache, const attn_tensor *q,
+                                      attn_tensor *out, attn_tensor *lse,
+                                      const attn_sdpa_opts *opts, const attn_kvcache_batch *batch,
+                                      attn_error *err);
+/* attn_kvcache_update_attend with batch (NULL: as attn_kvcache_update_attend);
+ * appending refuses a cache_batch_idx that names an entry twice. */
+attn_status attn_kvcache_update_attend_batch(attn_kvcache *cache, const attn_tensor *q,
+                                             const attn_tensor *k_new, const attn_tensor *v_new,
+                                             const int64_t *counts, const attn_rope *rope,
+                                             const attn_kvcache_batch *batch, attn_tensor *out,
+                                             attn_tensor *lse, const attn_sdpa_opts *opts,
+                                             attn_error *err);
 
 #ifdef __cplusplus
 }

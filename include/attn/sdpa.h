@@ -100,6 +100,22 @@ typedef struct {
  *          P = exp(x - lse), whose relative error is up to ulp(lse)/2 (as
  *          FlashAttention). Rows that see nothing: (-inf, 0)
  *          (with sinks: (sink, 0)).
+ * rope     rotary embeddings on Q and K (attn_rope, below; NULL = off): the
+ *          scores are those of the rotated R·q_i and R·k_j, key row j at
+ *          position rope_offset + j and query row i at rope_offset + Nk -
+ *          Nq + i (the window's and ALiBi's alignment: the queries are the
+ *          last Nq positions, FlashAttention's rule for a cache; a prefill,
+ *          Nq = Nk, starts both at rope_offset). rope_offset >= 0; with
+ *          cos/sin tables every position used must be a row of them. Q and
+ *          K are rotated into float32 copies (16-bit ones widened first, not
+ *          rounded back), so a call equals the float32 call on the rotated
+ *          values bit for bit, whatever the dtypes and precision; the
+ *          caller's tensors are not modified. The backward takes the same
+ *          unrotated Q and K and returns their gradients: those of the
+ *          rotated copies rotated back (Rᵀ, the rotation by minus the
+ *          angles); dV is unchanged. Varlen: positions restart per sequence.
+ *          The KV cache's calls take their rope as an argument (the
+ *          cache holds keys rotated as stored): their opts leave it NULL.
  */
 /*
  * How the fused paths multiply.
@@ -160,8 +176,10 @@ typedef struct {
     attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
     uint32_t reserved32;      /* zero */
     attn_tensor *grad_mask;   /* backward only; NULL if not wanted */
-    /* Zero. Room for future options without changing the struct's size. */
-    uint64_t reserved[2];
+    /* Rotary embeddings on Q and K (NULL = off): see "rotary embeddings"
+     * below for the rotation and for the positions rope_offset sets. */
+    const struct attn_rope *rope;
+    int64_t rope_offset;
 } attn_sdpa_opts;
 
 /* The standard ALiBi slopes for `heads` heads (Press et al., as in BLOOM and
@@ -219,7 +237,9 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
  * as strided views or copies) with the same heads, dtypes and options, the
  * causal alignment, window and masks aside (and a forward's with or
  * without weights), so one workspace sized for the largest call serves
- * them all. One workspace must not serve two calls at the same time. */
+ * them all. One workspace must not serve two calls at the same time.
+ * With opts->rope it includes the rotated float32 copies of Q and K and
+ * a table of cos and sin for max(Nq, Nk) positions. */
 attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *v, bool backward,
                                      const attn_sdpa_opts *opts, size_t *bytes,
@@ -324,11 +344,13 @@ attn_status attn_sdpa_varlen_backward(const attn_tensor *q, const attn_tensor *k
  * with the pair (i, i + rotary_dim/2) for ATTN_ROPE_NEOX (GPT-NeoX, Llama:
  * halves) and (2i, 2i + 1) for ATTN_ROPE_GPTJ (interleaved). Features past
  * rotary_dim are left alone. Angles are computed in double, cos and sin
- * rounded to float, the rotation in float.
+ * rounded to float, the rotation in float. Used by attn_rope_apply, by
+ * attn_kvcache_update_attend and by attn_sdpa (attn_sdpa_opts.rope, whose
+ * rope_offset places the rows).
  */
 typedef enum { ATTN_ROPE_NONE = 0, ATTN_ROPE_NEOX = 1, ATTN_ROPE_GPTJ = 2 } attn_rope_style;
 
-typedef struct {
+typedef struct attn_rope {
     attn_rope_style style;
     int64_t rotary_dim;        /* even, <= D; 0 = D */
     double theta;              /* base; 0 = 10000 */

@@ -12,6 +12,13 @@ from .sdpa import (alibi_slopes, scaled_dot_product_attention,
 __version__ = "0.3.0"
 
 
+def engine():
+    """The engine precision="bf16" runs its products on ("amx",
+    "avx512bf16", or "f32": none, and such calls are the exact ones)."""
+    from ._lib import lib
+    return lib.attn_engine().decode()
+
+
 def isa():
     """The instruction set the fused kernels use ("avx512", "avx2", "generic"
     or "reference")."""
@@ -19,6 +26,6 @@ def isa():
     return lib.attn_isa().decode()
 
 
-__all__ = ["AttnError", "MultiheadAttention", "alibi_slopes", "UnsupportedError", "get_num_threads", "isa", "library_path",
+__all__ = ["AttnError", "MultiheadAttention", "alibi_slopes", "UnsupportedError", "engine", "get_num_threads", "isa", "library_path",
            "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
            "set_num_threads"]

@@ -17,11 +17,12 @@ def _bnhd(t, name):
 
 
 def flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                    alibi_slopes, deterministic, return_attn_probs):
+                    alibi_slopes, deterministic, return_attn_probs, precision):
     res = _sdpa(_bnhd(q, "q"), _bnhd(k, "k"), _bnhd(v, "v"), None, dropout_p, causal,
                 softmax_scale, True, causal_alignment="bottom_right",
                 window=_flash.window(window_size), alibi_slopes=alibi_slopes, softcap=softcap,
-                return_lse=return_attn_probs, need_weights=return_attn_probs, _bnhd_out=True)
+                return_lse=return_attn_probs, need_weights=return_attn_probs, precision=precision,
+                _bnhd_out=True)
     if not return_attn_probs:
         return res.transpose(1, 2)
     return (res[0].transpose(1, 2),) + tuple(res[1:])
@@ -54,13 +55,14 @@ class _VarlenFunction(torch.autograd.Function):
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs):
+                           deterministic, return_attn_probs, precision):
     _flash.check_max_seqlens(_numpy(cu_seqlens_q), _numpy(cu_seqlens_k), max_seqlen_q,
                              max_seqlen_k)
     options = dict(softmax_scale=softmax_scale, causal=causal,
                    window=_flash.window(window_size), softcap=softcap,
                    alibi_slopes=_numpy(alibi_slopes), dropout_p=dropout_p,
-                   dropout_seed=_seed() if dropout_p else 0, num_threads=_threads(None))
+                   dropout_seed=_seed() if dropout_p else 0, num_threads=_threads(None),
+                   precision=precision)
     dtype = q.dtype
     out, lse = _VarlenFunction.apply(_float32(q), _float32(k), _float32(v), cu_seqlens_q,
                                      cu_seqlens_k, options)
@@ -70,5 +72,5 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     probs = _flash.varlen_probs(_numpy(_float32(q)), _numpy(_float32(k)), _numpy(_float32(v)),
                                 _numpy(cu_seqlens_q), _numpy(cu_seqlens_k), max_seqlen_q,
                                 max_seqlen_k, softmax_scale, causal, window_size, softcap,
-                                _numpy(alibi_slopes))
+                                _numpy(alibi_slopes), precision)
     return out, lse, torch.from_numpy(probs)

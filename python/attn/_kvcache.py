@@ -21,6 +21,11 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+def _torch():
+    import torch
+    return torch
+
+
 def _array(x, name, writable=False):
     if x is None:
         return None
@@ -29,11 +34,23 @@ def _array(x, name, writable=False):
             raise ValueError(f"{name}: tensors must be on the CPU, got {x.device}")
         if writable and x.requires_grad:
             raise ValueError(f"{name}: a cache written in place must not require grad")
-        return x.detach().numpy()
+        x = x.detach()
+        if x.dtype == _torch().bfloat16:  # its bits, tagged (NumPy has no bfloat16)
+            return x.view(_torch().int16).numpy().view(T.BF16)
+        return x.numpy()
     a = np.asarray(x)
     if writable and not a.flags.writeable:
         raise ValueError(f"{name}: the cache is written in place and must be writable")
     return a
+
+
+def _stored(a, cache, name):
+    """New keys or values in the cache's dtype, as the append stores them
+    (NumPy casts between float32 and float16 itself; bfloat16, kept as
+    tagged uint16, it would cast as integers)."""
+    if T.is_bf16(a) == T.is_bf16(cache):
+        return a
+    return T.round_to(T.float32(a, name), cache.dtype)
 
 
 def _index_vector(x, name, batch):
@@ -76,10 +93,11 @@ def _rotary_tables(rotary_cos, rotary_sin, k, D):
 
 
 def _rotated(x, bhnd, rope, positions):
-    """A rotated copy of x (B, N, H, D): float16 stays float16, other dtypes
-    become float32. bhnd(copy) gives the (B, H', N', D) view whose row n' of
-    entry b sits at position positions[b] + n'."""
-    r = np.array(x, dtype=np.float16 if x.dtype == np.float16 else np.float32, order="C")
+    """A rotated copy of x (B, N, H, D): float16 and bfloat16 stay so (rotated
+    in float32, rounded once), other dtypes become float32. bhnd(copy) gives
+    the (B, H', N', D) view whose row n' of entry b sits at position
+    positions[b] + n'."""
+    r = np.array(T.floating(x, "rotary"), order="C")
     err = new_error()
     check(lib.attn_rope_apply(C.byref(rope), C.byref(T.view(bhnd(r), "rotary")),
                               positions.ctypes.data_as(C.POINTER(C.c_int64)), err), err)
@@ -88,7 +106,8 @@ def _rotated(x, bhnd, rope, positions):
 
 def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window,
-                 softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse):
+                 softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+                 precision="exact"):
     if integer(num_splits, "num_splits") < 0:
         raise ValueError(f"num_splits: must be >= 0, got {num_splits}")
     # num_splits is a GPU scheduling hint: attn splits by its own rule, and
@@ -160,6 +179,8 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         qa = _rotated(qa, (lambda r: r.swapaxes(1, 2)) if spread else
                       (lambda r: r.reshape(B, Sq * H, 1, r.shape[3])), rope, positions)
         ka = _rotated(ka, lambda r: r.swapaxes(1, 2), rope, positions)
+    if ka is not None:
+        ka, va = _stored(ka, kc, "k"), _stored(va, vc, "v")
     slopes = None if alibi_slopes is None else np.asarray(_array(alibi_slopes, "alibi_slopes"))
 
     def keys(b):
@@ -185,7 +206,8 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         return (kc[blocks].reshape((-1,) + kc.shape[2:])[:n],
                 vc[blocks].reshape((-1,) + vc.shape[2:])[:n])
 
-    out = np.empty((B, Sq, H, vc.shape[3]), np.float16 if qa.dtype == np.float16 else np.float32)
+    qa = T.floating(qa, "q")
+    out = np.empty((B, Sq, H, vc.shape[3]), qa.dtype if qa.dtype.itemsize == 2 else np.float32)
     lse = np.empty((B, H, Sq), np.float32)
     # one library call per run of entries with the same keys' extent in
     # consecutive cache rows (all of them, in the usual decode step)
@@ -207,10 +229,12 @@ def with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         _, lse_part = _sdpa(qa[b:e].swapaxes(1, 2), kk.swapaxes(1, 2), vv.swapaxes(1, 2), None,
                             0.0, causal, softmax_scale, True, causal_alignment="bottom_right",
                             window=window, softcap=softcap, alibi_slopes=sl, return_lse=True,
-                            out=out[b:e].swapaxes(1, 2))
+                            out=out[b:e].swapaxes(1, 2), precision=precision)
         lse[b:e] = lse_part
         b = e
     if torch_out:
-        import torch
-        out, lse = torch.from_numpy(out), torch.from_numpy(lse)
+        torch = _torch()
+        out = (torch.from_numpy(out.view(np.int16)).view(torch.bfloat16) if T.is_bf16(out)
+               else torch.from_numpy(out))
+        lse = torch.from_numpy(lse)
     return (out, lse) if return_softmax_lse else out

@@ -67,6 +67,7 @@ def _proto(name, restype, *argtypes):
 
 _proto("attn_status_string", C.c_char_p, _status)
 _proto("attn_isa", C.c_char_p)
+_proto("attn_engine", C.c_char_p)
 _proto("attn_default_threads", C.c_int)
 _proto("attn_sdpa", _status, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor,
        C.POINTER(S.attn_sdpa_opts), _err)

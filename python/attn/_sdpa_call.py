@@ -19,7 +19,17 @@ from . import _tensor
 
 _ALIGNMENTS = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
 _PATHS = {"auto": S.PATH_AUTO, "reference": S.PATH_REFERENCE, "fused": S.PATH_FUSED}
-_ZERO_SCALE = _fast.ZERO_SCALE
+_PRECISIONS = {"exact": S.PRECISION_EXACT, "bf16": S.PRECISION_BF16}
+
+
+def precision_code(precision):
+    """attn_sdpa_opts.precision for "exact" (float32 arithmetic, 16-bit
+    inputs widened exactly) or "bf16" (bfloat16 products, float32
+    accumulation: README "bfloat16 products")."""
+    try:
+        return _PRECISIONS[precision]
+    except (KeyError, TypeError):
+        raise ValueError(f"precision: must be 'exact' or 'bf16', got {precision!r}") from None
 
 
 def _merge_leading(a, ndim):
@@ -91,7 +101,7 @@ class SdpaCall:
     def __init__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                  scale=None, enable_gqa=False, causal_alignment="top_left", window=None,
                  alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
-                 dropout_offset=0, num_threads=None, path="auto"):
+                 dropout_offset=0, num_threads=None, path="auto", precision="exact"):
         q, k, v = (_tensor.floating(x, n) for x, n in ((query, "query"), (key, "key"),
                                                        (value, "value")))
         for a, n in ((q, "query"), (k, "key"), (v, "value")):
@@ -123,6 +133,7 @@ class SdpaCall:
         self.opts = self._options(attn_mask, dropout_p, is_causal, scale, causal_alignment,
                                   window, alibi_slopes, softcap, sinks, dropout_seed,
                                   dropout_offset, num_threads, path)
+        self.opts.precision = precision_code(precision)
 
     # ----------------------------------------------------------- options
     def _options(self, attn_mask, dropout_p, is_causal, scale, causal_alignment, window,
@@ -132,11 +143,7 @@ class SdpaCall:
         self.drop_all = dropout_p == 1.0  # torch accepts p = 1: every weight dropped
         if self.drop_all:
             dropout_p = 0.0
-        if scale is not None:
-            scale = float(scale)
-            o.scale = _ZERO_SCALE if scale == 0.0 else scale
-            if o.scale == 0.0 and scale != 0.0:
-                raise ValueError(f"scale: {scale!r} underflows float32")
+        o.scale = _fast.scale_option(scale)
         if causal_alignment not in _ALIGNMENTS:
             raise ValueError(f"causal_alignment: must be 'top_left' or 'bottom_right', "
                              f"got {causal_alignment!r}")

@@ -22,6 +22,9 @@ CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
 # attn_path
 PATH_AUTO, PATH_REFERENCE, PATH_FUSED = 0, 1, 2
 
+# attn_precision
+PRECISION_EXACT, PRECISION_BF16 = 0, 1
+
 _enum = C.c_int  # C enums here are int-sized (all values small and non-negative)
 
 
@@ -64,7 +67,8 @@ class attn_sdpa_opts(C.Structure):
         ("precision", _enum),
         ("reserved32", C.c_uint32),
         ("grad_mask", C.POINTER(attn_tensor)),
-        ("reserved", C.c_uint64 * 2),
+        ("rope", C.c_void_p),  # const attn_rope * (attn_rope is mirrored below)
+        ("rope_offset", C.c_int64),
     ]
 
 

@@ -14,7 +14,9 @@ reads kv head h // (nheads / nheads_k), softmax_lse is natural-log
 no key gives 0. attn is always deterministic, so `deterministic` changes
 nothing. Differences: return_attn_probs gives the exact probabilities before
 dropout (flash-attn's are "for testing only" and encode dropout as signs);
-results are float32 (float16 inputs stay float16).
+results are float32, except that float16 inputs stay float16 and, in
+flash_attn_with_kvcache, bfloat16 torch tensors stay bfloat16 (the library
+reads and writes 16-bit storage; arithmetic is float32).
 """
 import numpy as np
 
@@ -64,16 +66,16 @@ def get_alibi_slopes(nheads):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, *, precision="exact"):
     """out (batch, seqlen_q, nheads, headdim_v); with return_attn_probs,
     (out, softmax_lse (batch, nheads, seqlen_q), probs (batch, nheads,
     seqlen_q, seqlen_k)). q (batch, seqlen_q, nheads, headdim), k and v
     (batch, seqlen_k, nheads_k, headdim[_v]); alibi_slopes (nheads,) or
-    (batch, nheads)."""
+    (batch, nheads). precision (keyword, attn's): "exact" or "bf16"."""
     if _is_torch(q):
         return _torch_api().flash_attn_func(q, k, v, dropout_p, softmax_scale, causal,
                                             window_size, softcap, alibi_slopes, deterministic,
-                                            return_attn_probs)
+                                            return_attn_probs, precision)
     q, k, v = (_bnhd(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     qf = _tensor.floating(q, "q")
     B, N, H = qf.shape[:3]
@@ -81,17 +83,23 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     res = _sdpa(qf.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2), None, dropout_p, causal,
                 softmax_scale, True, causal_alignment="bottom_right", window=window(window_size),
                 softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_attn_probs,
-                need_weights=return_attn_probs, out=out.swapaxes(1, 2))
+                need_weights=return_attn_probs, out=out.swapaxes(1, 2), precision=precision)
     return (out,) + tuple(res[1:]) if return_attn_probs else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *,
+                           precision="exact"):
     """out (total_q, nheads, headdim_v) over packed sequences; with
     return_attn_probs, (out, softmax_lse (nheads, total_q), probs (batch,
-    nheads, max_seqlen_q, max_seqlen_k), zero-padded). q (total_q, nheads,
+    nheads, max_seqlen_q, max_seqlen_k) float32: sequence b's softmax
+    weights before dropout in probs[b, :, :len_q, :len_k], zeros elsewhere).
+    flash-attn returns the same first two and, for the third, an empty
+    tensor unless dropout_p > 0, then (batch, nheads, max_seqlen_q and
+    max_seqlen_k rounded up to 128) "for testing only", dropped weights
+    negative. q (total_q, nheads,
     headdim), k, v (total_k, nheads_k, headdim[_v]); cu_seqlens_* (batch + 1,)
     int32 offsets. Sequences longer than max_seqlen_* are an error."""
     if block_table is not None:
@@ -101,17 +109,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return _torch_api().flash_attn_varlen_func(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-            return_attn_probs)
+            return_attn_probs, precision)
     check_max_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     out, lse, _, seed = varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                          softmax_scale=softmax_scale, causal=causal,
                                          window=window(window_size), softcap=softcap,
-                                         alibi_slopes=alibi_slopes, dropout_p=dropout_p)
+                                         alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                                         precision=precision)
     if not return_attn_probs:
         return out
     return out, lse, varlen_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, softmax_scale, causal, window_size, softcap,
-                                  alibi_slopes)
+                                  alibi_slopes, precision)
 
 
 def check_max_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -124,7 +133,7 @@ def check_max_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
 
 
 def varlen_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_size, softcap, alibi_slopes):
+                 causal, window_size, softcap, alibi_slopes, precision="exact"):
     """The softmax probabilities of each sequence, (batch, nheads,
     max_seqlen_q, max_seqlen_k) zero-padded (return_attn_probs)."""
     cq, ck = (np.asarray(c, dtype=np.int64) for c in (cu_seqlens_q, cu_seqlens_k))
@@ -137,7 +146,7 @@ def varlen_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         _, w = _sdpa(qs.swapaxes(0, 1), ks.swapaxes(0, 1), vs.swapaxes(0, 1), None, 0.0, causal,
                      softmax_scale, True, causal_alignment="bottom_right",
                      window=window(window_size), softcap=softcap, alibi_slopes=sl,
-                     need_weights=True)
+                     need_weights=True, precision=precision)
         probs[s, :, :w.shape[1], :w.shape[2]] = w
     return probs
 
@@ -147,14 +156,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, *, precision="exact"):
     """Appends k, v (batch, seqlen_new, nheads_k, headdim) to the caches IN
     PLACE at cache_seqlens (which, as in flash-attn, the caller advances),
     then attends q (batch, seqlen_q, nheads, headdim) to each entry's
     cache_seqlens[b] + seqlen_new keys. Caches: (batch_cache, seqlen_cache,
     nheads_k, headdim), or with block_table (batch, max_blocks) int32 a paged
-    pool (num_blocks, page_block_size, nheads_k, headdim). cache_batch_idx
-    picks each entry's cache row, cache_leftpad its first key. Returns out
+    pool (num_blocks, page_block_size, nheads_k, headdim); float32, float16
+    or (torch) bfloat16, new keys stored in the cache's dtype.
+    cache_batch_idx: entry b uses cache row cache_batch_idx[b];
+    cache_leftpad: entry b's keys start at cache_leftpad[b] (the ones before
+    are not attended; rotary positions still count from the row's start, as
+    flash-attn's kernel reads cos/sin); both for contiguous caches only, as
+    in flash-attn. Returns out
     (batch, seqlen_q, nheads, headdim_v), and softmax_lse (batch, nheads,
     seqlen_q) with return_softmax_lse. No autograd (flash-attn has none).
     rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), only with k and v:
@@ -166,4 +180,4 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                         window(window_size), softcap, rotary_interleaved, alibi_slopes,
-                        num_splits, return_softmax_lse)
+                        num_splits, return_softmax_lse, precision)

@@ -20,7 +20,7 @@ from . import _structs as S
 from . import _tensor
 from ._errors import check, new_error
 from ._lib import lib
-from ._sdpa_call import SdpaCall, _sum_to, integer
+from ._sdpa_call import SdpaCall, _sum_to, integer, precision_code
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -28,7 +28,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  causal_alignment="top_left", return_lse=False,
                                  need_weights=False, return_softmax_stats=False, window=None,
                                  alibi_slopes=None, softcap=0.0, sinks=None, dropout_seed=None,
-                                 dropout_offset=0, num_threads=None, path="auto", out=None):
+                                 dropout_offset=0, num_threads=None, path="auto", out=None,
+                                 precision="exact"):
     """Attention output (..., Hq, L, Ev): float32, or float16 for a float16 query.
 
     attn_mask may also be a tuple of two masks (say a key-padding mask and a
@@ -47,6 +48,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                         random when None; pass the same to the backward)
       num_threads       threads for this call (default: set_num_threads)
       path              "auto", "reference" or "fused"
+      precision         "exact" (default: float32 arithmetic, 16-bit inputs
+                        widened exactly) or "bf16" (bfloat16 products with
+                        float32 accumulation, as torch's and FlashAttention's
+                        bfloat16 kernels: README "bfloat16 products")
       out               an array to write the output into (its shape and
                         dtype, any strides: a (B, N, H, D) buffer's
                         transposed view, say), returned as the output
@@ -62,14 +67,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 causal_alignment not in _CAUSAL) and
             _plain(query) and _plain(key) and _plain(value)):
         result = np.empty(query.shape[:3] + value.shape[3:], np.float32)
-        _fast.forward(*(_triple(a) for a in (query, key, value, result)),
+        _fast.forward(_fast.triple(query), _fast.triple(key), _fast.triple(value),
+                      _fast.triple(result),
                       None if scale is None else float(scale),
                       _CAUSAL[causal_alignment] if is_causal else 0, num_threads,
-                      (query, key, value, result))
+                      (query, key, value, result), precision=precision_code(precision))
         return result
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
-                    dropout_offset, num_threads, path)
+                    dropout_offset, num_threads, path, precision)
     shape, dtype = call.out_shape(call.v.shape[3]), _result_dtype(call.q)
     given_out = out is not None
     if not given_out:
@@ -105,7 +111,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
                                           needs_grad=(True, True, True), window=None,
                                           alibi_slopes=None, softcap=0.0, sinks=None,
                                           dropout_seed=None, dropout_offset=0, num_threads=None,
-                                          path="auto", grad_attn_mask=False):
+                                          path="auto", grad_attn_mask=False, precision="exact"):
     """Gradients (dq, dk, dv) of <grad_out, attention(q, k, v)>, shaped like
     query, key and value (summed over broadcast dimensions), float32 (float16
     for a float16 input, summed in float32 first where it was broadcast).
@@ -117,13 +123,14 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
     the gradient of the sinks is appended. With grad_attn_mask=True, the
     gradient of the float attn_mask (a learned bias), in its own shape, comes
     last (a list, None for bool masks, when attn_mask is a tuple). With
-    dropout, pass the forward's dropout_seed and dropout_offset.
+    dropout, pass the forward's dropout_seed and dropout_offset; precision
+    as the forward's.
     """
     if dropout_p and dropout_seed is None:
         raise ValueError("dropout_seed: the backward of dropout needs the forward's seed")
     call = SdpaCall(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     causal_alignment, window, alibi_slopes, softcap, sinks, dropout_seed,
-                    dropout_offset, num_threads, path)
+                    dropout_offset, num_threads, path, precision)
     dout = _tensor.floating(grad_out, "grad_out")
     if call.drop_all:  # dropout_p = 1: the output is constant, every gradient 0
         dout = np.zeros_like(dout)
@@ -151,7 +158,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
         *(_view(g, n) if g is not None else None
           for g, n in zip(grads, ("grad_query", "grad_key", "grad_value"))),
         C.byref(call.opts), C.byref(err)), err)
-    result = tuple(_unbroadcast(g, call.batch, shape).astype(_result_dtype(a), copy=False)
+    result = tuple(_tensor.round_to(_unbroadcast(g, call.batch, shape), _result_dtype(a))
                    if g is not None else None
                    for g, a, shape in zip(grads, (call.q, call.k, call.v), call.shapes))
     if dsinks is not None:
@@ -165,14 +172,13 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, out=None,
 _CAUSAL = {"top_left": S.CAUSAL_TOP_LEFT, "bottom_right": S.CAUSAL_BOTTOM_RIGHT}
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _plain(a):
-    """A float32 array the library reads as it is."""
-    return a.dtype == np.float32 and _tensor.passes_as_is(a, negative_ok=True)
-
-
-def _triple(a):
-    item = a.itemsize
-    return a.ctypes.data, a.shape, [s // item for s in a.strides]
+    """A float32 array the library reads as it is (NumPy's aligned flag
+    covers the strides: each a whole number of elements)."""
+    return a.dtype is _F32 and a.flags.aligned
 
 
 def _view(a, name):
@@ -188,8 +194,8 @@ def _in(call, a, name, convert):
 
 
 def _result_dtype(a):
-    """Results follow a float16 input's dtype (as torch's); else float32."""
-    return np.float16 if a.dtype == np.float16 else np.float32
+    """Results follow a 16-bit input's dtype (as torch's); else float32."""
+    return a.dtype if a.dtype == np.float16 or _tensor.is_bf16(a) else np.dtype(np.float32)
 
 
 def _unbroadcast(g, batch, shape):

@@ -19,6 +19,7 @@ from . import _fast
 from . import _features
 from . import _structs
 from . import _threads as _attn_threads
+from ._sdpa_call import precision_code
 from .sdpa import scaled_dot_product_attention as _sdpa
 from .sdpa import scaled_dot_product_attention_backward as _sdpa_backward
 
@@ -101,8 +102,8 @@ _CAUSAL = {"top_left": _structs.CAUSAL_TOP_LEFT, "bottom_right": _structs.CAUSAL
 
 def _plain(t):
     """A float32 CPU tensor the library reads as it is (forward, no grad)."""
-    return (type(t) is torch.Tensor and t.dtype == torch.float32 and t.device.type == "cpu" and
-            t.layout == torch.strided)
+    return (type(t) is torch.Tensor and t.dtype is torch.float32 and t.is_cpu and
+            t.layout is torch.strided)
 
 
 def _triple(t):
@@ -124,11 +125,12 @@ class _SdpaFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, mask0, mask1, sinks, options):
         if options.get("plain"):  # no mask, variant or extra output: the short road
-            out = torch.empty(query.shape[:3] + value.shape[3:])
-            lse, stats = torch.empty(query.shape[:3]), torch.empty(query.shape[:3] + (2,))
+            b, h, n, _ = query.shape  # plain tuples: slicing a torch.Size costs µs
+            out = torch.empty((b, h, n, value.shape[3]))
+            lse, stats = torch.empty((b, h, n)), torch.empty((b, h, n, 2))
             _fast.forward(*(_triple(t) for t in (query, key, value, out)), options["scale"],
                           options["causal"], options["num_threads"], (query, key, value, out),
-                          _triple(lse), _triple(stats))
+                          _triple(lse), _triple(stats), options["precision"])
             ctx.options = options
             ctx.save_for_backward(query, key, value, None, None, None, out, lse, stats)
             ctx.mark_non_differentiable(lse)
@@ -160,7 +162,7 @@ class _SdpaFunction(torch.autograd.Function):
             o = ctx.options
             _fast.backward(*(_triple(t) for t in (query, key, value, out, stats, grad_out)),
                            [None if g is None else _triple(g) for g in grads], o["scale"],
-                           o["causal"], o["num_threads"])
+                           o["causal"], o["num_threads"], o["precision"])
             return _once_differentiable(tuple(grads) + (None, None, None)) + (None,)
         want_masks = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
         grads = _sdpa_backward(_numpy(grad_out), _numpy(query), _numpy(key), _numpy(value),
@@ -182,14 +184,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  causal_alignment="top_left", return_lse=False,
                                  need_weights=False, window=None, alibi_slopes=None,
                                  softcap=0.0, sinks=None, num_threads=None, path="auto",
-                                 _bnhd_out=False):
+                                 precision="exact", _bnhd_out=False):
     """torch.nn.functional.scaled_dot_product_attention (torch >= 2.5
     signature) on attn's kernels, differentiable in query, key, value (and
     sinks, and float masks: a learned bias). Keyword extras as
     attn.scaled_dot_product_attention (attn_mask may be a pair of masks);
     return_lse / need_weights append the (non-differentiable) LSE /
     weights. Threads: num_threads=, else attn.set_num_threads's, else
-    torch.get_num_threads()."""
+    torch.get_num_threads(). precision="bf16": bfloat16 products with
+    float32 accumulation (as torch's bfloat16 kernels); the default "exact"
+    computes in float32 whatever the inputs' dtype."""
     dtype = query.dtype
     query, key, value = _float32(query), _float32(key), _float32(value)
     if (_fast.applies(query.shape, key.shape, value.shape, attn_mask, dropout_p, scale,
@@ -201,11 +205,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         causal = _CAUSAL[causal_alignment] if is_causal else 0
         if not return_lse and not (torch.is_grad_enabled() and (
                 query.requires_grad or key.requires_grad or value.requires_grad)):
-            out = torch.empty(query.shape[:3] + value.shape[3:])  # no graph: no Function
-            _fast.forward(*(_triple(t) for t in (query, key, value, out)), scale, causal,
-                          _threads(num_threads), (query, key, value, out))
-            return out.to(dtype)
-        options = dict(plain=True, scale=scale, causal=causal, num_threads=_threads(num_threads))
+            b, h, n, _ = query.shape  # no graph: no Function
+            out = torch.empty((b, h, n, value.shape[3]))
+            _fast.forward(_triple(query), _triple(key), _triple(value), _triple(out), scale,
+                          causal, _threads(num_threads), (query, key, value, out),
+                          precision=precision_code(precision))
+            return out if dtype is torch.float32 else out.to(dtype)
+        options = dict(plain=True, scale=scale, causal=causal, num_threads=_threads(num_threads),
+                       precision=precision_code(precision))
         out, lse = _SdpaFunction.apply(query, key, value, None, None, None, options)
         out = out.to(dtype)
         return (out, lse) if return_lse else out
@@ -216,7 +223,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                    causal_alignment=causal_alignment, window=window,
                    alibi_slopes=_numpy(alibi_slopes), softcap=softcap,
                    dropout_seed=_seed() if dropout_p else None,
-                   num_threads=_threads(num_threads),
+                   num_threads=_threads(num_threads), precision=precision,
                    path=path, need_weights=need_weights, bnhd_out=_bnhd_out)
     res = _SdpaFunction.apply(query, key, value, _mask(masks[0]),
                               _mask(masks[1]), _float32(sinks), options)

@@ -14,7 +14,8 @@ from . import _tensor
 from . import _threads
 from ._errors import check, new_error
 from ._lib import lib
-from ._sdpa_call import _ZERO_SCALE, uint64, window_side
+from . import _fast
+from ._sdpa_call import precision_code, uint64, window_side
 
 
 class _Seqs:
@@ -42,11 +43,10 @@ class _Seqs:
 
 
 def _options(keep, scale, causal, window, softcap, alibi_slopes, dropout_p, dropout_seed,
-             num_threads):
+             num_threads, precision):
     o = S.attn_sdpa_opts()
-    if scale is not None:
-        scale = float(scale)
-        o.scale = _ZERO_SCALE if scale == 0.0 else scale
+    o.precision = precision_code(precision)
+    o.scale = _fast.scale_option(scale)
     o.causal = S.CAUSAL_BOTTOM_RIGHT if causal else S.CAUSAL_NONE
     if window is not None:
         o.window.enabled = True
@@ -79,7 +79,7 @@ def _ptr(keep, a, name):
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None, causal=False,
                      window=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                     dropout_seed=None, num_threads=None):
+                     dropout_seed=None, num_threads=None, precision="exact"):
     """(out (total_q, Hq, Dv), lse (Hq, total_q), stats (total_q, Hq, 2),
     dropout_seed): the forward over packed sequences. lse is FlashAttention's
     layout (natural log); stats is what varlen_attention_backward reads."""
@@ -89,7 +89,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None,
         dropout_seed = secrets.randbits(63) if dropout_p else 0
     keep = []
     o = _options(keep, softmax_scale, causal, window, softcap, alibi_slopes,
-                 dropout_p, dropout_seed, num_threads)
+                 dropout_p, dropout_seed, num_threads, precision)
     total, hq = q.shape[0], q.shape[1]
     out = np.empty((total, hq, v.shape[2]), np.float16 if q.dtype == np.float16 else np.float32)
     lse = np.empty((hq, total), np.float32)
@@ -105,14 +105,15 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None,
 def varlen_attention_backward(dout, q, k, v, cu_seqlens_q, cu_seqlens_k, out, stats, *,
                               softmax_scale=None, causal=False, window=None, softcap=0.0,
                               alibi_slopes=None, dropout_p=0.0, dropout_seed=0,
-                              num_threads=None, needs_grad=(True, True, True)):
+                              num_threads=None, needs_grad=(True, True, True),
+                              precision="exact"):
     """(dq, dk, dv) of <dout, varlen_attention(...)>, from the forward's out
     and stats (None for the ones not in needs_grad)."""
     q, k, v = _inputs(q, k, v)
     seqs = _Seqs(cu_seqlens_q, cu_seqlens_k)
     keep = []
     o = _options(keep, softmax_scale, causal, window, softcap, alibi_slopes,
-                 dropout_p, dropout_seed, num_threads)
+                 dropout_p, dropout_seed, num_threads, precision)
     o.softmax_stats = _ptr(keep, _tensor.float32(stats, "stats"), "softmax_stats")
     grads = [np.empty(a.shape, np.float16 if a.dtype == np.float16 else np.float32)
              if wanted else None for a, wanted in zip((q, k, v), needs_grad)]

@@ -45,7 +45,8 @@ int main(void)
     FIELD(attn_sdpa_opts, precision);
     FIELD(attn_sdpa_opts, reserved32);
     FIELD(attn_sdpa_opts, grad_mask);
-    FIELD(attn_sdpa_opts, reserved);
+    FIELD(attn_sdpa_opts, rope);
+    FIELD(attn_sdpa_opts, rope_offset);
 
     SIZE(attn_varlen_seqs);
     FIELD(attn_varlen_seqs, nseq);

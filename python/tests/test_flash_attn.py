@@ -139,6 +139,39 @@ def test_flash_attn_varlen_func(torch, rng, causal, win):
         np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), atol=1e-4, rtol=1e-4)
 
 
+def test_flash_attn_varlen_func_attn_probs_layout(torch, rng):
+    """return_attn_probs: (out, softmax_lse (nheads, total_q), probs (batch,
+    nheads, max_seqlen_q, max_seqlen_k)): each sequence's exact softmax
+    weights in its top-left corner, zeros elsewhere, the same with dropout
+    (weights before dropout) and on NumPy and torch."""
+    lq, lk = [2, 5, 0, 3], [4, 1, 3, 6]
+    q, k, v, cu_q, cu_k = varlen_case(rng, lq, lk)
+    mq, mk = max(lq) + 2, max(lk) + 1  # larger than any sequence: more padding
+    out, lse, probs = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True,
+                                             return_attn_probs=True)
+    assert lse.shape == (4, cu_q[-1]) and probs.shape == (4, 4, mq, mk)
+    assert probs.dtype == np.float32
+    rq, rk, rv = f64(torch, q, k, v)
+    for s in range(len(lq)):
+        corner = probs[s, :, :lq[s], :lk[s]]
+        rest = probs[s].copy()
+        rest[:, :lq[s], :lk[s]] = 0
+        assert not rest.any(), f"sequence {s}: nonzero padding"
+        if lq[s]:
+            sq, sk = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+            wp = ref_bnhd(torch, rq[sq][None], rk[sk][None], rv[sk][None], True)[2]
+            np.testing.assert_allclose(corner, wp[0].detach().numpy(), **TOL)
+    dropped = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, dropout_p=0.5, causal=True,
+                                     return_attn_probs=True)
+    np.testing.assert_array_equal(dropped[2], probs)  # before dropout
+    assert not np.array_equal(dropped[0], out)
+    t = flash_attn_varlen_func(*(torch.tensor(a) for a in (q, k, v, cu_q, cu_k)), mq, mk,
+                               causal=True, return_attn_probs=True)
+    assert all(isinstance(x, torch.Tensor) for x in t) and t[2].shape == probs.shape
+    np.testing.assert_array_equal(t[2].numpy(), probs)
+    np.testing.assert_array_equal(t[1].numpy(), lse)
+
+
 def test_flash_attn_varlen_func_errors(rng):
     q, k, v, cu_q, cu_k = varlen_case(rng, [3, 4], [3, 4])
     with pytest.raises(ValueError, match="max_seqlen_k: 3, but a sequence has 4 tokens"):
@@ -201,6 +234,55 @@ def test_kvcache_equal_lengths_batch_idx_leftpad_and_torch(torch, rng):
     full = flash_attn_with_kvcache(q.numpy(), k_cache.numpy()[:2], v_cache.numpy()[:2])
     want, _ = attend_ref(torch, q[0].numpy(), k_cache[0].numpy(), v_cache[0].numpy(), False)
     np.testing.assert_allclose(full[0], want, **TOL)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kvcache_16bit_torch_caches_with_batch_idx_and_leftpad(torch, rng, dtype, causal):
+    """16-bit torch q and caches (flash-attn's dtypes) stay 16-bit: new keys
+    are appended bit for bit (float32 ones rounded as Tensor.to rounds), the
+    output has q's dtype, and it is the float64 attention of the stored
+    values within the README's 16-bit bound; cache_batch_idx picks each
+    entry's cache row and cache_leftpad hides the keys before it."""
+    dt = getattr(torch, dtype)
+    u = 2.0 ** (-8 if dtype == "bfloat16" else -11)
+    B, rows_total, cap, Hk, H, D, new = 3, 5, 12, 2, 4, 16, 2
+    t = lambda shape: torch.tensor(rng.standard_normal(shape), dtype=torch.float32)  # noqa
+    k_cache, v_cache = t((rows_total, cap, Hk, D)).to(dt), t((rows_total, cap, Hk, D)).to(dt)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    q = t((B, new, H, D)).to(dt)
+    k, v = t((B, new, Hk, D)).to(dt), t((B, new, Hk, D))  # v float32: rounded on append
+    rows = torch.tensor([4, 0, 2], dtype=torch.int32)
+    left = torch.tensor([3, 0, 6], dtype=torch.int32)
+    seqlens = torch.tensor([7, 5, 6], dtype=torch.int32)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                       cache_batch_idx=rows, cache_leftpad=left, causal=causal,
+                                       return_softmax_lse=True)
+    assert out.dtype == dt and out.shape == (B, new, H, D) and lse.dtype == torch.float32
+    untouched = torch.ones(rows_total, dtype=torch.bool)
+    for b in range(B):
+        r, lp, s = int(rows[b]), int(left[b]), int(seqlens[b])
+        untouched[r] = False
+        assert torch.equal(k_cache[r, s:s + new], k[b])
+        assert torch.equal(v_cache[r, s:s + new], v[b].to(dt))
+        assert torch.equal(k_cache[r, :s], before_k[r, :s])
+        assert torch.equal(v_cache[r, s + new:], before_v[r, s + new:])
+        keys, vals = k_cache[r, lp:s + new].double(), v_cache[r, lp:s + new].double()
+        want, wlse = attend_ref(torch, q[b].double().numpy(), keys.numpy(), vals.numpy(), causal)
+        bound = u * (np.abs(want) + vals.abs().max().item()) + 1e-5
+        err = np.abs(out[b].double().numpy() - want)
+        assert (err <= bound).all(), f"entry {b}: error {err.max()} beyond the 16-bit bound"
+        np.testing.assert_allclose(lse[b].numpy(), wlse, atol=1e-4, rtol=1e-4)
+    assert torch.equal(k_cache[untouched], before_k[untouched])  # other rows left alone
+    # the same on NumPy float16 arrays: the same bits
+    if dtype == "float16":
+        kc2, vc2 = before_k.numpy().copy(), before_v.numpy().copy()
+        out2 = flash_attn_with_kvcache(q.numpy(), kc2, vc2, k.numpy(), v.numpy(),
+                                       cache_seqlens=seqlens.numpy(),
+                                       cache_batch_idx=rows.numpy(), cache_leftpad=left.numpy(),
+                                       causal=causal)
+        assert out2.dtype == np.float16
+        np.testing.assert_array_equal(out2, out.numpy())
 
 
 @pytest.mark.parametrize("shuffled", [False, True])
@@ -427,6 +509,18 @@ def test_merge_states_against_float64(torch, rng):
     np.testing.assert_allclose(S.numpy(), np.log2(w.sum(1)), atol=1e-5)
     with pytest.raises(ValueError, match="v, s: expected"):
         merge_states(v[0], s[0])
+
+
+@pytest.mark.parametrize("base", [0.0, 1e3, 3e4, -3e4])
+def test_merge_state_log2_far_from_zero(base):
+    # the weights depend on s_a - s_b only: as exact at |s| = 3e4 as at 0
+    sa, sb = np.float32([[base + 0.25]]), np.float32([[base]])
+    v, s = merge_state(np.ones((1, 1, 1), np.float32), sa, np.zeros((1, 1, 1), np.float32), sb)
+    d = float(sa[0, 0]) - float(sb[0, 0])
+    want = 2 ** d / (1 + 2 ** d)
+    assert abs(v.item() - want) <= 2 * abs(np.spacing(np.float32(want)))
+    want_s = float(sb[0, 0]) + math.log2(1 + 2 ** d)
+    assert abs(s.item() - want_s) <= abs(np.spacing(np.float32(want_s)))
 
 
 def test_alibi_slopes_helper(torch):

@@ -88,13 +88,19 @@ def test_jit_trace_of_mha_replays(torch, at):
 # ------------------------------------------------------------------ threads
 def test_torch_front_end_follows_torch_threads(torch, at, monkeypatch):
     import attn.sdpa as numpy_sdpa
+    from attn import _fast
     seen = []
-    real = numpy_sdpa.lib.attn_sdpa
+    real, real_fast = numpy_sdpa.lib.attn_sdpa, _fast._sdpa
 
     def spy(*args):
         seen.append(args[6]._obj.num_threads)
         return real(*args)
+
+    def spy_fast(*args):  # the short road passes its opts by address
+        seen.append(_fast._frame().opts.num_threads)
+        return real_fast(*args)
     monkeypatch.setattr(numpy_sdpa.lib, "attn_sdpa", spy)
+    monkeypatch.setattr(_fast, "_sdpa", spy_fast)
     q = torch.randn(1, 2, 64, 16)  # enough work for two threads
     before = torch.get_num_threads()
     try:
@@ -185,3 +191,22 @@ def test_other_integer_options_are_checked():
                                           dropout_offset=0.5)
     with pytest.raises(TypeError, match="heads"):
         attn.alibi_slopes(4.5)
+
+
+def test_a_scale_that_underflows_float32_is_an_error_on_every_road(rng):
+    # float32 0 means "the default 1/sqrt(D)" to the library: never silently
+    q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    x = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    cu = np.array([0, 3, 6], np.int32)
+    import attn.varlen
+    from attn.flash_attn import flash_attn_varlen_func
+    calls = [lambda: attn.scaled_dot_product_attention(q, q, q, scale=1e-50),
+             lambda: attn.scaled_dot_product_attention(q, q, q, scale=1e-50, return_lse=True),
+             lambda: attn.varlen.varlen_attention(x, x, x, cu, cu, softmax_scale=1e-50),
+             lambda: flash_attn_varlen_func(x, x, x, cu, cu, 3, 3, softmax_scale=1e-50)]
+    for call in calls:
+        with pytest.raises(ValueError, match="underflows float32"):
+            call()
+    # 0 itself is torch's "every score 0": uniform weights, not the default
+    o = attn.scaled_dot_product_attention(q, q, q, scale=0.0)
+    np.testing.assert_allclose(o, np.broadcast_to(q.mean(2, keepdims=True), o.shape), atol=1e-6)

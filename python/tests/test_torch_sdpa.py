@@ -110,15 +110,20 @@ def test_lse_and_weights_outputs(torch, at):
 
 
 def test_only_the_needed_gradients_are_computed(torch, at, monkeypatch):
-    from attn import _lib
+    from attn import _fast, _lib
     asked = {}
-    real = _lib.lib.attn_sdpa_backward
+    real, real_fast = _lib.lib.attn_sdpa_backward, _fast._sdpa_backward
 
     def spy(*args):
         asked["grads"] = tuple(a is not None for a in args[6:9])  # dq, dk, dv
         return real(*args)
 
+    def spy_fast(*args):  # the short road
+        asked["grads"] = tuple(a is not None for a in args[6:9])
+        return real_fast(*args)
+
     monkeypatch.setattr(_lib.lib, "attn_sdpa_backward", spy)
+    monkeypatch.setattr(_fast, "_sdpa_backward", spy_fast)
     q = torch.randn(1, 1, 3, 4, requires_grad=True)
     kv = torch.randn(1, 1, 3, 4)
     for mask in (None, torch.ones(3, 3, dtype=torch.bool)):  # the short road and the other

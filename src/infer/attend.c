@@ -179,7 +179,6 @@ static attn_status attend_merged(const kv_attend_call *a, attend_scratch *w, int
 {
     const attn_kvcache *c = a->c;
     const int64_t Hq = a->Hq, Nq = a->Nq, Dv = a->Dv, rows = Hq * Nq, L = c->len[b];
-    const int64_t bs = c->cfg.block_size;
     for (int64_t r = 0; r < rows; ++r) {
         const float sink = kv_sink(a, r / Nq);
         w->acc_m[r] = sink;
@@ -187,23 +186,15 @@ static attn_status attend_merged(const kv_attend_call *a, attend_scratch *w, int
     }
     memset(w->acc_o, 0, (size_t)(rows * Dv) * sizeof(double));
     const bool masked = a->slopes || a->opts.window.enabled;
-    const int32_t *tab = c->table + b * c->max_blocks;
-    for (int64_t blk = 0; blk * bs < L;) {
-        /* a run of consecutive pool blocks, at most MASK_KEYS keys when masked */
-        int64_t end = blk + 1;
-        while (end * bs < L && tab[end] == tab[end - 1] + 1 && (!masked || (end + 1 - blk) * bs <= MASK_KEYS))
-            end++;
-        const int64_t j0 = blk * bs, n = (end * bs < L ? end * bs : L) - j0;
-        /* a masked part may still exceed MASK_KEYS when one block does: cut it */
-        for (int64_t p0 = 0; p0 < n;) {
-            const int64_t pn = masked && n - p0 > MASK_KEYS ? MASK_KEYS : n - p0;
-            RETURN_IF_ERROR(attend_part(a, w, b, j0 + p0, pn, err));
-            for (int64_t r = 0; r < rows; ++r)
-                kv_merge_part(&w->acc_m[r], &w->acc_s[r], w->acc_o + r * Dv, w->part_st[2 * r],
-                           w->part_st[2 * r + 1], w->part_o + r * Dv, Dv);
-            p0 += pn;
-        }
-        blk = end;
+    for (int64_t j0 = 0; j0 < L;) {
+        /* a run of consecutive pool rows, at most MASK_KEYS keys when masked */
+        int64_t end = kv_run_end(c, b, j0);
+        if (masked && end - j0 > MASK_KEYS) end = j0 + MASK_KEYS;
+        RETURN_IF_ERROR(attend_part(a, w, b, j0, end - j0, err));
+        for (int64_t r = 0; r < rows; ++r)
+            kv_merge_part(&w->acc_m[r], &w->acc_s[r], w->acc_o + r * Dv, w->part_st[2 * r],
+                          w->part_st[2 * r + 1], w->part_o + r * Dv, Dv);
+        j0 = end;
     }
     for (int64_t r = 0; r < rows; ++r)
         kv_store_merged(a, b, r / Nq, r % Nq, w->acc_m[r], w->acc_s[r], w->acc_o + r * Dv);
@@ -244,14 +235,10 @@ static attn_status check_output(const attn_tensor *t, const char *name, int ndim
     return ATTN_OK;
 }
 
-/* True when entry b's blocks are consecutive in the pool (one view). */
+/* True when entry b's keys are consecutive storage rows (one view). */
 static bool one_run(const attn_kvcache *c, int64_t b)
 {
-    if (!kv_paged(c)) return true;
-    const int32_t *tab = c->table + b * c->max_blocks;
-    for (int64_t i = 1; i * c->cfg.block_size < c->len[b]; ++i)
-        if (tab[i] != tab[i - 1] + 1) return false;
-    return true;
+    return kv_run_end(c, b, 0) >= c->len[b];
 }
 
 /* One entry on `threads` threads with worker scratch w. */
@@ -349,6 +336,9 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
     RETURN_IF(a.opts.dropout_p != 0.0f, err, ATTN_ERR_UNSUPPORTED,
               "dropout_p: not supported by the KV cache (inference only)");
     RETURN_IF(a.opts.grad_sinks, err, ATTN_ERR_ARG, "grad_sinks: an output of the backward only");
+    RETURN_IF(a.opts.rope, err, ATTN_ERR_ARG,
+              "rope: the cache holds rotated keys; rotate through attn_kvcache_update_attend's "
+              "rope (opts.rope must be NULL)");
     RETURN_IF(a.opts.workspace, err, ATTN_ERR_UNSUPPORTED,
               "workspace: the KV cache allocates per call; pass NULL");
     /* q, heads, features and every option by attn_sdpa's rules, on an
@@ -389,17 +379,17 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
     return ATTN_OK;
 }
 
-attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
-                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
-                                attn_error *err)
+attn_status kv_attend_run(const kv_attend_call *call, attn_error *err)
 {
-    kv_attend_call a;
-    RETURN_IF_ERROR(kv_attend_prepare(cache, q, out, lse, opts, &a, err));
+    const kv_attend_call a = *call;
+    const attn_kvcache *cache = a.c;
+    const attn_tensor *q = a.q;
+    attn_tensor *out = (attn_tensor *)a.out, *lse = (attn_tensor *)a.lse;
     const attn_kvcache_config *g = &cache->cfg;
     if (kv_quantized(cache)) return kv_decode(&a, attn_resolve_threads(a.opts.num_threads), err);
 
     /* Contiguous with equal lengths: one call over the whole batch. */
-    bool equal = !kv_paged(cache);
+    bool equal = !kv_paged(cache) && !cache->entry_of && !cache->first;
     for (int64_t b = 1; b < g->batch && equal; ++b) equal = cache->len[b] == cache->len[0];
     if (equal) {
         attn_tensor k, v;
@@ -437,4 +427,11 @@ attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
     free(ws);
     if (s == ATTN_OK) attn_ok(err);
     return s;
+}
+
+attn_status attn_kvcache_attend(const attn_kvcache *cache, const attn_tensor *q,
+                                attn_tensor *out, attn_tensor *lse, const attn_sdpa_opts *opts,
+                                attn_error *err)
+{
+    return attn_kvcache_attend_batch(cache, q, out, lse, opts, NULL, err);
 }

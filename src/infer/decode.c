@@ -149,10 +149,10 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     }
     memset(w->acc, 0, (size_t)(R * Dv) * sizeof *w->acc);
     const int64_t j0 = t->split * SPLIT_KEYS, j1 = j0 + SPLIT_KEYS < L ? j0 + SPLIT_KEYS : L;
-    const int64_t bs = kv_paged(c) ? c->cfg.block_size : INT64_MAX;
     for (int64_t c0 = j0; c0 < j1;) {
         int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
-        if (bs - c0 % bs < n) n = bs - c0 % bs; /* stay inside the block */
+        const int64_t left = kv_block_left(c, t->b, c0);
+        if (left < n) n = left; /* stay inside the block */
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         const void *krows = kv_row_data(c, false, row0), *vrows = kv_row_data(c, true, row0);
         const int64_t npad = (n + 31) / 32 * 32;

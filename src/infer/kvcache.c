@@ -1,7 +1,7 @@
 /*
  * A key/value cache for decoding (attn/kvcache.h): creation, appends (which
- * quantize, quant.c), lengths, the paged block pool and block tables, views
- * and read-back. The storage layout is described in cache.h; attention over
+ * quantize, quant.c), lengths, views and read-back. The paged block pool
+ * is pool.c. The storage layout is described in cache.h; attention over
  * the cache is attend.c and decode.c.
  */
 #include "../core/half.h"
@@ -36,7 +36,7 @@ void attn_kvcache_free(attn_kvcache *cache)
     free(cache->len);
     free(cache->table);
     free(cache->nblk);
-    free(cache->owner);
+    free(cache->refs);
     free(cache->k_rs);
     free(cache->v_rs);
     free(cache->k_hs);
@@ -137,10 +137,8 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     if (ok && max_blocks > 0) {
         c->table = calloc((size_t)(g.batch * max_blocks), sizeof *c->table);
         c->nblk = calloc((size_t)g.batch, sizeof *c->nblk);
-        c->owner = malloc((size_t)g.num_blocks * sizeof *c->owner);
-        ok = c->table && c->nblk && c->owner;
-        if (ok)
-            for (int64_t p = 0; p < g.num_blocks; ++p) c->owner[p] = -1;
+        c->refs = calloc((size_t)g.num_blocks, sizeof *c->refs);
+        ok = c->table && c->nblk && c->refs;
     }
     if (!ok) {
         attn_kvcache_free(c);
@@ -152,74 +150,18 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     return ATTN_OK;
 }
 
-/* ------------------------------------------------------------ paged pool */
-
-static int64_t free_blocks(const attn_kvcache *c)
-{
-    int64_t n = 0;
-    for (int64_t p = 0; p < c->cfg.num_blocks; ++p) n += c->owner[p] < 0;
-    return n;
-}
-
-/* Zeroes pool block p (every kv head). */
-static void zero_block(attn_kvcache *c, int64_t p)
-{
-    const attn_kvcache_config *g = &c->cfg;
-    for (int64_t h = 0; h < g->kv_heads; ++h) {
-        const int64_t row = h * kv_pool_rows(c) + p * g->block_size;
-        memset((char *)c->k + row * g->head_dim * (int64_t)c->elem, 0,
-               (size_t)(g->block_size * g->head_dim) * c->elem);
-        memset((char *)c->v + row * g->value_dim * (int64_t)c->elem, 0,
-               (size_t)(g->block_size * g->value_dim) * c->elem);
-        if (c->k_rs) {
-            memset(c->k_rs + row, 0, (size_t)g->block_size * sizeof *c->k_rs);
-            memset(c->v_rs + row, 0, (size_t)g->block_size * sizeof *c->v_rs);
-        }
-    }
-}
-
-/* Maps blocks to entry b until it has `want` (free blocks checked by the
- * caller), lowest pool index first, zeroed. */
-static void grow_blocks(attn_kvcache *c, int64_t b, int64_t want)
-{
-    int64_t p = 0;
-    while (c->nblk[b] < want) {
-        while (c->owner[p] >= 0) p++;
-        c->owner[p] = (int32_t)b;
-        zero_block(c, p);
-        c->table[b * c->max_blocks + c->nblk[b]++] = (int32_t)p;
-    }
-}
-
-/* Returns entry b's blocks past the first `keep` to the pool. */
-static void shrink_blocks(attn_kvcache *c, int64_t b, int64_t keep)
-{
-    while (c->nblk[b] > keep) c->owner[c->table[b * c->max_blocks + --c->nblk[b]]] = -1;
-}
-
-/* Blocks the entries would need beyond what they have, for new lengths. */
-static int64_t blocks_needed(const attn_kvcache *c, const int64_t *new_len)
-{
-    int64_t need = 0;
-    for (int64_t b = 0; b < c->cfg.batch; ++b) {
-        const int64_t want = kv_ceil_div(new_len[b], c->cfg.block_size);
-        if (want > c->nblk[b]) need += want - c->nblk[b];
-    }
-    return need;
-}
-
 /* ------------------------------------------------------------ mutation */
 
-attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const attn_tensor *v,
-                                const int64_t *counts, attn_error *err)
+attn_status kv_append(attn_kvcache *cache, const attn_tensor *k, const attn_tensor *v,
+                      const int64_t *counts, const int64_t *entry_of, attn_error *err)
 {
     RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     const attn_kvcache_config *g = &cache->cfg;
     RETURN_IF_ERROR(attn_check_float_tensor(k, "key", 4, false, err));
     RETURN_IF_ERROR(attn_check_float_tensor(v, "value", 4, false, err));
-    const int64_t n = k->shape[2];
-    const int64_t kw[4] = {g->batch, g->kv_heads, n, g->head_dim};
-    const int64_t vw[4] = {g->batch, g->kv_heads, n, g->value_dim};
+    const int64_t n = k->shape[2], nb = entry_of ? k->shape[0] : g->batch;
+    const int64_t kw[4] = {nb, g->kv_heads, n, g->head_dim};
+    const int64_t vw[4] = {nb, g->kv_heads, n, g->value_dim};
     static const char *const dims[4] = {"batch", "heads", "sequence", "feature"};
     for (int d = 0; d < 4; ++d) {
         RETURN_IF(k->shape[d] != kw[d], err, ATTN_ERR_SHAPE, "key: %s size is %lld, the cache has %lld",
@@ -235,12 +177,20 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
         free(next), free(x);
         return attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
     }
+    for (int64_t e = 0; e < g->batch; ++e) next[e] = -1; /* not named yet */
     attn_status s = ATTN_OK;
-    for (int64_t b = 0; b < g->batch && s == ATTN_OK; ++b) {
-        const int64_t cnt = counts ? counts[b] : n;
-        if (cnt < 0 || cnt > n)
+    for (int64_t i = 0; i < nb && s == ATTN_OK; ++i) {
+        const int64_t b = entry_of ? entry_of[i] : i, cnt = counts ? counts[i] : n;
+        if (b < 0 || b >= g->batch)
+            s = attn_fail(err, ATTN_ERR_ARG, "cache_batch_idx[%lld]: entry %lld is outside [0, %lld)",
+                          (long long)i, (long long)b, (long long)g->batch);
+        else if (next[b] >= 0)
+            s = attn_fail(err, ATTN_ERR_ARG,
+                          "cache_batch_idx[%lld]: entry %lld appears twice in an append",
+                          (long long)i, (long long)b);
+        else if (cnt < 0 || cnt > n)
             s = attn_fail(err, ATTN_ERR_ARG, "counts[%lld]: %lld is outside [0, %lld]",
-                          (long long)b, (long long)cnt, (long long)n);
+                          (long long)i, (long long)cnt, (long long)n);
         else if (cnt > g->capacity - cache->len[b])
             s = attn_fail(err, ATTN_ERR_ARG,
                           "append: entry %lld holds %lld tokens; %lld more exceed the capacity %lld",
@@ -249,20 +199,28 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
         else
             next[b] = cache->len[b] + cnt;
     }
+    for (int64_t e = 0; e < g->batch; ++e)
+        if (next[e] < 0) next[e] = cache->len[e];
     if (s == ATTN_OK && kv_paged(cache)) {
-        const int64_t need = blocks_needed(cache, next), avail = free_blocks(cache);
-        if (need > avail)
+        int64_t need, avail;
+        s = kv_pool_plan(cache, cache->len, next, NULL, &need, &avail, err);
+        if (s == ATTN_OK && need > avail)
             s = attn_fail(err, ATTN_ERR_ARG, "append: needs %lld new blocks, the pool has %lld free",
                           (long long)need, (long long)avail);
     }
     if (s == ATTN_OK) {
-        for (int64_t b = 0; b < g->batch; ++b) {
-            if (kv_paged(cache)) grow_blocks(cache, b, kv_ceil_div(next[b], g->block_size));
+        if (kv_paged(cache))
+            for (int64_t b = 0; b < g->batch; ++b) {
+                kv_pool_unshare(cache, b, cache->len[b], next[b]);
+                kv_pool_grow(cache, b, kv_ceil_div(next[b], g->block_size));
+            }
+        for (int64_t i = 0; i < nb; ++i) {
+            const int64_t b = entry_of ? entry_of[i] : i;
             for (int64_t h = 0; h < g->kv_heads; ++h)
                 for (int64_t t = cache->len[b]; t < next[b]; ++t) {
                     const int64_t src = t - cache->len[b];
-                    const int64_t ks = b * k->stride[0] + h * k->stride[1] + src * k->stride[2];
-                    const int64_t vs = b * v->stride[0] + h * v->stride[1] + src * v->stride[2];
+                    const int64_t ks = i * k->stride[0] + h * k->stride[1] + src * k->stride[2];
+                    const int64_t vs = i * v->stride[0] + h * v->stride[1] + src * v->stride[2];
                     const int64_t row = kv_row(cache, b, h, t);
                     for (int64_t d = 0; d < g->head_dim; ++d)
                         x[d] = attn_load_float(k->data, k->dtype, ks + d * k->stride[3]);
@@ -271,12 +229,18 @@ attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const
                         x[d] = attn_load_float(v->data, v->dtype, vs + d * v->stride[3]);
                     cache->v_nonfinite |= kv_store_row(cache, true, row, h, x, g->value_dim);
                 }
-            cache->len[b] = next[b];
         }
+        for (int64_t b = 0; b < g->batch; ++b) cache->len[b] = next[b];
         attn_ok(err);
     }
     free(next), free(x);
     return s;
+}
+
+attn_status attn_kvcache_append(attn_kvcache *cache, const attn_tensor *k, const attn_tensor *v,
+                                const int64_t *counts, attn_error *err)
+{
+    return kv_append(cache, k, v, counts, NULL, err);
 }
 
 attn_status attn_kvcache_set_lengths(attn_kvcache *cache, const int64_t *lengths,
@@ -290,81 +254,24 @@ attn_status attn_kvcache_set_lengths(attn_kvcache *cache, const int64_t *lengths
                   "lengths[%lld]: %lld is outside [0, capacity %lld]", (long long)b,
                   (long long)lengths[b], (long long)g->capacity);
     if (kv_paged(cache)) {
-        /* blocks freed by shrinking entries are available to growing ones */
-        int64_t need = blocks_needed(cache, lengths), avail = free_blocks(cache);
-        for (int64_t b = 0; b < g->batch; ++b) {
-            const int64_t want = kv_ceil_div(lengths[b], g->block_size);
-            if (want < cache->nblk[b]) avail += cache->nblk[b] - want;
+        /* blocks released by shortening entries are available to growing ones */
+        int64_t *keep = malloc((size_t)g->batch * sizeof *keep);
+        RETURN_IF(!keep, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
+        for (int64_t b = 0; b < g->batch; ++b) keep[b] = kv_ceil_div(lengths[b], g->block_size);
+        int64_t need, avail;
+        attn_status s = kv_pool_plan(cache, NULL, lengths, keep, &need, &avail, err);
+        if (s == ATTN_OK && need > avail)
+            s = attn_fail(err, ATTN_ERR_ARG, "lengths: need %lld new blocks, the pool has %lld free",
+                          (long long)need, (long long)avail);
+        if (s != ATTN_OK) {
+            free(keep);
+            return s;
         }
-        RETURN_IF(need > avail, err, ATTN_ERR_ARG,
-                  "lengths: need %lld new blocks, the pool has %lld free", (long long)need,
-                  (long long)avail);
-        for (int64_t b = 0; b < g->batch; ++b)
-            shrink_blocks(cache, b, kv_ceil_div(lengths[b], g->block_size));
-        for (int64_t b = 0; b < g->batch; ++b)
-            grow_blocks(cache, b, kv_ceil_div(lengths[b], g->block_size));
+        for (int64_t b = 0; b < g->batch; ++b) kv_pool_shrink(cache, b, keep[b]);
+        for (int64_t b = 0; b < g->batch; ++b) kv_pool_grow(cache, b, keep[b]);
+        free(keep);
     }
     for (int64_t b = 0; b < g->batch; ++b) cache->len[b] = lengths[b];
-    attn_ok(err);
-    return ATTN_OK;
-}
-
-attn_status attn_kvcache_block_table(const attn_kvcache *cache, int64_t b, int32_t *table,
-                                     int64_t max, int64_t *count, attn_error *err)
-{
-    RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
-    RETURN_IF(!count, err, ATTN_ERR_NULL, "count: pointer is NULL");
-    RETURN_IF(!kv_paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
-    RETURN_IF(b < 0 || b >= cache->cfg.batch, err, ATTN_ERR_ARG,
-              "b: entry %lld is outside [0, %lld)", (long long)b, (long long)cache->cfg.batch);
-    RETURN_IF(max < 0 || (max > 0 && !table), err, ATTN_ERR_ARG,
-              "table: %lld entries wanted from a %s buffer", (long long)max,
-              table ? "given" : "NULL");
-    *count = cache->nblk[b];
-    for (int64_t i = 0; i < cache->nblk[b] && i < max; ++i)
-        table[i] = cache->table[b * cache->max_blocks + i];
-    attn_ok(err);
-    return ATTN_OK;
-}
-
-attn_status attn_kvcache_set_block_table(attn_kvcache *cache, int64_t b, const int32_t *table,
-                                         int64_t n, attn_error *err)
-{
-    RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
-    RETURN_IF(!kv_paged(cache), err, ATTN_ERR_ARG, "cache: not paged (block_size is 0)");
-    const attn_kvcache_config *g = &cache->cfg;
-    RETURN_IF(b < 0 || b >= g->batch, err, ATTN_ERR_ARG, "b: entry %lld is outside [0, %lld)",
-              (long long)b, (long long)g->batch);
-    const int64_t need = kv_ceil_div(cache->len[b], g->block_size);
-    RETURN_IF(n < need || n > cache->max_blocks, err, ATTN_ERR_ARG,
-              "table: %lld blocks, entry %lld needs %lld to %lld", (long long)n, (long long)b,
-              (long long)need, (long long)cache->max_blocks);
-    RETURN_IF(n > 0 && !table, err, ATTN_ERR_NULL, "table: pointer is NULL");
-    uint8_t *seen = calloc((size_t)g->num_blocks, 1);
-    RETURN_IF(!seen, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
-    attn_status s = ATTN_OK;
-    for (int64_t i = 0; i < n && s == ATTN_OK; ++i) {
-        const int64_t p = table[i];
-        if (p < 0 || p >= g->num_blocks)
-            s = attn_fail(err, ATTN_ERR_ARG, "table[%lld]: block %lld is outside the pool [0, %lld)",
-                          (long long)i, (long long)p, (long long)g->num_blocks);
-        else if (seen[p])
-            s = attn_fail(err, ATTN_ERR_ARG, "table[%lld]: block %lld appears twice", (long long)i,
-                          (long long)p);
-        else if (cache->owner[p] >= 0 && cache->owner[p] != b)
-            s = attn_fail(err, ATTN_ERR_ARG, "table[%lld]: block %lld belongs to entry %d",
-                          (long long)i, (long long)p, cache->owner[p]);
-        else
-            seen[p] = 1;
-    }
-    free(seen);
-    if (s != ATTN_OK) return s;
-    shrink_blocks(cache, b, 0);
-    for (int64_t i = 0; i < n; ++i) {
-        cache->owner[table[i]] = (int32_t)b;
-        cache->table[b * cache->max_blocks + i] = table[i];
-    }
-    cache->nblk[b] = n;
     attn_ok(err);
     return ATTN_OK;
 }

@@ -31,32 +31,43 @@ static float *rotated_copy(const attn_tensor *x, const attn_rope *rope, const in
     return data;
 }
 
-attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q,
-                                       const attn_tensor *k_new, const attn_tensor *v_new,
-                                       const int64_t *counts, const attn_rope *rope,
-                                       attn_tensor *out, attn_tensor *lse,
-                                       const attn_sdpa_opts *opts, attn_error *err)
+attn_status attn_kvcache_update_attend_batch(attn_kvcache *cache, const attn_tensor *q,
+                                             const attn_tensor *k_new, const attn_tensor *v_new,
+                                             const int64_t *counts, const attn_rope *rope,
+                                             const attn_kvcache_batch *batch, attn_tensor *out,
+                                             attn_tensor *lse, const attn_sdpa_opts *opts,
+                                             attn_error *err)
 {
-    kv_attend_call call;
-    RETURN_IF_ERROR(kv_attend_prepare(cache, q, out, lse, opts, &call, err));
     RETURN_IF(!k_new != !v_new, err, ATTN_ERR_NULL, "%s: NULL while %s is given",
               k_new ? "v_new" : "k_new", k_new ? "k_new" : "v_new");
+    RETURN_IF(!cache, err, ATTN_ERR_NULL, "cache: pointer is NULL");
     const attn_kvcache_config *g = &cache->cfg;
     if (k_new) {
         RETURN_IF_ERROR(attn_check_float_tensor(k_new, "key", 4, false, err));
-        RETURN_IF(k_new->shape[0] != g->batch || k_new->shape[3] != g->head_dim, err,
-                  ATTN_ERR_SHAPE, "key: (%lld, ., ., %lld), the cache holds (%lld, ., ., %lld)",
-                  (long long)k_new->shape[0], (long long)k_new->shape[3], (long long)g->batch,
+        RETURN_IF(k_new->shape[3] != g->head_dim, err, ATTN_ERR_SHAPE,
+                  "key: feature size is %lld, the cache holds %lld", (long long)k_new->shape[3],
                   (long long)g->head_dim);
     }
-    int64_t *pos = malloc((size_t)g->batch * sizeof *pos);
+    /* the batch's view, leftpad checked against the lengths after the append */
+    const int64_t Bq = batch && batch->cache_batch_idx && q ? q->shape[0] : g->batch;
+    int64_t *pos = malloc((size_t)(2 * (Bq > 0 ? Bq : 1)) * sizeof *pos), *added = pos + Bq;
     RETURN_IF(!pos, err, ATTN_ERR_ALLOC, "kvcache: cannot allocate");
-    memcpy(pos, cache->len, (size_t)g->batch * sizeof *pos);
-    attn_status s = ATTN_OK;
-    if (rope) { /* the furthest position either rotation reaches */
+    const int64_t n = k_new ? k_new->shape[2] : 0;
+    for (int64_t b = 0; b < Bq; ++b) added[b] = counts ? counts[b] : n;
+    attn_kvcache view;
+    int64_t *ints = NULL;
+    kv_attend_call call;
+    attn_status s = kv_batch_view(cache, q, batch, added, &view, &ints, err);
+    if (s == ATTN_OK) s = kv_attend_prepare(&view, q, out, lse, opts, &call, err);
+    if (s == ATTN_OK && k_new && k_new->shape[0] != view.cfg.batch)
+        s = attn_fail(err, ATTN_ERR_SHAPE, "key: batch size is %lld, the call's is %lld",
+                      (long long)k_new->shape[0], (long long)view.cfg.batch);
+    for (int64_t b = 0; s == ATTN_OK && b < Bq; ++b) pos[b] = cache->len[kv_entry(&view, b)];
+    free(ints);
+    if (s == ATTN_OK && rope) { /* the furthest position either rotation reaches */
         int64_t max_pos = 0;
-        const int64_t n = k_new ? k_new->shape[2] : 0, most = n > call.Nq ? n : call.Nq;
-        for (int64_t b = 0; b < g->batch; ++b)
+        const int64_t most = n > call.Nq ? n : call.Nq;
+        for (int64_t b = 0; b < Bq; ++b)
             if (pos[b] + most - 1 > max_pos) max_pos = pos[b] + most - 1;
         s = attn_rope_check(rope, g->head_dim, max_pos, err);
     }
@@ -70,8 +81,19 @@ attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q
         qbuf = rotated_copy(q, rope, pos, &qr);
         if (!qbuf) s = attn_fail(err, ATTN_ERR_ALLOC, "kvcache: cannot allocate the rotated queries");
     }
-    if (s == ATTN_OK && k_new) s = attn_kvcache_append(cache, &kr, v_new, counts, err);
-    if (s == ATTN_OK) s = attn_kvcache_attend(cache, rope ? &qr : q, out, lse, opts, err);
+    if (s == ATTN_OK && k_new)
+        s = kv_append(cache, &kr, v_new, counts, batch ? batch->cache_batch_idx : NULL, err);
+    if (s == ATTN_OK) s = attn_kvcache_attend_batch(cache, rope ? &qr : q, out, lse, opts, batch, err);
     free(pos), free(kbuf), free(qbuf);
     return s;
+}
+
+attn_status attn_kvcache_update_attend(attn_kvcache *cache, const attn_tensor *q,
+                                       const attn_tensor *k_new, const attn_tensor *v_new,
+                                       const int64_t *counts, const attn_rope *rope,
+                                       attn_tensor *out, attn_tensor *lse,
+                                       const attn_sdpa_opts *opts, attn_error *err)
+{
+    return attn_kvcache_update_attend_batch(cache, q, k_new, v_new, counts, rope, NULL, out, lse,
+                                            opts, err);
 }

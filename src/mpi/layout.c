@@ -1,22 +1,9 @@
 /* Which positions of the global sequence each rank holds (contiguous or
  * zigzag), and copies of a full tensor to and from a rank's slice. */
-#include "attn_mpi.h"
+#include "ring.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static attn_status fail(attn_error *err, attn_status s, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-        err->status = s;
-    }
-    return s;
-}
 
 /* Length of part i when n is cut into `parts` nearly equal parts (the first
  * n % parts get one more). */
@@ -33,10 +20,10 @@ static int64_t part_start(int64_t n, int64_t parts, int64_t i)
 attn_status attn_ring_layout(int64_t n, int ranks, int rank, bool causal, attn_ring_span *span,
                              attn_error *err)
 {
-    if (!span) return fail(err, ATTN_ERR_NULL, "span: pointer is NULL");
-    if (n < 0) return fail(err, ATTN_ERR_SHAPE, "sequence length %lld is negative", (long long)n);
+    if (!span) return ring_fail(err, ATTN_ERR_NULL, "span: pointer is NULL");
+    if (n < 0) return ring_fail(err, ATTN_ERR_SHAPE, "sequence length %lld is negative", (long long)n);
     if (ranks < 1 || rank < 0 || rank >= ranks)
-        return fail(err, ATTN_ERR_ARG, "rank %d of %d ranks is not valid", rank, ranks);
+        return ring_fail(err, ATTN_ERR_ARG, "rank %d of %d ranks is not valid", rank, ranks);
     memset(span, 0, sizeof *span);
     if (!causal) {
         span->count = 1;
@@ -87,25 +74,25 @@ static attn_status check_pair(const attn_tensor *full, const attn_tensor *local,
                               int ranks, int rank, bool causal, attn_ring_span *span,
                               attn_error *err)
 {
-    if (!full || !local) return fail(err, ATTN_ERR_NULL, "tensor is NULL");
+    if (!full || !local) return ring_fail(err, ATTN_ERR_NULL, "tensor is NULL");
     if (full->ndim != local->ndim || full->ndim < 1 || full->ndim > ATTN_MAX_DIMS)
-        return fail(err, ATTN_ERR_SHAPE, "full has %d dimensions, local %d", full->ndim,
+        return ring_fail(err, ATTN_ERR_SHAPE, "full has %d dimensions, local %d", full->ndim,
                     local->ndim);
     if (full->dtype != local->dtype)
-        return fail(err, ATTN_ERR_DTYPE, "full and local have different element types");
+        return ring_fail(err, ATTN_ERR_DTYPE, "full and local have different element types");
     if (dim < 0 || dim >= full->ndim)
-        return fail(err, ATTN_ERR_ARG, "dimension %d is out of range", dim);
+        return ring_fail(err, ATTN_ERR_ARG, "dimension %d is out of range", dim);
     attn_status s = attn_ring_layout(full->shape[dim], ranks, rank, causal, span, err);
     if (s != ATTN_OK) return s;
     const int64_t want = span->length[0] + span->length[1];
     for (int d = 0; d < full->ndim; ++d) {
         const int64_t w = d == dim ? want : full->shape[d];
         if (local->shape[d] != w)
-            return fail(err, ATTN_ERR_SHAPE, "local: size %lld in dimension %d, expected %lld",
+            return ring_fail(err, ATTN_ERR_SHAPE, "local: size %lld in dimension %d, expected %lld",
                         (long long)local->shape[d], d, (long long)w);
     }
     if ((attn_tensor_numel(full) > 0 && !full->data) || (attn_tensor_numel(local) > 0 && !local->data))
-        return fail(err, ATTN_ERR_NULL, "tensor data is NULL");
+        return ring_fail(err, ATTN_ERR_NULL, "tensor data is NULL");
     return ATTN_OK;
 }
 

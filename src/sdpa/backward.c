@@ -707,6 +707,47 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
     }
 }
 
+/* Thread `me` of `team`'s share of the backward's tasks: called by each
+ * thread of a parallel region, or as a team of one on the calling thread
+ * (which may itself be in another region: nothing here asks OpenMP). */
+static void backward_team(const sdpa_problem *p, const sdpa_kernels *kern, const bwd_dims *d,
+                          const sdpa_bf16_engine *eng, char *scratch, size_t per_thread,
+                          bwd_rows *rs, float *part, sdpa_cursor *next, int me, int team)
+{
+    SDPA_PROF_START(t_setup);
+    char *mine = scratch + (size_t)me * per_thread;
+    memset(mine, 0, per_thread);
+    bwd_scratch w = carve_scratch(p, d, mine);
+    w.eng = eng;
+    SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
+    /* A kv head's key chunks one after another on one thread, which
+     * then finds the head's rows in its L2 (sdpa_next_task). */
+    for (int64_t t; (t = sdpa_next_task(next, me, team, p->B * p->Hkv, d->chunks)) >= 0;) {
+        const int64_t c = t % d->chunks, bh = t / d->chunks;
+        SDPA_PROF_START(t_task);
+        backward_task(p, kern, d, bh / p->Hkv, bh % p->Hkv, c, rs, part, &w);
+        SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
+    }
+}
+
+/* dQ of one row = Σ partials of the chunks whose keys the row can see, in
+ * chunk order (the others hold exact zeros). */
+static void sum_dq_row(const sdpa_problem *p, const bwd_dims *d, float *part, int64_t row)
+{
+    const int64_t i = row % p->Nq, bh = row / p->Nq;
+    float *dst = p->dq + AT4(p->dqs, bh / p->Hq, bh % p->Hq, i, 0), *restrict acc = NULL;
+    for (int64_t c = 0; c < d->chunks; ++c) {
+        if (i < d->rlo[c] || i >= d->rlo[c] + d->span[c]) continue;
+        float *restrict pc = part + d->part_at[c] + (bh * d->span[c] + i - d->rlo[c]) * d->dp;
+        if (!acc) {
+            acc = pc; /* the first: accumulate into it, contiguous and vectorised */
+            continue;
+        }
+        for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
+    }
+    for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc ? acc[x] : 0.0f;
+}
+
 attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
     SDPA_PROF_START(t_call);
@@ -774,44 +815,27 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     }
 
     for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
+    /* One thread, or one task: on this thread, without entering a parallel
+     * region (whose set-up costs more than a tiny call). */
+    const bool alone = threads == 1 || p->B * p->Hkv * d.chunks == 1;
     SDPA_PROF_START(t_loop);
+    if (alone) {
+        backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, 0, 1);
+    } else {
 #pragma omp parallel num_threads(threads)
-    {
-        SDPA_PROF_START(t_setup);
-        bwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
-        w.eng = eng;
-        SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
-        int me, team;
-        sdpa_team(&me, &team);
-        /* A kv head's key chunks one after another on one thread, which
-         * then finds the head's rows in its L2 (sdpa_next_task). */
-        for (int64_t t; (t = sdpa_next_task(next, me, team, p->B * p->Hkv, d.chunks)) >= 0;) {
-            const int64_t c = t % d.chunks, bh = t / d.chunks;
-            SDPA_PROF_START(t_task);
-            backward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, c, &rs, part, &w);
-            SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
+        {
+            int me, team;
+            sdpa_team(&me, &team);
+            backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, me, team);
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
 
-    /* dQ = Σ partials of the chunks whose keys the row can see, in chunk
-     * order (the others hold exact zeros). */
-    if (p->dq) {
+    if (p->dq && (threads == 1 || d.rows <= BWD_ROW_CHUNK)) {
+        for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
+    } else if (p->dq) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
-        for (int64_t row = 0; row < d.rows; ++row) {
-            const int64_t i = row % p->Nq, bh = row / p->Nq;
-            float *dst = p->dq + AT4(p->dqs, bh / p->Hq, bh % p->Hq, i, 0), *restrict acc = NULL;
-            for (int64_t c = 0; c < d.chunks; ++c) {
-                if (i < d.rlo[c] || i >= d.rlo[c] + d.span[c]) continue;
-                float *restrict pc = part + d.part_at[c] + (bh * d.span[c] + i - d.rlo[c]) * d.dp;
-                if (!acc) {
-                    acc = pc; /* the first: accumulate into it, contiguous and vectorised */
-                    continue;
-                }
-                for (int64_t x = 0; x < p->D; ++x) acc[x] += pc[x];
-            }
-            for (int64_t x = 0; x < p->D; ++x) dst[x * p->dqs[3]] = acc ? acc[x] : 0.0f;
-        }
+        for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
     }
     free(owned);
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);

@@ -862,6 +862,51 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
     }
 }
 
+/* Thread `me` of `team`'s share of the forward's tasks, then of the
+ * split-KV merge: called by each thread of a parallel region, or as a team
+ * of one on the calling thread (which may itself be in another region, so
+ * nothing here asks OpenMP who it is). */
+static void forward_team(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                         char *scratch, size_t per_thread, float *part, float *kpack,
+                         atomic_uchar *kstate, sdpa_cursor *cursor, int me, int team)
+{
+    const int64_t per_kv = (d->units + d->per_task - 1) / d->per_task;
+    const int64_t kv_heads = p->B * p->Hkv;
+    const bool causal = p->causal != ATTN_CAUSAL_NONE;
+    SDPA_PROF_START(t_setup);
+    char *mine = scratch + (size_t)me * per_thread;
+    memset(mine, 0, per_thread);
+    fwd_scratch w = carve_scratch(p, d, mine);
+    SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
+    w.kpack = kpack;
+    w.kstate = kstate;
+    /* A kv head's tasks one after another on one thread, which then
+     * finds the head's key tiles in its L2 (sdpa_next_task); causal
+     * ones from the head's last rows, the dearest, so that the tasks
+     * left for other threads at the end are the cheap first rows. */
+    for (int64_t t; (t = sdpa_next_task(cursor, me, team, kv_heads, per_kv * d->split)) >= 0;) {
+        const int64_t chunk = t % d->split, tu = t / d->split, bh = tu / per_kv;
+        const int64_t k = causal ? per_kv - 1 - tu % per_kv : tu % per_kv, u0 = k * d->per_task;
+        const int64_t nu = d->units - u0 < d->per_task ? d->units - u0 : d->per_task;
+        SDPA_PROF_START(t_task);
+        forward_task(p, kern, d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
+        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
+    }
+    if (d->split == 1) return;
+    const int64_t rows = p->B * p->Hq * p->Nq;
+    if (team == 1) {
+        for (int64_t row = 0; row < rows; ++row)
+            merge_row(p, kern, d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,
+                      row % p->Nq, &w);
+        return;
+    }
+#pragma omp barrier /* every chunk's partials written */
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row)
+        merge_row(p, kern, d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq, row % p->Nq,
+                  &w);
+}
+
 attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, attn_error *err)
 {
     SDPA_PROF_START(t_call);
@@ -890,39 +935,19 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     sdpa_cursor *cursor = sdpa_take(&ws, p->threads, sizeof(sdpa_cursor));
     for (int t = 0; t < p->threads; ++t) atomic_init(&cursor[t].next, 0);
 
-    const int64_t per_kv = (d.units + d.per_task - 1) / d.per_task;
-    const int64_t kv_heads = p->B * p->Hkv;
-    const bool causal = p->causal != ATTN_CAUSAL_NONE;
+    /* One thread, or one task: the team's work on this thread, without
+     * entering a parallel region (whose set-up costs more than a tiny call). */
+    const int64_t tasks = p->B * p->Hkv * ((d.units + d.per_task - 1) / d.per_task) * d.split;
     const int threads = p->threads;
-
     SDPA_PROF_START(t_loop);
+    if (threads == 1 || tasks == 1) {
+        forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, cursor, 0, 1);
+    } else {
 #pragma omp parallel num_threads(threads)
-    {
-        SDPA_PROF_START(t_setup);
-        fwd_scratch w = carve_scratch(p, &d, attn_thread_scratch(scratch, per_thread, true));
-        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
-        w.kpack = kpack;
-        w.kstate = kstate;
-        int me, team;
-        sdpa_team(&me, &team);
-        /* A kv head's tasks one after another on one thread, which then
-         * finds the head's key tiles in its L2 (sdpa_next_task); causal
-         * ones from the head's last rows, the dearest, so that the tasks
-         * left for other threads at the end are the cheap first rows. */
-        for (int64_t t; (t = sdpa_next_task(cursor, me, team, kv_heads, per_kv * d.split)) >= 0;) {
-            const int64_t chunk = t % d.split, tu = t / d.split, bh = tu / per_kv;
-            const int64_t k = causal ? per_kv - 1 - tu % per_kv : tu % per_kv, u0 = k * d.per_task;
-            const int64_t nu = d.units - u0 < d.per_task ? d.units - u0 : d.per_task;
-            SDPA_PROF_START(t_task);
-            forward_task(p, kern, &d, bh / p->Hkv, bh % p->Hkv, u0, nu, chunk, part, &w);
-            SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_TASKS, t_task);
-        }
-        if (d.split > 1) {
-#pragma omp barrier /* every chunk's partials written */
-#pragma omp for schedule(static)
-            for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row)
-                merge_row(p, kern, &d, part, row / (p->Hq * p->Nq), row / p->Nq % p->Hq,
-                          row % p->Nq, &w);
+        {
+            int me, team;
+            sdpa_team(&me, &team);
+            forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, cursor, me, team);
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);

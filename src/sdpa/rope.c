@@ -41,26 +41,100 @@ attn_status attn_rope_check(const attn_rope *rope, int64_t D, int64_t max_pos, a
     return ATTN_OK;
 }
 
+attn_status attn_rope_check_call(const attn_rope *rope, int64_t D, int64_t offset, int64_t Nq,
+                                 int64_t Nk, attn_error *err)
+{
+    RETURN_IF(!rope, err, ATTN_ERR_NULL, "rope: pointer is NULL");
+    RETURN_IF(offset < 0 || offset > INT64_MAX - Nk, err, ATTN_ERR_ARG,
+              "rope_offset: must be >= 0 (and leave room for %lld keys), got %lld",
+              (long long)Nk, (long long)offset);
+    int64_t qpos, kpos, pos0, npos;
+    attn_rope_positions(offset, Nq, Nk, &qpos, &kpos, &pos0, &npos);
+    RETURN_IF(rope->cos && pos0 < 0, err, ATTN_ERR_ARG,
+              "rope_offset: query row 0 sits at position %lld (rope_offset + Nk - Nq), before "
+              "the cos/sin tables' first",
+              (long long)pos0);
+    return attn_rope_check(rope, D, npos > 0 ? pos0 + npos - 1 : 0, err);
+}
+
+/* The pair of feature i: (i, i + half) for GPT-NeoX, (2i, 2i + 1) for GPT-J. */
+static void pair(attn_rope_style style, int64_t half, int64_t i, int64_t *i0, int64_t *i1)
+{
+    *i0 = style == ATTN_ROPE_GPTJ ? 2 * i : i;
+    *i1 = style == ATTN_ROPE_GPTJ ? 2 * i + 1 : i + half;
+}
+
+/* theta^(-2i / rd): the angle of pair i per unit of (scaled) position. */
+static double frequency(const attn_rope *rope, int64_t rd, int64_t i)
+{
+    const double theta = rope->theta > 0.0 ? rope->theta : 10000.0;
+    return pow(theta, -2.0 * (double)i / (double)rd);
+}
+
+/* The position the angles multiply: pos / position_scale. */
+static double scaled_position(const attn_rope *rope, int64_t pos)
+{
+    return (double)pos / (rope->position_scale > 0.0 ? rope->position_scale : 1.0);
+}
+
+/* cos and sin of pair i at pos, from the tables or the base. */
+static void angle(const attn_rope *rope, int64_t rd, int64_t pos, int64_t i, float *c, float *s)
+{
+    if (rope->cos) {
+        *c = ((const float *)rope->cos->data)[pos * rope->cos->stride[0] + i * rope->cos->stride[1]];
+        *s = ((const float *)rope->sin->data)[pos * rope->sin->stride[0] + i * rope->sin->stride[1]];
+        return;
+    }
+    const double a = scaled_position(rope, pos) * frequency(rope, rd, i);
+    *c = (float)cos(a);
+    *s = (float)sin(a);
+}
+
 void attn_rope_row(const attn_rope *rope, int64_t pos, float *x, int64_t D)
 {
     const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D, half = rd / 2;
-    const double theta = rope->theta > 0.0 ? rope->theta : 10000.0;
-    const double p = (double)pos / (rope->position_scale > 0.0 ? rope->position_scale : 1.0);
     for (int64_t i = 0; i < half; ++i) {
         float c, s;
-        if (rope->cos) {
-            c = ((const float *)rope->cos->data)[pos * rope->cos->stride[0] + i * rope->cos->stride[1]];
-            s = ((const float *)rope->sin->data)[pos * rope->sin->stride[0] + i * rope->sin->stride[1]];
-        } else {
-            const double a = p * pow(theta, -2.0 * (double)i / (double)rd);
-            c = (float)cos(a);
-            s = (float)sin(a);
-        }
-        const int64_t i0 = rope->style == ATTN_ROPE_GPTJ ? 2 * i : i;
-        const int64_t i1 = rope->style == ATTN_ROPE_GPTJ ? 2 * i + 1 : i + half;
+        angle(rope, rd, pos, i, &c, &s);
+        int64_t i0, i1;
+        pair(rope->style, half, i, &i0, &i1);
         const float u = x[i0], v = x[i1];
         x[i0] = u * c - v * s;
         x[i1] = u * s + v * c;
+    }
+}
+
+void attn_rope_frequencies(const attn_rope *rope, int64_t D, double *freq)
+{
+    const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D;
+    for (int64_t i = 0; !rope->cos && i < rd / 2; ++i) freq[i] = frequency(rope, rd, i);
+}
+
+void attn_rope_angles(const attn_rope *rope, int64_t D, const double *freq, int64_t pos, float *c,
+                      float *s)
+{
+    const int64_t rd = rope->rotary_dim ? rope->rotary_dim : D, half = rd / 2;
+    if (rope->cos) {
+        for (int64_t i = 0; i < half; ++i) angle(rope, rd, pos, i, &c[i], &s[i]);
+        return;
+    }
+    const double p = scaled_position(rope, pos);
+    for (int64_t i = 0; i < half; ++i) { /* the values angle() gives, one pow per pair */
+        const double a = p * freq[i];
+        c[i] = (float)cos(a);
+        s[i] = (float)sin(a);
+    }
+}
+
+void attn_rope_turn(attn_rope_style style, int64_t half, const float *c, const float *s,
+                    bool inverse, float *x, int64_t stride)
+{
+    for (int64_t i = 0; i < half; ++i) {
+        int64_t i0, i1;
+        pair(style, half, i, &i0, &i1);
+        const float u = x[i0 * stride], v = x[i1 * stride], si = inverse ? -s[i] : s[i];
+        x[i0 * stride] = u * c[i] - v * si;
+        x[i1 * stride] = u * si + v * c[i];
     }
 }
 

@@ -1,6 +1,7 @@
 /* Public SDPA entry points: validate once, resolve views into an
  * sdpa_problem, and dispatch to a path. */
 #include "problem.h"
+#include "rope_prefill.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,7 +149,9 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(k->shape[3] != p->D, err, ATTN_ERR_SHAPE,
               "key: feature size is %lld, query has %lld", (long long)k->shape[3],
               (long long)p->D);
-    RETURN_IF(p->Hkv < 1 || p->Hq % p->Hkv != 0, err, ATTN_ERR_SHAPE,
+    /* no heads at all is an empty call, as a zero batch or length */
+    const bool headless = p->Hq == 0 && p->Hkv == 0;
+    RETURN_IF(!headless && (p->Hkv < 1 || p->Hq % p->Hkv != 0), err, ATTN_ERR_SHAPE,
               "key: %lld heads do not divide the query's %lld heads", (long long)p->Hkv,
               (long long)p->Hq);
     const int64_t vwant[4] = {p->B, p->Hkv, p->Nk, p->Dv};
@@ -160,7 +163,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(p->D > INT32_MAX || p->Dv > INT32_MAX, err, ATTN_ERR_UNSUPPORTED,
               "query/value: feature sizes of %lld and %lld exceed 2^31 - 1", (long long)p->D,
               (long long)p->Dv);
-    p->group = p->Hq / p->Hkv;
+    p->group = headless ? 1 : p->Hq / p->Hkv;
     p->q = q->data;
     p->qt = q->dtype; /* q16 and o16 stay NULL unless the fused forward reads Q in place */
     p->ot = ATTN_F32;
@@ -198,7 +201,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
         RETURN_IF_ERROR(resolve_mask(&p->mask[p->nmask], opts->mask[i], p, i, err));
         p->nmask++;
     }
-    return ATTN_OK;
+    return sdpa_rope_check(p, opts, err);
 }
 
 /* The fused kernels a call runs, or NULL for the reference path:
@@ -251,16 +254,17 @@ static attn_status check_outputs_disjoint(const attn_tensor *const *outs,
                                           const attn_sdpa_opts *opts, attn_error *err)
 {
     const bool backward = dout != NULL;
-    const attn_tensor *ins[11] = {q, k, v, out, lse, dout, NULL, NULL, NULL, NULL, NULL};
-    static const char *const in_names[11] = {"query", "key", "value", "out", "lse", "grad_out",
+    const attn_tensor *ins[13] = {q, k, v, out, lse, dout, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    static const char *const in_names[13] = {"query", "key", "value", "out", "lse", "grad_out",
                                              "mask[0]", "mask[1]", "alibi_slopes", "sinks",
-                                             "softmax_stats"};
+                                             "softmax_stats", "rope cos", "rope sin"};
     if (opts) {
         ins[6] = opts->mask[0], ins[7] = opts->mask[1];
         ins[8] = opts->alibi_slopes, ins[9] = opts->sinks;
         ins[10] = backward ? opts->softmax_stats : NULL;
+        if (opts->rope) ins[11] = opts->rope->cos, ins[12] = opts->rope->sin;
     }
-    return attn_check_call_memory(outs, names, nout, ins, in_names, 11,
+    return attn_check_call_memory(outs, names, nout, ins, in_names, 13,
                                   opts ? opts->workspace : NULL, opts ? opts->workspace_size : 0,
                                   err);
 }
@@ -294,6 +298,9 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     RETURN_IF_ERROR(check_outputs_disjoint(outs, forward_output_names, 4, q, k, v, NULL, NULL,
                                            NULL, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
+    /* RoPE: from here on q and k are float32 rotated copies. */
+    sdpa_rope rope = {0};
+    if (opts && opts->rope) RETURN_IF_ERROR(sdpa_rope_begin(&rope, &p, opts, &q, &k, err));
     /* 16-bit storage: the fused forward reads Q, K and V and writes O in
      * place (no copies to allocate, fault in and convert serially); the
      * reference path's go through float32 copies. */
@@ -316,6 +323,7 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
     }
     if (s == ATTN_OK) s = kern ? sdpa_fused_forward(&p, kern, err) : sdpa_reference_forward(&p, err);
     sdpa_staging_finish(&st, s);
+    sdpa_rope_end(&rope);
     if (s == ATTN_OK) attn_ok(err);
     return s;
 }
@@ -370,11 +378,18 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     RETURN_IF_ERROR(check_outputs_disjoint(outs, backward_output_names, 5, q, k, v, out, lse,
                                            dout, opts, err));
     const sdpa_kernels *kern = choose_kernels(&p);
+    /* RoPE: the paths differentiate with respect to the rotated copies. */
+    sdpa_rope rope = {0};
+    if (opts && opts->rope) RETURN_IF_ERROR(sdpa_rope_begin(&rope, &p, opts, &q, &k, err));
     sdpa_bias_grad bg;
-    RETURN_IF_ERROR(sdpa_bias_grad_begin(&p, &bg, grad_mask, opts ? opts->mask[0] : NULL, err));
+    attn_status s = sdpa_bias_grad_begin(&p, &bg, grad_mask, opts ? opts->mask[0] : NULL, err);
+    if (s != ATTN_OK) {
+        sdpa_rope_end(&rope);
+        return s;
+    }
     /* 16-bit storage: every tensor through float32 copies. */
     sdpa_staging st = {0};
-    attn_status s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
+    s = sdpa_stage_in(&st, q, "query", &p.q, p.qs, err);
     if (s == ATTN_OK) s = stage_kv(&st, k, v, &p, err);
     if (s == ATTN_OK) s = sdpa_stage_in(&st, out, "out", (const float **)&p.o, p.os, err);
     if (s == ATTN_OK) s = sdpa_stage_in(&st, dout, "grad_out", &p.dout, p.dos, err);
@@ -383,7 +398,9 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
     if (s == ATTN_OK) s = sdpa_stage_out(&st, dv, "grad_value", &p.dv, p.dvs, err);
     if (s == ATTN_OK)
         s = kern ? sdpa_fused_backward(&p, kern, err) : sdpa_reference_backward(&p, err);
+    if (s == ATTN_OK && opts && opts->rope) sdpa_rope_grads(&rope, &p); /* dq = Rᵀ·d(Rq) */
     sdpa_staging_finish(&st, s);
+    sdpa_rope_end(&rope);
     sdpa_bias_grad_finish(&p, &bg, s);
     if (s == ATTN_OK) attn_ok(err);
     return s;
@@ -396,6 +413,10 @@ attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
     sdpa_problem p;
     RETURN_IF(!bytes, err, ATTN_ERR_NULL, "bytes: pointer is NULL");
     RETURN_IF_ERROR(sdpa_problem_init(&p, q, k, v, opts, err));
+    size_t rope = 0; /* RoPE's copies first; the paths then see float32 Q and K */
+    RETURN_IF(!sdpa_rope_workspace(&p, opts, &rope), err, ATTN_ERR_OVERFLOW,
+              "workspace size overflows");
+    if (rope) p.qt = p.kt = ATTN_F32;
     /* Enough for whichever path runs: the reference's row buffers or the
      * fused path's tiles (sized as if O and LSE had to be recomputed, so one
      * answer fits every backward call on these inputs). */
@@ -415,7 +436,9 @@ attn_status attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k,
         }
         RETURN_IF(!ok, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     }
-    *bytes = need > fused ? need : fused;
+    need = need > fused ? need : fused;
+    RETURN_IF(need > SIZE_MAX - rope, err, ATTN_ERR_OVERFLOW, "workspace size overflows");
+    *bytes = need + rope;
     attn_ok(err);
     return ATTN_OK;
 }

@@ -15,6 +15,7 @@
  * never changes a bit: the result equals one call per sequence.
  */
 #include "../core/internal.h"
+#include "rope.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,10 @@ static attn_status prepare(varlen_call *c, const attn_tensor *q, const attn_tens
     if (s == ATTN_OK)
         s = read_offsets(seqs, seqs->cu_seqlens_k, "cu_seqlens_k", k->shape[0], "key",
                          off + nseq + 1, err);
+    /* RoPE: each sequence's positions (its tables' reach), before any runs */
+    for (int64_t i = 0; opts->rope && s == ATTN_OK && i < nseq; ++i)
+        s = attn_rope_check_call(opts->rope, q->shape[2], opts->rope_offset, off[i + 1] - off[i],
+                                 off[nseq + 2 + i] - off[nseq + 1 + i], err);
     if (s != ATTN_OK) {
         free(off);
         return s;

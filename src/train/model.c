@@ -159,7 +159,8 @@ void model_segments(attn_model *m, float **params, float **grads, size_t *counts
     grads[1] = attn_mha_grads_flat(m->mha, &counts[1]);
 }
 
-attn_mha_opts model_mha_opts(const attn_model *m, int num_threads)
+/* MHA options for this model's calls (threads, and the scale ablation). */
+static attn_mha_opts model_mha_opts(const attn_model *m, int num_threads)
 {
     attn_mha_opts o = attn_mha_opts_default();
     o.num_threads = num_threads;
@@ -176,7 +177,8 @@ static bool grow(float **p, size_t count)
     return true;
 }
 
-attn_status model_reserve(attn_model *m, int64_t batch, attn_error *err)
+/* Grows the activation buffers to hold `batch` examples. */
+static attn_status model_reserve(attn_model *m, int64_t batch, attn_error *err)
 {
     if (batch <= m->capacity) return ATTN_OK;
     int64_t bne, bc;
@@ -194,7 +196,9 @@ attn_status model_reserve(attn_model *m, int64_t batch, attn_error *err)
     return ATTN_OK;
 }
 
-attn_status model_embed(attn_model *m, const int32_t *tokens, int64_t batch, attn_error *err)
+/* Embeds tokens (batch, N, SLOTS) into m->x, positions added. */
+static attn_status model_embed(attn_model *m, const int32_t *tokens, int64_t batch,
+                               attn_error *err)
 {
     attn_tensor table = attn_tensor_2d(m->embedding, m->V, m->E);
     attn_tensor x2 = attn_tensor_2d(m->x, batch * m->N, m->E);

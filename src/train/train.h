@@ -41,15 +41,6 @@ struct attn_model {
 /* The two flat segments (own, MHA): parameters, gradients, float counts. */
 void model_segments(attn_model *m, float **params, float **grads, size_t *counts);
 
-/* MHA options for this model's calls (threads, and the scale ablation). */
-attn_mha_opts model_mha_opts(const attn_model *m, int num_threads);
-
-/* Grows the activation buffers to hold `batch` examples. */
-attn_status model_reserve(attn_model *m, int64_t batch, attn_error *err);
-
-/* Embeds tokens (batch, N, SLOTS) into m->x, positions added. */
-attn_status model_embed(attn_model *m, const int32_t *tokens, int64_t batch, attn_error *err);
-
 /* A sorted set of 64-bit example fingerprints (held-out examples). */
 typedef struct {
     uint64_t *hash;
