@@ -268,6 +268,18 @@ bool cli_get_causal(const cli_args *a, attn_causal natural, attn_causal *out)
     return true;
 }
 
+bool cli_get_precision(const cli_args *a, attn_precision *out)
+{
+    const char *v = cli_get(a, "--precision");
+    if (!v || !strcmp(v, "exact")) return true;
+    if (strcmp(v, "bf16") != 0) {
+        cli_usage_error(a->cmd, "--precision: expected exact or bf16, got '%s'", v);
+        return false;
+    }
+    *out = ATTN_PRECISION_BF16;
+    return true;
+}
+
 bool cli_get_threads(const cli_args *a, int *out)
 {
     long n = *out;

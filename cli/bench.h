@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA, MODE_DECODE, MODE_VARLEN } bench_mode;
+typedef enum { MODE_FORWARD, MODE_BACKWARD, MODE_MHA, MODE_DECODE, MODE_VARLEN, MODE_MHA_BACKWARD } bench_mode;
 
 typedef struct {
     bench_mode mode;

@@ -73,6 +73,7 @@ bool cli_get_u64(const cli_args *a, const char *name, uint64_t *out);
  * natural alignment; top-left or bottom-right. */
 bool cli_get_causal(const cli_args *a, attn_causal natural, attn_causal *out);
 bool cli_get_threads(const cli_args *a, int *out);        /* 1..ATTN_MAX_THREADS */
+bool cli_get_precision(const cli_args *a, attn_precision *out); /* exact (absent) or bf16 */
 bool cli_get_scale(const cli_args *a, float *out);        /* > 0 */
 bool cli_get_window(const cli_args *a, attn_window *out); /* L,R each >= -1 */
 /* --rope neox|gptj, --rope-theta T, --rotary-dim R (CLI_ROPE_OPTIONS) into

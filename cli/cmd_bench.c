@@ -16,7 +16,7 @@
 extern const cli_command cmd_bench; /* also in cli.h's table of commands */
 
 static const cli_option bench_options[] = {
-    {"--mode", "MODE", "forward (default), backward, mha, decode or varlen"},
+    {"--mode", "MODE", "forward (default), backward, mha, mha-backward, decode or varlen"},
     {"--seq-lens", "L[,L...]", "varlen: the packed sequences' lengths (Nq = Nk = L each)"},
     {"--batch", "B", "batch size (default 1)"},
     {"--heads", "H", "query heads (default 8)"},
@@ -30,7 +30,7 @@ static const cli_option bench_options[] = {
     {"--shared-prefix", "N", "decode: the batch shares its first N of --kv-seq tokens (forked, cascade) vs the same tokens unshared"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
-    {"--precision", "P", "forward, backward: products exact (default) or bf16 (on the matrix engine)"},
+    {"--precision", "P", "forward, backward, mha, mha-backward: products exact (default) or bf16 (on the matrix engine)"},
     {"--bf16-dot", NULL, "the former name of --precision bf16"},
     {"--value-dim", "Dv", "value feature size (default: --head-dim)"},
     {"--causal", "[ALIGN]", "causal mask, top-left (bare) or bottom-right; FLOPs counted as half"},
@@ -56,6 +56,8 @@ static const char bench_details[] =
     "forward's out and lse (the forward runs once, untimed). --mode mha times\n"
     "attn_mha_forward for self-attention with E = heads·head-dim (no weights):\n"
     "FLOPs 8·B·L·E² (projections) + 4·B·L·S·E (attention; causal half).\n"
+    "--mode mha-backward times attn_mha_backward (input and parameter\n"
+    "gradients) on the same module: FLOPs 16·B·L·E² + 2.5x the attention's.\n"
     "peak_rss_bytes is the process's peak resident set so far (getrusage):\n"
     "run one configuration per process to attribute it. With --window the\n"
     "fraction of (query, key) pairs visible is printed; FLOPs stay dense.\n"
@@ -90,7 +92,13 @@ static const char bench_details[] =
     "prints both GFLOP/s and their ratio (forward; --causal: bottom-right).";
 
 
-static const char *const mode_name[] = {"forward", "backward", "mha", "decode", "varlen"};
+static const char *const mode_name[] = {"forward", "backward", "mha", "decode", "varlen",
+                                        "mha-backward"};
+
+static bool is_mha(bench_mode m)
+{
+    return m == MODE_MHA || m == MODE_MHA_BACKWARD;
+}
 
 /* Fraction of (query, key) pairs that causality and the window leave
  * visible (sdpa semantics: bottom-right aligned window, causal as given). */
@@ -164,7 +172,7 @@ typedef struct {
     attn_sdpa_opts sopts;
     attn_mha *mha;
     attn_mha_opts mopts;
-    attn_tensor x, y;
+    attn_tensor x, y, dy, dx; /* mha: input, output; mha-backward: their gradients */
 } bench_state;
 
 static attn_status run_once(bench_state *s, attn_error *err)
@@ -175,6 +183,9 @@ static attn_status run_once(bench_state *s, attn_error *err)
     case MODE_BACKWARD:
         return attn_sdpa_backward(&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk,
                                   &s->dv, &s->sopts, err);
+    case MODE_MHA_BACKWARD:
+        return attn_mha_backward(s->mha, &s->x, NULL, NULL, &s->dy, &s->dx, NULL, NULL, &s->mopts,
+                                 err);
     default:
         return attn_mha_forward(s->mha, &s->x, NULL, NULL, &s->y, &s->mopts, err);
     }
@@ -188,6 +199,7 @@ static double flops(const bench_config *c)
     if (c->mode == MODE_FORWARD) return attn;
     if (c->mode == MODE_BACKWARD) return 2.5 * attn;
     const double e = (double)c->heads * (double)c->head_dim;
+    if (c->mode == MODE_MHA_BACKWARD) return 16.0 * c->batch * (double)c->seq * e * e + 2.5 * attn;
     return 8.0 * c->batch * (double)c->seq * e * e + attn;
 }
 
@@ -223,7 +235,7 @@ static int bench_one(const bench_config *c)
     void *workspace = NULL;
     int rc = CLI_FAIL;
     attn_error err = {0};
-    if (c->mode == MODE_MHA) {
+    if (is_mha(c->mode)) {
         attn_mha_config cfg = {.embed_dim = H * D, .num_heads = H, .bias = true};
         if (attn_mha_create(&cfg, &s.mha, &err) != ATTN_OK) return cli_report("bench", &err);
         attn_mha_init(s.mha, 1);
@@ -231,11 +243,13 @@ static int bench_one(const bench_config *c)
         s.mopts.causal = c->causal != ATTN_CAUSAL_NONE;
         s.mopts.num_threads = (int)c->threads;
         s.mopts.path = c->path;
-        bufs[0] = bench_alloc_filled(B * Nq * H * D, 1);
-        bufs[1] = bench_alloc_filled(B * Nq * H * D, 2);
-        if (!bufs[0] || !bufs[1]) goto oom;
+        s.mopts.precision = c->bf16 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+        for (int i = 0; i < (c->mode == MODE_MHA_BACKWARD ? 4 : 2); ++i)
+            if (!(bufs[i] = bench_alloc_filled(B * Nq * H * D, (uint64_t)i + 1))) goto oom;
         s.x = attn_tensor_3d(bufs[0], B, Nq, H * D);
         s.y = attn_tensor_3d(bufs[1], B, Nq, H * D);
+        s.dy = attn_tensor_3d(bufs[2], B, Nq, H * D);
+        s.dx = attn_tensor_3d(bufs[3], B, Nq, H * D);
     } else {
         const int64_t n[9] = {B * H * Nq * D,  B * Hkv * Nk * D, B * Hkv * Nk * Dv,
                               B * H * Nq * Dv, B * H * Nq,       B * H * Nq * Dv,
@@ -287,8 +301,9 @@ static int bench_one(const bench_config *c)
     if (!c->fresh_workspace) {
         size_t bytes;
         const attn_status st =
-            c->mode == MODE_MHA
-                ? attn_mha_workspace_size(s.mha, &s.x, NULL, NULL, false, &s.mopts, &bytes, &err)
+            is_mha(c->mode)
+                ? attn_mha_workspace_size(s.mha, &s.x, NULL, NULL, c->mode == MODE_MHA_BACKWARD,
+                                          &s.mopts, &bytes, &err)
                 : attn_sdpa_workspace_size(&s.q, &s.k, &s.v, c->mode == MODE_BACKWARD, &s.sopts,
                                            &bytes, &err);
         if (st != ATTN_OK) {
@@ -297,7 +312,7 @@ static int bench_one(const bench_config *c)
         }
         workspace = malloc(bytes ? bytes : 1);
         if (!workspace) goto oom;
-        if (c->mode == MODE_MHA) {
+        if (is_mha(c->mode)) {
             s.mopts.workspace = workspace;
             s.mopts.workspace_size = bytes;
         } else {
@@ -488,9 +503,10 @@ static int run_bench(int argc, char **argv)
         if (!strcmp(mode, "forward")) c.mode = MODE_FORWARD;
         else if (!strcmp(mode, "backward")) c.mode = MODE_BACKWARD;
         else if (!strcmp(mode, "mha")) c.mode = MODE_MHA;
+        else if (!strcmp(mode, "mha-backward")) c.mode = MODE_MHA_BACKWARD;
         else if (!strcmp(mode, "decode")) c.mode = MODE_DECODE;
         else if (!strcmp(mode, "varlen")) c.mode = MODE_VARLEN;
-        else return cli_usage_error(cmd, "--mode: expected forward, backward, mha, decode or varlen, got '%s'", mode);
+        else return cli_usage_error(cmd, "--mode: expected forward, backward, mha, mha-backward, decode or varlen, got '%s'", mode);
     }
     const char *path = cli_get(&a, "--path");
     if (path) {
@@ -517,9 +533,9 @@ static int run_bench(int argc, char **argv)
     if (c.mode == MODE_DECODE && c.causal == ATTN_CAUSAL_TOP_LEFT)
         return cli_usage_error(cmd, "--causal top-left: --mode decode times bottom-right causal "
                                     "attention (the cache's alignment)");
-    if (c.mode == MODE_MHA && c.causal == ATTN_CAUSAL_BOTTOM_RIGHT)
+    if (is_mha(c.mode) && c.causal == ATTN_CAUSAL_BOTTOM_RIGHT)
         c.causal = ATTN_CAUSAL_TOP_LEFT; /* self-attention, L = S: the same mask */
-    if (c.dtype != ATTN_F32 && (c.mode == MODE_MHA || c.mode == MODE_VARLEN))
+    if (c.dtype != ATTN_F32 && (is_mha(c.mode) || c.mode == MODE_VARLEN))
         return cli_usage_error(cmd, "--dtype: --mode %s measures float32 only", mode_name[c.mode]);
     if (c.block_size && c.mode != MODE_DECODE)
         return cli_usage_error(cmd, "--block-size: only with --mode decode");
@@ -588,14 +604,14 @@ static int run_bench(int argc, char **argv)
     if (prec && strcmp(prec, "exact") != 0 && strcmp(prec, "bf16") != 0)
         return cli_usage_error(cmd, "--precision: expected exact or bf16, got '%s'", prec);
     c.bf16 = cli_flag(&a, "--bf16-dot") || (prec && !strcmp(prec, "bf16"));
-    if (c.bf16 && c.mode != MODE_FORWARD && c.mode != MODE_BACKWARD)
-        return cli_usage_error(cmd, "--precision bf16: with --mode forward or backward");
+    if (c.bf16 && (c.mode == MODE_DECODE || c.mode == MODE_VARLEN))
+        return cli_usage_error(cmd, "--precision bf16: with --mode forward, backward, mha or mha-backward");
     if (c.alibi && c.sinks) return cli_usage_error(cmd, "--alibi and --sinks: time one variant at a time");
     if (!cli_get_window(&a, &c.window) || !cli_get_float(&a, "--softcap", &c.softcap) || !cli_get_float(&a, "--dropout", &c.dropout))
         return CLI_USAGE;
     if (c.softcap < 0.0f || !(c.dropout >= 0.0f && c.dropout < 1.0f))
         return cli_usage_error(cmd, "--softcap must be > 0 and --dropout in [0, 1)");
-    if (c.mode == MODE_MHA && (c.window.enabled || c.alibi || c.sinks || c.softcap > 0.0f || c.dropout > 0.0f))
+    if (is_mha(c.mode) && (c.window.enabled || c.alibi || c.sinks || c.softcap > 0.0f || c.dropout > 0.0f))
         return cli_usage_error(cmd, "--mode mha: the variant options are for forward and backward");
     long long seqs[32] = {c.mode == MODE_DECODE ? 1 : 1024},
               dims[32] = {c.mode == MODE_DECODE ? 128 : 64};
@@ -605,7 +621,7 @@ static int run_bench(int argc, char **argv)
     if (!cli_get_list(&a, "--seq", 1, 1 << 30, seqs, 32, &nseq) ||
         !cli_get_list(&a, cli_get(&a, "--dim") ? "--dim" : "--head-dim", 1, 1 << 30, dims, 32, &ndim))
         return CLI_USAGE;
-    if (c.mode == MODE_MHA && (c.kv_heads != c.heads || c.value_dim || c.kv_seq))
+    if (is_mha(c.mode) && (c.kv_heads != c.heads || c.value_dim || c.kv_seq))
         return cli_usage_error(cmd, "--mode mha: self-attention only (no --kv-heads, --kv-seq, --value-dim)");
 
     rc = CLI_OK;

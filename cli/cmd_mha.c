@@ -16,7 +16,10 @@ static const char mha_details[] =
     "are refused, as torch refuses them. --causal is attn_mask =\n"
     "triu(ones(L,S), 1) (top-left; --causal bottom-right is the same and\n"
     "accepted when L = S). A query that sees no key gets a zero attention\n"
-    "output (torch gives NaN).";
+    "output (torch gives NaN).\n"
+    "--precision bf16: the projections, the attention and their gradients\n"
+    "multiply bfloat16 operands with float32 sums on the matrix engine\n"
+    "(attn --version names it); exact (default) is float32 throughout.";
 
 #define MHA_INPUT_OPTIONS                                                                      \
     {"--params", "P.safetensors", "the module's state_dict (required)"},                       \
@@ -29,6 +32,7 @@ static const char mha_details[] =
     {"--causal", "[ALIGN]", "block keys after the query position (top-left; bottom-right: L = S)"}, \
     {"--add-zero-attn", NULL, "append a zero key and value (torch add_zero_attn)"},            \
     {"--threads", "N", "worker threads"},                                                      \
+    {"--precision", "P", "products: exact (default) or bf16 (bfloat16 operands, float32 sums)"}, \
     {"--reference", NULL, "use the plain reference path"}
 
 static const cli_option mha_options[] = {
@@ -160,6 +164,7 @@ static int load_inputs(const cli_command *cmd, const cli_args *a, mha_inputs *in
     in->opts = attn_mha_opts_default();
     if (!cli_get_int(a, "--num-heads", 1, 1 << 20, &heads) ||
         !cli_get_threads(a, &in->opts.num_threads) ||
+        !cli_get_precision(a, &in->opts.precision) ||
         !cli_get_causal(a, ATTN_CAUSAL_TOP_LEFT, &causal))
         return CLI_USAGE;
     const char *kp = cli_get(a, "--key"), *vp = cli_get(a, "--value");

@@ -93,7 +93,25 @@ typedef struct {
      * a loop calling again and again pays for in page faults each time. */
     void *workspace;
     size_t workspace_size;
-    uint64_t reserved[4]; /* zero; room for future options */
+    uint64_t reserved[3]; /* zero; room for future options */
+    /* How the projections and the attention multiply (attn/sdpa.h's
+     * attn_precision). ATTN_PRECISION_BF16: the in-projections, the
+     * out-projection and their gradients (dX = dY·W, dW = dYᵀ·X) run on
+     * bfloat16 operands with float32 accumulation on the matrix engine
+     * (attn_engine()); the biases are added, and their gradients summed, in
+     * float32; the attention is SDPA's ATTN_PRECISION_BF16. Inputs,
+     * parameters and activations are rounded to bfloat16 as they are
+     * packed; the outputs, gradients and activations between the steps stay
+     * float32. Error: README "bfloat16 products" (at most twice a plain
+     * bfloat16 implementation's plus a small slack, against a float64
+     * oracle on the same bfloat16 inputs and parameters). Deterministic and
+     * independent of the thread count on one engine. The packed operands
+     * share the attention's part of the workspace (attn_mha_workspace_size
+     * counts them). Where there is no engine ("f32") or on
+     * ATTN_PATH_REFERENCE, the call is the exact one. (After reserved:
+     * the fields before it keep their places from before it existed.) */
+    attn_precision precision; /* 0 = ATTN_PRECISION_EXACT */
+    uint32_t reserved32;      /* zero */
 } attn_mha_opts;
 
 attn_mha_opts attn_mha_opts_default(void);

@@ -13,8 +13,7 @@ static void gemm(linear_engine g, bool ta, bool tb, int64_t M, int64_t N, int64_
                                                       beta, C, ldc, g.threads);
 }
 
-/* Rows of every batch follow each other at the same spacing. */
-static bool flat(const linear_rows *r, int64_t B, int64_t M)
+bool linear_rows_flat(const linear_rows *r, int64_t B, int64_t M)
 {
     return B <= 1 || r->batch == M * r->ld;
 }
@@ -23,7 +22,7 @@ void linear_forward(const linear_rows *x, int64_t B, int64_t M, int64_t K, const
                     int64_t ldw, const float *bias, int64_t bias_s, const linear_rows *y,
                     int64_t N, linear_engine g)
 {
-    const bool one = flat(x, B, M) && flat(y, B, M);
+    const bool one = linear_rows_flat(x, B, M) && linear_rows_flat(y, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
     const int64_t gc = y->group_cols > 0 && y->group_cols < N ? y->group_cols : N;
     for (int64_t b = 0; b < calls; ++b) {
@@ -39,7 +38,7 @@ void linear_backward_input(const linear_rows *dy, int64_t B, int64_t M, int64_t 
                                const float *W, int64_t ldw, const linear_rows *dx, int64_t K,
                                bool accumulate, linear_engine g)
 {
-    const bool one = flat(dy, B, M) && flat(dx, B, M);
+    const bool one = linear_rows_flat(dy, B, M) && linear_rows_flat(dx, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
     for (int64_t b = 0; b < calls; ++b)
         /* Forward y = x·Wᵀ, so dx = dy·W: (rows,N)·(N,K). */
@@ -47,11 +46,11 @@ void linear_backward_input(const linear_rows *dy, int64_t B, int64_t M, int64_t 
                    accumulate ? 1.0f : 0.0f, dx->data + b * dx->batch, dx->ld);
 }
 
-/* db += Σ_rows dy, each column summed in double over the rows in order
- * (no dependence on the thread count) and rounded once: a float sum over
- * L·B rows drifts beyond the accuracy contract. Columns in blocks, so dy is
- * read row by row. */
-static void bias_grad_add(const float *dy, int64_t ld, int64_t rows, int64_t N, float *dbias,
+/* Each column summed in double over the rows in order (no dependence on
+ * the thread count) and rounded once: a float sum over L·B rows drifts
+ * beyond the accuracy contract. Columns in blocks, so dy is read row by
+ * row. */
+void linear_bias_grad_add(const float *dy, int64_t ld, int64_t rows, int64_t N, float *dbias,
                           int64_t dbias_s)
 {
     enum { COLS = 64 };
@@ -68,7 +67,7 @@ void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t
                             int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
                             int64_t dbias_s, linear_engine g)
 {
-    const bool one = flat(dy, B, M) && flat(x, B, M);
+    const bool one = linear_rows_flat(dy, B, M) && linear_rows_flat(x, B, M);
     const int64_t calls = one ? 1 : B, rows = one ? B * M : M;
     for (int64_t b = 0; b < calls; ++b) {
         const float *dyb = dy->data + b * dy->batch;
@@ -76,6 +75,6 @@ void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t
         gemm(g, true, false, N, K, rows, 1.0f, dyb, dy->ld, x->data + b * x->batch, x->ld,
                    1.0f, dW, lddw);
         /* Forward y = ... + b, so db += Σ_rows dy. */
-        if (dbias) bias_grad_add(dyb, dy->ld, rows, N, dbias, dbias_s);
+        if (dbias) linear_bias_grad_add(dyb, dy->ld, rows, N, dbias, dbias_s);
     }
 }

@@ -40,4 +40,12 @@ void linear_backward_params(const linear_rows *dy, const linear_rows *x, int64_t
                             int64_t N, int64_t K, float *dW, int64_t lddw, float *dbias,
                             int64_t dbias_s, linear_engine g);
 
+/* The parts linear_bf16.h shares: whether the rows of every batch follow
+ * each other at the same spacing (the batch is then one GEMM over B·M
+ * rows), and dbias (N, stride dbias_s) += Σ_rows dy (rows,N; row stride
+ * ld), in row order. */
+bool linear_rows_flat(const linear_rows *r, int64_t B, int64_t M);
+void linear_bias_grad_add(const float *dy, int64_t ld, int64_t rows, int64_t N, float *dbias,
+                          int64_t dbias_s);
+
 #endif

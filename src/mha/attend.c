@@ -42,17 +42,17 @@ attn_status mha_attend(const attn_mha *m, const mha_call *c, const mha_acts *act
                              act->v == act->k + B * Sp * E;
     if (c->self && kv_one_gemm && Sp == L && m->w_k == m->w_q + (size_t)(E * E) &&
         act->k == act->q + B * L * E) {
-        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, 3 * E, g);
+        linear_forward_bf16(act->proj, &c->query, B, L, E, P + m->w_q, E, bq, 1, &q, 3 * E, g);
     } else {
-        linear_forward(&c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, g);
+        linear_forward_bf16(act->proj, &c->query, B, L, E, P + m->w_q, E, bq, 1, &q, E, g);
         if (kv_one_gemm) {
-            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
-                           2 * E, g);
+            linear_forward_bf16(act->proj, &c->key, B, S, c->kdim, P + m->w_k, c->kdim,
+                                bq ? bq + E : NULL, 1, &k, 2 * E, g);
         } else {
-            linear_forward(&c->key, B, S, c->kdim, P + m->w_k, c->kdim, bq ? bq + E : NULL, 1, &k,
-                           E, g);
-            linear_forward(&c->value, B, S, c->vdim, P + m->w_v, c->vdim, bq ? bq + 2 * E : NULL,
-                           1, &v, E, g);
+            linear_forward_bf16(act->proj, &c->key, B, S, c->kdim, P + m->w_k, c->kdim,
+                                bq ? bq + E : NULL, 1, &k, E, g);
+            linear_forward_bf16(act->proj, &c->value, B, S, c->vdim, P + m->w_v, c->vdim,
+                                bq ? bq + 2 * E : NULL, 1, &v, E, g);
         }
     }
 

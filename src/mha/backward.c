@@ -94,9 +94,9 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
     /* In the forward pass out = a·Woᵀ + bo, so dWo += doutᵀ·a, dbo += Σ dout
      * and da = dout·Wo. */
     const mha_rows a = mha_rows_dense(act.a, L, E), dar = mha_rows_dense(da, L, E);
-    linear_backward_params(&dy, &a, B, L, E, E, G + m->w_out, E,
-                               m->b_out != SIZE_MAX ? G + m->b_out : NULL, 1, th);
-    linear_backward_input(&dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
+    linear_backward_params_bf16(act.proj, &dy, &a, B, L, E, E, G + m->w_out, E,
+                                m->b_out != SIZE_MAX ? G + m->b_out : NULL, 1, th);
+    linear_backward_input_bf16(act.proj, &dy, B, L, E, P + m->w_out, E, &dar, E, false, th);
 
     /* In the forward pass a = SDPA(q, k, v) per head; SDPA's backward gives
      * dq, dk, dv for every key row, appended ones included. */
@@ -108,8 +108,7 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
     o.softmax_stats = &stats_view;
     o.workspace = act.sdpa_ws; /* the recomputing forward's bytes, free again */
     o.workspace_size = act.sdpa_ws_size;
-    RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, NULL, &dah, &dqh, &dkh, &dvh, &o,
-                                       err));
+    RETURN_IF_ERROR(attn_sdpa_backward(&qh, &kh, &vh, &ah, NULL, &dah, &dqh, &dkh, &dvh, &o, err));
 
     /* In the forward pass row S of k (v) was bias_k (bias_v) in every batch,
      * so their gradients sum that row over the batch. The zero row that
@@ -127,26 +126,29 @@ attn_status mha_backward_pass(attn_mha *m, mha_call *c, const attn_tensor *const
      * S rows), so dW += dᵀ·input, db += Σ d, dinput = d·W. */
     const mha_rows dqr = mha_rows_dense(dq, L, E), dkr = mha_rows_dense(dk, Sp, E),
                    dvr = mha_rows_dense(dv, Sp, E);
-    linear_backward_params(&dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
-    linear_backward_params(&dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
-                               has_bias ? gb_in + E : NULL, 1, th);
-    linear_backward_params(&dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
-                               has_bias ? gb_in + 2 * E : NULL, 1, th);
+    linear_backward_params_bf16(act.proj, &dqr, &c->query, B, L, E, E, G + m->w_q, E, gb_in, 1, th);
+    linear_backward_params_bf16(act.proj, &dkr, &c->key, B, S, E, c->kdim, G + m->w_k, c->kdim,
+                                has_bias ? gb_in + E : NULL, 1, th);
+    linear_backward_params_bf16(act.proj, &dvr, &c->value, B, S, E, c->vdim, G + m->w_v, c->vdim,
+                                has_bias ? gb_in + 2 * E : NULL, 1, th);
 
-    if (gq.view) linear_backward_input(&dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
+    if (gq.view)
+        linear_backward_input_bf16(act.proj, &dqr, B, L, E, P + m->w_q, E, &gq.rows, E, false, th);
     if (c->self) {
         /* key = value = query: the three paths sum into one gradient. */
         if (gq.view) {
-            linear_backward_input(&dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true, th);
-            linear_backward_input(&dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true, th);
+            linear_backward_input_bf16(act.proj, &dkr, B, S, E, P + m->w_k, E, &gq.rows, E, true,
+                                       th);
+            linear_backward_input_bf16(act.proj, &dvr, B, S, E, P + m->w_v, E, &gq.rows, E, true,
+                                       th);
         }
     } else {
         if (gk.view)
-            linear_backward_input(&dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows, c->kdim,
-                                      false, th);
+            linear_backward_input_bf16(act.proj, &dkr, B, S, E, P + m->w_k, c->kdim, &gk.rows,
+                                       c->kdim, false, th);
         if (gv.view)
-            linear_backward_input(&dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows, c->vdim,
-                                      false, th);
+            linear_backward_input_bf16(act.proj, &dvr, B, S, E, P + m->w_v, c->vdim, &gv.rows,
+                                       c->vdim, false, th);
     }
     finish_grad(c, &gq, L, E);
     finish_grad(c, &gk, S, c->kdim);

@@ -111,6 +111,7 @@ attn_sdpa_opts mha_sdpa_opts(const mha_call *c)
     o.scale = c->scale; /* 0: 1/sqrt(head_dim), torch's */
     o.dropout_p = c->dropout_p;
     o.dropout_seed = c->dropout_seed;
+    o.precision = c->precision;
     return o;
 }
 
@@ -150,8 +151,21 @@ static attn_status sdpa_bytes(const mha_call *c, bool backward, size_t *bytes, a
     return ATTN_OK;
 }
 
+/* Bytes of the bf16 projections' pair operands (0 without an engine): the
+ * largest of the in-projections (q, k and v in one GEMM at most), the
+ * out-projection and their gradients. */
+static size_t pair_bytes(const mha_call *c)
+{
+    const int64_t q = linear_bf16_words(c->bf16, c->B * c->L, c->E, 3 * c->E);
+    const int64_t k = linear_bf16_words(c->bf16, c->B * c->S, c->kdim, 2 * c->E);
+    const int64_t v = linear_bf16_words(c->bf16, c->B * c->S, c->vdim, c->E);
+    const int64_t m = q > k ? (q > v ? q : v) : (k > v ? k : v);
+    return (size_t)m * sizeof(uint32_t);
+}
+
 /* Up to 63 bytes to align the caller's pointer, the activations in whole
- * cache lines, then the attention's part. */
+ * cache lines, then the attention's part (which the bf16 projections'
+ * pairs share). */
 static size_t workspace_total(size_t act_bytes, size_t sdpa)
 {
     return 63 + (act_bytes + 63) / 64 * 64 + sdpa;
@@ -169,6 +183,7 @@ attn_status mha_workspace(mha_call *c, const attn_mha_opts *opts, bool backward,
     }
     size_t sdpa;
     RETURN_IF_ERROR(sdpa_bytes(c, backward, &sdpa, err));
+    if (pair_bytes(c) > sdpa) sdpa = pair_bytes(c);
     const size_t skew = (64 - (uintptr_t)opts->workspace % 64) % 64;
     const size_t act_span = (act_bytes + 63) / 64 * 64;
     RETURN_IF(opts->workspace_size < skew + act_span + sdpa, err, ATTN_ERR_WORKSPACE,
@@ -189,6 +204,14 @@ attn_status mha_acts_init(mha_call *c, const attn_mha_opts *opts, bool backward,
     RETURN_IF_ERROR(
         mha_workspace(c, opts, backward, bytes, &buf, &act->sdpa_ws, &act->sdpa_ws_size, err));
     act->q = buf, act->k = buf + nq, act->v = buf + nq + nk, act->a = buf + nq + 2 * nk;
+    act->proj = (linear_bf16){c->bf16, NULL, 0};
+    if (c->bf16 && !c->reference) {
+        const size_t pairs = act->sdpa_ws ? act->sdpa_ws_size : pair_bytes(c);
+        act->proj.scratch =
+            act->sdpa_ws ? act->sdpa_ws : mha_call_alloc(c, pairs, "workspace", err);
+        if (!act->proj.scratch) return ATTN_ERR_ALLOC;
+        act->proj.words = (int64_t)(pairs / sizeof(uint32_t));
+    }
     return ATTN_OK;
 }
 
@@ -197,6 +220,7 @@ attn_status mha_workspace_bytes(const mha_call *c, bool backward, size_t *bytes,
 {
     size_t sdpa = 0;
     RETURN_IF_ERROR(sdpa_bytes(c, backward, &sdpa, err));
+    if (pair_bytes(c) > sdpa) sdpa = pair_bytes(c);
     const size_t act = backward ? mha_backward_act_bytes(c) : mha_forward_act_bytes(c);
     *bytes = workspace_total(act, sdpa);
     return ATTN_OK;

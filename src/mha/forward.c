@@ -95,10 +95,12 @@ attn_status mha_forward_pass(const attn_mha *m, mha_call *c, attn_tensor *out,
     const mha_rows a = mha_rows_dense(act.a, c->L, c->E);
     mha_rows dst;
     if (mha_rows_direct(out, c->batched, c->E, &dst)) {
-        linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &dst, c->E, mha_gemm_of(c));
+        linear_forward_bf16(act.proj, &a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &dst, c->E,
+                            mha_gemm_of(c));
     } else {
         const mha_rows tmp = mha_rows_dense(act.q, c->L, c->E); /* q is no longer needed */
-        linear_forward(&a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E, mha_gemm_of(c));
+        linear_forward_bf16(act.proj, &a, c->B, c->L, c->E, P + m->w_out, c->E, bo, 1, &tmp, c->E,
+                            mha_gemm_of(c));
         mha_rows_scatter(act.q, out, c->batched, c->B, c->L, c->E);
     }
     return ATTN_OK;

@@ -13,7 +13,7 @@
 #define ATTN_MHA_PRIVATE_H
 
 #include "../core/internal.h"
-#include "../core/linear.h"
+#include "../core/linear_bf16.h"
 
 enum { MHA_MAX_PARAMS = 8 };
 
@@ -58,6 +58,8 @@ typedef struct {
     int threads;
     attn_path path;
     bool reference; /* the plain path: reference SDPA and GEMM */
+    attn_precision precision; /* the SDPA's; the projections' when bf16 is set */
+    const sdpa_bf16_engine *bf16; /* the projections' engine (ATTN_PRECISION_BF16), or NULL */
     float scale; /* SDPA scale; 0 = default */
     float dropout_p; /* on the attention weights: the config's in training, else 0 */
     uint64_t dropout_seed;
@@ -86,9 +88,14 @@ typedef struct {
     float *a; /* (B,L,E)     attention output, heads concatenated */
     void *sdpa_ws; /* the attention's workspace, or NULL: it allocates its own */
     size_t sdpa_ws_size;
+    /* The projections' engine and, with one, the scratch of their pair
+     * operands: the attention's workspace (the two never run at once), or
+     * an allocation of the call's. */
+    linear_bf16 proj;
 } mha_acts;
 
-/* The projections multiply with core/linear.h's linear layers. */
+/* The projections multiply with core/linear_bf16.h's linear layers (on
+ * c->bf16, or core/linear.h's float32 ones when it is NULL). */
 static inline linear_engine mha_gemm_of(const mha_call *c)
 {
     return (linear_engine){c->threads, c->reference};

@@ -205,6 +205,12 @@ static attn_status call_init(mha_call *c, const attn_mha *m, const attn_tensor *
     RETURN_IF(!(opts->scale >= 0.0f) || isinf(opts->scale), err, ATTN_ERR_ARG,
               "scale: must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g", (double)opts->scale);
     c->scale = opts->scale;
+    RETURN_IF(opts->precision != ATTN_PRECISION_EXACT && opts->precision != ATTN_PRECISION_BF16,
+              err, ATTN_ERR_ARG, "precision: unknown value %d", (int)opts->precision);
+    c->precision = opts->precision;
+    c->bf16 = opts->precision == ATTN_PRECISION_BF16 && !c->reference
+                  ? sdpa_engine_select(sdpa_kernels_for(sdpa_isa_select()))
+                  : NULL;
     c->dropout_p = opts->training ? m->cfg.dropout : 0.0f;
     c->dropout_seed = opts->dropout_seed;
 
