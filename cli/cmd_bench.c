@@ -650,7 +650,7 @@ static int run_bench(int argc, char **argv)
 const cli_command cmd_bench = {
     .name = "bench",
     .summary = "time attention on random data: median ms, GFLOP/s, peak memory, ISA",
-    .usage = "[--mode forward|backward|mha|decode|varlen] [--seq N[,N...]] [--head-dim D] [options]",
+    .usage = "[--mode forward|backward|mha|mha-backward|decode|varlen] [--seq N[,N...]] [--head-dim D] [options]",
     .details = bench_details,
     .options = bench_options,
     .run = run_bench,
