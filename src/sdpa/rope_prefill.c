@@ -39,12 +39,11 @@ static sdpa_size copy_bytes(const sdpa_problem *p, const attn_sdpa_opts *opts)
     int64_t qpos, kpos, pos0, npos;
     attn_rope_positions(opts->rope_offset, p->Nq, p->Nk, &qpos, &kpos, &pos0, &npos);
     const int64_t half = half_of(opts->rope, p->D);
-    sdpa_size s = {0, true};
-    int64_t rows;
-    if (!attn_mul_ok(p->B * p->Hq, p->Nq, &rows)) s.ok = false;
-    sdpa_size_add(&s, rows, p->D, sizeof(float));
-    if (!attn_mul_ok(p->B * p->Hkv, p->Nk, &rows)) s.ok = false;
-    sdpa_size_add(&s, rows, p->D, sizeof(float));
+    int64_t qrows = 0, krows = 0;
+    sdpa_size s = {0, attn_mul_ok(p->B * p->Hq, p->Nq, &qrows) &&
+                          attn_mul_ok(p->B * p->Hkv, p->Nk, &krows)};
+    sdpa_size_add(&s, qrows, p->D, sizeof(float));
+    sdpa_size_add(&s, krows, p->D, sizeof(float));
     sdpa_size_add(&s, npos, half, sizeof(float));
     sdpa_size_add(&s, npos, half, sizeof(float));
     sdpa_size_add(&s, half, 1, sizeof(double));
