@@ -29,6 +29,7 @@
 #include "bf16_ref.h"
 #include "ref64.h"
 #include "ref64_variants.h"
+#include "bf16_judge.h"
 #include "testutil.h"
 
 #include "../src/kernels/bf16_engine.h"
@@ -621,24 +622,6 @@ static bool run_attn(const bdata *d, const char *engine, attn_precision prec, in
     return ok;
 }
 
-/* Max |x - ref| over elements where ref is finite (x must be finite there
- * too, else inf); where ref is ±inf, x must equal it. */
-static double max_err(const double *x, const double *ref, int64_t n, double *refmax)
-{
-    double e = 0.0, m = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        if (!isfinite(ref[i])) {
-            if (!(x[i] == ref[i])) e = INFINITY;
-            continue;
-        }
-        const double d = isfinite(x[i]) ? fabs(x[i] - ref[i]) : INFINITY;
-        e = d > e ? d : e;
-        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-    }
-    *refmax = m;
-    return e;
-}
-
 static double *widen(const float *x, int64_t n)
 {
     double *d = xcalloc(n, 8);
@@ -656,7 +639,7 @@ static void judge(tu_group *g, const char *what, const double *got, const double
                   const double *base, int64_t n, double *worst)
 {
     double mx, mx2;
-    const double ea = max_err(got, ref, n, &mx), eb = max_err(base, ref, n, &mx2);
+    const double ea = bf16_max_err(got, ref, n, &mx), eb = bf16_max_err(base, ref, n, &mx2);
     const double allow = 2.0 * eb + CONTRACT_SLACK * mx;
     const double ratio = allow > 0 ? ea / allow : (ea > 0 ? INFINITY : 0);
     if (ratio > *worst) *worst = ratio;
