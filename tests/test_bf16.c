@@ -621,8 +621,17 @@ static bool run_attn(const bdata *d, const char *engine, attn_precision prec, in
     attn_tensor dQ = attn_tensor_make(r->dq, ATTN_F32, 4, (int64_t[]){c->B, c->Hq, c->Nq, c->D});
     attn_tensor dK = attn_tensor_make(r->dk, ATTN_F32, 4, (int64_t[]){c->B, c->Hkv, c->Nk, c->D});
     attn_tensor dV = attn_tensor_make(r->dv, ATTN_F32, 4, (int64_t[]){c->B, c->Hkv, c->Nk, c->Dv});
-    bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, err) == ATTN_OK &&
-              attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, err) == ATTN_OK;
+    /* the caller's workspace of the reported size, full of NaN: what the
+     * calls read must be what they wrote (shared key tiles, padding) */
+    size_t bytes = 0;
+    bool ok = attn_sdpa_workspace_size(&Q, &K, &V, true, &o, &bytes, err) == ATTN_OK;
+    void *ws = xcalloc((int64_t)bytes + 1, 1);
+    memset(ws, 0xFF, bytes);
+    o.workspace = ws;
+    o.workspace_size = bytes;
+    ok = ok && attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, err) == ATTN_OK &&
+         attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, err) == ATTN_OK;
+    free(ws);
     unsetenv("ATTN_ENGINE");
     return ok;
 }

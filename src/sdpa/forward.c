@@ -361,14 +361,36 @@ static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, 
     return (b * p->Hkv + hk) * key_tiles(p, d) + j0 / d->keys;
 }
 
+/* K's and V's rows of the tile from key j0 of kv head (b, hk) requested
+ * into L2 (rows of contiguous features only): its packing then finds them
+ * there instead of waiting on memory, which a window's few products per
+ * tile do not hide. */
+static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
+                          int64_t j0)
+{
+    if (j0 >= p->Nk || p->ks[3] != 1 || p->vs[3] != 1) return;
+    const int64_t nj = tile_keys(p, d, j0);
+    const size_t ke = attn_dtype_size(p->kt), ve = attn_dtype_size(p->vt);
+    const char *k = (const char *)p->k + (ptrdiff_t)AT4(p->ks, b, hk, j0, 0) * (ptrdiff_t)ke;
+    const char *v = (const char *)p->v + (ptrdiff_t)AT4(p->vs, b, hk, j0, 0) * (ptrdiff_t)ve;
+    for (int64_t j = 0; j < nj; ++j) {
+        const char *kr = k + (ptrdiff_t)(j * p->ks[2]) * (ptrdiff_t)ke;
+        const char *vr = v + (ptrdiff_t)(j * p->vs[2]) * (ptrdiff_t)ve;
+        for (int64_t x = 0; x < p->D * (int64_t)ke; x += 64) __builtin_prefetch(kr + x, 0, 2);
+        for (int64_t x = 0; d->dot && x < p->Dv * (int64_t)ve; x += 64)
+            __builtin_prefetch(vr + x, 0, 2);
+    }
+}
+
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
- * caller claims it; the claim. */
+ * caller claims it (requesting the next tile's rows first); the claim. */
 static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                                int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
     const int64_t t = shared_tile(p, d, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
+        if (j0 + d->keys < w->kend) prefetch_tile(p, d, b, hk, j0 + d->keys);
         float *kt = w->kpack + t * shared_words(p, d);
         pack_tile(p, kern, d, b, hk, j0, kt, tile_v_pairs(p, d, kt), &w->kfinite[t]);
         sdpa_item_done(&w->kstate[t]);
@@ -703,7 +725,10 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         const int64_t at = b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        if (d->dot)
+        if (d->dot && p->q && p->qs[3] == 1) /* the vectorised packer (the same products) */
+            sdpa_pairs_rows_f32(p->q + at, d->q_rs, mi, p->D, w->qp + e * FWD_ROWS * q_pairs(p),
+                                q_pairs(p));
+        else if (d->dot)
             sdpa_pairs_rows(p->q ? ATTN_F32 : p->qt,
                             p->q ? (const void *)(p->q + at) : (const void *)(p->q16 + at),
                             d->q_rs, p->qs[3], mi, p->D, w->qp + e * FWD_ROWS * q_pairs(p),
@@ -847,10 +872,21 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
              * nothing keep O (alpha would be 1), unless O is still to be
              * set (k = 0 zeroes it). */
             SDPA_PROF_START(t_pv);
+            /* With P rounded by the softmax (zero past each row's keys up
+             * to scn) and the tile's V pairs all finite, a run may take
+             * bands whose last keys differ within a panel: its columns end
+             * at the panel (at most the tile's keys, which the pairs hold),
+             * fewer and larger products for a window's or a diagonal's
+             * ragged edge, adding exact zeros. */
+            const int64_t pv_round = w->p16_set ? npad : 1;
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
-                r1 = band_run_end(band_c0, band_c1, r0, mi, 1);
-                const int64_t rb = r1 - r0;
-                const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
+                r1 = band_run_end(band_c0, band_c1, r0, mi, pv_round);
+                const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
+                int64_t c1 = band_c1[r0 / FWD_BAND];
+                if (c1 > c0 && pv_round > 1) {
+                    c1 = sdpa_round_up(c1, pv_round);
+                    c1 = c1 < nj ? c1 : nj;
+                }
                 if (c1 == c0 && o_set[e]) continue;
                 if (p->dropout_p > 0.0f)
                     unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, sdpa_round_up(c1, npad),
