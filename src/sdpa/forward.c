@@ -16,10 +16,12 @@
  * Memory: per thread one Kᵀ and one V tile, a score tile, a bias tile and
  * the output accumulators of its rows: O(threads × tile × D), nothing of
  * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
- * packed once per call instead of once per task (float32, the size of K):
- * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). The
- * first task to reach a tile packs it, between its products: a phase of
- * transposes alone would wait on memory with every thread (shared_kt).
+ * packed once per call instead of once per task (float32, the size of K;
+ * with bfloat16 products Kᵀ's and V's pairs, the size of K and V in
+ * bfloat16): the packing then costs O(Nk·D), not O(Nq·Nk·D / rows per
+ * task). The first task to reach a tile packs it, between its products: a
+ * phase of transposes alone would wait on memory with every thread
+ * (shared_keys).
  * Attention weights, when requested, are written by a second sweep over the
  * key tiles of the task from the final LSE (w = exp(scale·s + bias - lse)),
  * which costs one more Q·Kᵀ.
@@ -333,15 +335,14 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                                 kt, d->bcp);
 }
 
-/* Every key of the tile from key j0 of kv head (b, hk) into kt (and,
- * bfloat16 products, into vp with *finite whether V's values all are):
- * Kᵀ widened, or Kᵀ's feature pairs and V's key pairs. The shared tiles
- * and a task's private copy of one hold the same bits. */
+/* Keys [j0, j0+nj) of kv head (b, hk) into kt (and, bfloat16 products,
+ * into vp with *finite whether V's values all are): Kᵀ widened, or Kᵀ's
+ * feature pairs and V's key pairs. A shared tile and a task's private copy
+ * of it (both of all the tile's keys) hold the same bits. */
 static void pack_tile(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                      int64_t b, int64_t hk, int64_t j0, float *kt, uint32_t *vp,
+                      int64_t b, int64_t hk, int64_t j0, int64_t nj, float *kt, uint32_t *vp,
                       unsigned char *finite)
 {
-    const int64_t nj = tile_keys(p, d, j0);
     if (!d->dot) {
         pack_kt(p, kern, d, b, hk, j0, nj, kt);
         return;
@@ -392,7 +393,8 @@ static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, 
     if (claim == SDPA_CLAIM_MINE) {
         if (j0 + d->keys < w->kend) prefetch_tile(p, d, b, hk, j0 + d->keys);
         float *kt = w->kpack + t * shared_words(p, d);
-        pack_tile(p, kern, d, b, hk, j0, kt, tile_v_pairs(p, d, kt), &w->kfinite[t]);
+        pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), kt, tile_v_pairs(p, d, kt),
+                  &w->kfinite[t]);
         sdpa_item_done(&w->kstate[t]);
     }
     return claim;
@@ -422,7 +424,7 @@ static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const f
         *finite = w->kfinite[t];
         return;
     }
-    pack_tile(p, kern, d, b, hk, j0, w->kt, (uint32_t *)w->v, finite);
+    pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kt, (uint32_t *)w->v, finite);
     w->ktp = w->kt;
     w->vp = (const uint32_t *)w->v;
 }
@@ -435,13 +437,14 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    unsigned char shared_finite = 0; /* dot, prepacked: the tile's V pairs are usable */
+    unsigned char pairs_finite = 0; /* dot: the tile's V pairs are usable */
     if (d->prepacked) {
-        shared_keys(p, kern, d, b, hk, j0, w, &shared_finite);
-    } else if (d->dot) { /* Kᵀ as feature pairs (ceil(D/2) × bcp uint32: at most kt's size) */
-        sdpa_pairs_kt(p->kt, (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt), p->ks[2],
-                      p->ks[3], nj, p->D, (uint32_t *)w->kt, d->bcp);
+        shared_keys(p, kern, d, b, hk, j0, w, &pairs_finite);
+    } else if (d->dot) { /* Kᵀ's feature pairs (ceil(D/2) × bcp uint32: at most kt's size),
+                          * V's key pairs (ceil(nj/2) × dvp uint32: half of v) */
+        pack_tile(p, kern, d, b, hk, j0, nj, w->kt, (uint32_t *)w->v, &pairs_finite);
         w->ktp = w->kt;
+        w->vp = (const uint32_t *)w->v;
     } else if (d->direct && p->ks[3] == 1) {
         w->kr = (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt);
         w->krt = p->kt;
@@ -467,12 +470,8 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     w->v_finite = -1;
     w->v16 = NULL;
     w->v_pairs = false;
-    /* key pairs (ceil(nj/2) × dvp uint32: half of v), unless a value is not finite */
-    if (d->dot && !d->prepacked)
-        w->vp = (const uint32_t *)w->v;
-    if (d->dot && (d->prepacked ? shared_finite
-                                : sdpa_pairs_keys(p->vt, (const char *)p->v + (ptrdiff_t)vo * (ptrdiff_t)attn_dtype_size(p->vt),
-                                                  p->vs[2], p->vs[3], nj, p->Dv, (uint32_t *)w->v, d->dvp))) {
+    /* V's key pairs, unless a value is not finite */
+    if (d->dot && pairs_finite) {
         w->v_pairs = true;
         w->v_finite = 1;
         w->ldv = d->dvp;
