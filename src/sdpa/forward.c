@@ -421,7 +421,7 @@ static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const f
     if (claim != SDPA_CLAIM_BUSY) {
         w->ktp = kt;
         w->vp = tile_v_pairs(p, d, kt);
-        *finite = w->kfinite[t];
+        *finite = d->dot && w->kfinite[t]; /* written for bfloat16 tiles only */
         return;
     }
     pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kt, (uint32_t *)w->v, finite);
