@@ -318,7 +318,10 @@ static inline vf SIMD(logit)(const sdpa_logits *lg, const float *br, int64_t lo,
 static inline __attribute__((always_inline)) void SIMD(zero_probs)(float *sr, uint16_t *pr,
                                                                     int64_t c, int64_t n)
 {
-    if (pr) {
+    if (pr) { /* vector stores, not a call per row piece: a window's rows have several */
+#ifdef SIMD_HAVE_P16
+        for (; c + 2 * VW <= n; c += 2 * VW) V_STORE_P16(pr + c, V_ZERO(), V_ZERO());
+#endif
         if (n > c) memset(pr + c, 0, (size_t)(n - c) * sizeof(uint16_t));
         return;
     }

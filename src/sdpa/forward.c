@@ -362,15 +362,23 @@ static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, 
     return (b * p->Hkv + hk) * key_tiles(p, d) + j0 / d->keys;
 }
 
-/* K's and V's rows of the tile from key j0 of kv head (b, hk) requested
- * into L2 (rows of contiguous features only): its packing then finds them
- * there instead of waiting on memory, which a window's few products per
- * tile do not hide. */
-static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
-                          int64_t j0)
+/* K's and V's rows of slice `part` of `parts` of the tile from key j0 of
+ * kv head (b, hk) requested into L2 (rows of contiguous features only),
+ * unless a task packed or is packing it: its packing then finds them there
+ * instead of waiting on memory, which a window's few products per tile do
+ * not hide. A slice per unit of the tile before, not the whole tile at
+ * once: a burst of a tile's lines fills the miss buffers and stalls the
+ * products it was meant to overlap. */
+static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w,
+                          int64_t b, int64_t hk, int64_t j0, int64_t part, int64_t parts)
 {
-    if (j0 >= p->Nk || p->ks[3] != 1 || p->vs[3] != 1) return;
-    const int64_t nj = tile_keys(p, d, j0);
+    if (j0 >= w->kend || p->ks[3] != 1 || p->vs[3] != 1) return;
+    if (atomic_load_explicit(&w->kstate[shared_tile(p, d, b, hk, j0)], memory_order_relaxed) !=
+        SDPA_ITEM_FREE)
+        return;
+    const int64_t keys = tile_keys(p, d, j0), ja = keys * part / parts;
+    const int64_t nj = keys * (part + 1) / parts - ja;
+    j0 += ja;
     const size_t ke = attn_dtype_size(p->kt), ve = attn_dtype_size(p->vt);
     const char *k = (const char *)p->k + (ptrdiff_t)AT4(p->ks, b, hk, j0, 0) * (ptrdiff_t)ke;
     const char *v = (const char *)p->v + (ptrdiff_t)AT4(p->vs, b, hk, j0, 0) * (ptrdiff_t)ve;
@@ -384,14 +392,13 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, i
 }
 
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
- * caller claims it (requesting the next tile's rows first); the claim. */
+ * caller claims it; the claim. */
 static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                                int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
     const int64_t t = shared_tile(p, d, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
-        if (j0 + d->keys < w->kend) prefetch_tile(p, d, b, hk, j0 + d->keys);
         float *kt = w->kpack + t * shared_words(p, d);
         pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), kt, tile_v_pairs(p, d, kt),
                   &w->kfinite[t]);
@@ -762,6 +769,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
             unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+            if (d->prepacked) prefetch_tile(p, d, w, b, hk, j0 + d->keys, e, nu);
             SDPA_PROF_START(t_plan);
             const sdpa_tile t = sdpa_plan_tile(p, kern, b, h, i0, mi, j0, nj, w->start, w->end,
                                                w->bias, d->bcp);
