@@ -121,7 +121,6 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
         __m512 acc[KV_ROWS][4];
         for (int r = 0; r < KV_ROWS; ++r)
             for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-#pragma GCC unroll 8
         for (int64_t d = 0; d < D; d += 16) {
             const __mmask16 k = lanes(D - d);
             __m512 kv[4];
