@@ -133,13 +133,18 @@ static void chunk_softmax(const decode_plan *p, const decode_task *t, decode_scr
     }
 }
 
-/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS,
- * inside one paged block. */
+/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS, in
+ * consecutive storage rows (paged: blocks with consecutive pool indices,
+ * so that small blocks do not cut every chunk short). */
 static int64_t chunk_keys(const attn_kvcache *c, int64_t b, int64_t c0, int64_t j1)
 {
-    int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
-    const int64_t left = kv_block_left(c, b, c0);
-    return left < n ? left : n; /* stay inside the block */
+    const int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
+    if (!kv_paged(c)) return n;
+    const int64_t bs = c->cfg.block_size, f = kv_first(c, b);
+    const int32_t *tab = kv_table(c, b);
+    int64_t blk = (c0 + f) / bs, end = (blk + 1) * bs - f; /* end of c0's block */
+    while (end < c0 + n && tab[blk + 1] == tab[blk] + 1) blk++, end += bs;
+    return end - c0 < n ? end - c0 : n;
 }
 
 /* One task: its split's partial (m, ll, o) per row into p->parts. */
