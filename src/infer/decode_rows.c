@@ -73,9 +73,13 @@ const kv_row_kernels *kv_row_kernels_select(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
 #if defined(__GNUC__) || defined(__clang__)
-    if (sdpa_isa_select() >= SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
+    const sdpa_isa isa = sdpa_isa_select();
+    if (isa == SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return &kv_rows_avx512;
+    if ((isa == SDPA_ISA_AVX512 || isa == SDPA_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &kv_rows_avx2;
 #endif
 #endif
     return &kv_rows_generic;

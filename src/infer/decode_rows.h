@@ -46,7 +46,31 @@ typedef struct {
 extern const kv_row_kernels kv_rows_generic;
 #if defined(__x86_64__) || defined(__i386__)
 extern const kv_row_kernels kv_rows_avx512;
+extern const kv_row_kernels kv_rows_avx2; /* AVX2, FMA, F16C; D % 8 == 0 (else generic) */
 #endif
+
+/* Bytes of [next, next + bytes) each of `iters` iterations prefetches: whole
+ * lines (computed once per call: a division per iteration cost more than
+ * the prefetches). */
+static inline int64_t kv_prefetch_per(int64_t bytes, int64_t iters)
+{
+    return ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
+}
+
+/* Iteration i prefetches its share (`per` bytes) of the lines of
+ * [next, next + bytes) (NULL: none); prefetches never fault, so the address
+ * is formed from integers. */
+static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t per)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (!next) return;
+    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
+    for (int64_t o = lo; o < hi; o += 64)
+        __builtin_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), 0, 3);
+#else
+    (void)next, (void)bytes, (void)i, (void)per;
+#endif
+}
 
 /* The table for this CPU and ATTN_ARCH (as the SDPA kernels choose). */
 const kv_row_kernels *kv_row_kernels_select(void);

@@ -12,7 +12,7 @@
  *               accumulators in registers, one key at a time: a probability
  *               broadcast once serves four slices.
  * Both issue a share of the software prefetches of the next call's rows in
- * every iteration (prefetch_share).
+ * every iteration (kv_prefetch_share).
  */
 #include "decode_rows.h"
 
@@ -71,25 +71,6 @@ INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
     }
 }
 
-/* Bytes of [next, next + bytes) each of `iters` iterations prefetches: whole
- * lines (computed once per call: a division per iteration cost more than
- * the prefetches). */
-INLINE int64_t prefetch_per(int64_t bytes, int64_t iters)
-{
-    return ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
-}
-
-/* Iteration i prefetches its share (`per` bytes) of the lines of
- * [next, next + bytes); prefetches never fault, so the address is formed
- * from integers. */
-INLINE void prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t per)
-{
-    if (!next) return;
-    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
-    for (int64_t o = lo; o < hi; o += 64)
-        _mm_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), _MM_HINT_T0);
-}
-
 INLINE __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
 
 /* Adds each 128-bit quarter of v0..v3 pairwise: block i of the result
@@ -120,9 +101,9 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
                         const float *q, const int m, float *s, int64_t lds,
                         const float *row_scale, const void *next, int64_t next_bytes)
 {
-    const int64_t rb = kv_format_row_bytes(f, D), per = prefetch_per(next_bytes, (n + 3) / 4);
+    const int64_t rb = kv_format_row_bytes(f, D), per = kv_prefetch_per(next_bytes, (n + 3) / 4);
     for (int64_t t = 0; t < n; t += 4) {
-        prefetch_share(next, next_bytes, t / 4, per);
+        kv_prefetch_share(next, next_bytes, t / 4, per);
         const char *x[4];
         for (int j = 0; j < 4; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
         __m512 acc[KV_ROWS][4];
@@ -158,7 +139,7 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
                             const float *p, int64_t ldp, const int m, const float *alpha,
                             float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
-    const int64_t rb = kv_format_row_bytes(f, Dv), per = prefetch_per(next_bytes, n);
+    const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
     for (int64_t d = 0; d < Dv; d += 64) {
         const int ns = Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16); /* slices of 16 */
         __m512 a[KV_ROWS][4];
@@ -167,7 +148,7 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
                 a[r][j] = _mm512_mul_ps(_mm512_set1_ps(alpha[r]),
                                         _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j));
         for (int64_t t = 0; t < n; ++t) {
-            if (d == 0) prefetch_share(next, next_bytes, t, per);
+            if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
             __m512 x[4];
             for (int j = 0; j < ns; ++j) x[j] = load16(f, rows + t * rb, d + 16 * j, lanes(Dv - d - 16 * j));
             for (int r = 0; r < m; ++r) {
