@@ -36,6 +36,17 @@ enum {
     LDS = CHUNK_KEYS,  /* a multiple of every softmax npad */
 };
 
+/* A hint that the line holding x is read soon (none where the compiler
+ * has no builtin). */
+static inline void prefetch_line(const void *x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(x);
+#else
+    (void)x;
+#endif
+}
+
 /* Visible keys [lo, hi) of query row i of an entry of length L. */
 static void visible_range(const kv_attend_call *a, int64_t L, int64_t i, int64_t *lo,
                           int64_t *hi)
@@ -122,13 +133,18 @@ static void chunk_softmax(const decode_plan *p, const decode_task *t, decode_scr
     }
 }
 
-/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS,
- * inside one paged block. */
+/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS, in
+ * consecutive storage rows (paged: blocks with consecutive pool indices,
+ * so that small blocks do not cut every chunk short). */
 static int64_t chunk_keys(const attn_kvcache *c, int64_t b, int64_t c0, int64_t j1)
 {
-    int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
-    const int64_t left = kv_block_left(c, b, c0);
-    return left < n ? left : n; /* stay inside the block */
+    const int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
+    if (!kv_paged(c)) return n;
+    const int64_t bs = c->cfg.block_size, f = kv_first(c, b);
+    const int32_t *tab = kv_table(c, b);
+    int64_t blk = (c0 + f) / bs, end = (blk + 1) * bs - f; /* end of c0's block */
+    while (end < c0 + n && tab[blk + 1] == tab[blk] + 1) blk++, end += bs;
+    return end - c0 < n ? end - c0 : n;
 }
 
 /* One task: its split's partial (m, ll, o) per row into p->parts. */
@@ -158,27 +174,35 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         const int64_t next_n = c0 + n < j1 ? chunk_keys(c, t->b, c0 + n, j1) : 0;
         const void *next_k = next_n ? kv_row_data(c, false, kv_row(c, t->b, t->h, c0 + n)) : NULL;
         const int64_t npad = (n + 31) / 32 * 32;
+        if (c->fmt == KV_I8 && next_n) { /* the next chunk's row scales: a miss each otherwise */
+            const int64_t row1 = kv_row(c, t->b, t->h, c0 + n);
+            for (int64_t o = 0; o < next_n; o += 16)
+                prefetch_line(c->k_rs + row1 + o), prefetch_line(c->v_rs + row1 + o);
+        }
+        const float *k_rs = c->fmt == KV_I8 ? c->k_rs + row0 : NULL;
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
-                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS,
+                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS, k_rs,
                             r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
-        if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, 0, n, c->k_rs + row0);
         chunk_softmax(p, t, w, c0, n, key_scale);
         int64_t lo = n, hi = 0; /* keys any row sees */
-        for (int64_t r = 0; r < R; ++r) {
-            if (w->alpha[r] != 1.0f)
-                for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+        for (int64_t r = 0; r < R; ++r)
             if (w->start[r] < w->end[r]) {
                 if (w->start[r] < lo) lo = w->start[r];
                 if (w->end[r] > hi) hi = w->end[r];
             }
+        if (lo >= hi) { /* no key of the chunk seen: only the rescale (alpha) */
+            for (int64_t r = 0; r < R; ++r)
+                if (w->alpha[r] != 1.0f)
+                    for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+            continue;
         }
         if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, lo, hi, c->v_rs + row0); /* P' = P·s_v */
-        for (int64_t r = 0; r < R && lo < hi; r += KV_ROWS)
+        for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
-                                w->acc + r * Dv, Dv, p->v_may_be_nan, r == 0 ? next_k : NULL,
-                                next_n * (int64_t)krow_bytes);
+                                w->alpha + r, w->acc + r * Dv, Dv, p->v_may_be_nan,
+                                r == 0 ? next_k : NULL, next_n * (int64_t)krow_bytes);
     }
     const float v_scale = c->fmt == KV_E4M3 ? p->v_unit * c->v_hs[t->h] : 1.0f;
     for (int64_t r = 0; r < R; ++r) {
