@@ -77,8 +77,7 @@ const kv_row_kernels *kv_row_kernels_select(void)
     if (isa == SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return &kv_rows_avx512;
-    if ((isa == SDPA_ISA_AVX512 || isa == SDPA_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (isa == SDPA_ISA_AVX512 || isa == SDPA_ISA_AVX2) /* both imply AVX2, FMA and F16C */
         return &kv_rows_avx2;
 #endif
 #endif

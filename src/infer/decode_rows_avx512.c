@@ -175,17 +175,6 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
     if (width == 128) BY_ROWS(body, f, 128, __VA_ARGS__)                                           \
     else if (width == 64) BY_ROWS(body, f, 64, __VA_ARGS__)                                        \
     else BY_ROWS(body, f, width, __VA_ARGS__)
-#define BY_FORMAT(body, ...)                                                                       \
-    switch (f) {                                                                                   \
-    case KV_F32: BY_WIDTH(body, KV_F32, __VA_ARGS__) break;                                        \
-    case KV_BF16: BY_WIDTH(body, KV_BF16, __VA_ARGS__) break;                                      \
-    case KV_F16: BY_WIDTH(body, KV_F16, __VA_ARGS__) break;                                        \
-    case KV_I8: BY_WIDTH(body, KV_I8, __VA_ARGS__) break;                                          \
-    case KV_E4M3: BY_WIDTH(body, KV_E4M3, __VA_ARGS__) break;                                      \
-    case KV_Q4_0: BY_WIDTH(body, KV_Q4_0, __VA_ARGS__) break;                                      \
-    default: BY_WIDTH(body, KV_E4M3_FINITE, __VA_ARGS__) break;                                    \
-    }
-
 /* accumulate_body with the prefetch before the row count, to share the macros */
 INLINE void accumulate_body_call(const kv_format f, const char *rows, int64_t n, int64_t Dv,
                                  const float *p, int64_t ldp, const float *alpha, const void *next,
@@ -202,26 +191,53 @@ INLINE void scores_call(const kv_format f, const char *rows, int64_t n, int64_t 
     scores_body(f, rows, n, n_out, D, q, m, s, lds, row_scale, next, next_bytes);
 }
 
-static void scores_avx512(kv_format f, const void *rows_, int64_t n, int64_t n_out, int64_t D,
+/* One function per format, each holding its (rows, width) instances: the
+ * compilers take far longer over one function holding them all (minutes
+ * under the sanitizers). */
+#define FORMATS(X)                                                                                 \
+    X(f32, KV_F32) X(bf16, KV_BF16) X(f16, KV_F16) X(i8, KV_I8) X(e4m3, KV_E4M3)                    \
+    X(q4_0, KV_Q4_0) X(e4m3_finite, KV_E4M3_FINITE)
+#define PER_FORMAT(name, F)                                                                        \
+    static __attribute__((noinline)) void scores_##name(                                           \
+        const char *rows, int64_t n, int64_t n_out, int64_t width, const float *q, int m,          \
+        float *out, int64_t ld, const float *row_scale, const void *next, int64_t next_bytes)      \
+    {                                                                                              \
+        BY_WIDTH(scores_call, F, n_out, q, row_scale, next, next_bytes)                            \
+    }                                                                                              \
+    static __attribute__((noinline)) void accumulate_##name(                                       \
+        const char *rows, int64_t n, int64_t width, const float *p, int64_t ldp, int m,            \
+        const float *alpha, float *out, int64_t ld, const void *next, int64_t next_bytes)          \
+    {                                                                                              \
+        BY_WIDTH(accumulate_body_call, F, p, ldp, alpha, next, next_bytes)                         \
+    }
+FORMATS(PER_FORMAT)
+
+static void scores_avx512(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
                           const float *q, int m, float *out, int64_t ld, const float *row_scale,
                           const void *next, int64_t next_bytes)
 {
-    const char *rows = rows_;
-    const int64_t width = D;
-    BY_FORMAT(scores_call, n_out, q, row_scale, next, next_bytes)
+    switch (f) {
+#define CASE(name, F)                                                                              \
+    case F: scores_##name(rows, n, n_out, D, q, m, out, ld, row_scale, next, next_bytes); break;
+        FORMATS(CASE)
+#undef CASE
+    }
 }
 
-static void accumulate_avx512(kv_format f, const void *rows_, int64_t n, int64_t Dv,
+static void accumulate_avx512(kv_format f, const void *rows, int64_t n, int64_t Dv,
                               const float *p, int64_t ldp, int m, const float *alpha, float *out,
                               int64_t ld, bool skip_zero, const void *next, int64_t next_bytes)
 {
-    const char *rows = rows_;
     if (skip_zero) { /* rare (a cache holding NaN): the portable loop */
         kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, out, ld, true, NULL, 0);
         return;
     }
-    const int64_t width = Dv;
-    BY_FORMAT(accumulate_body_call, p, ldp, alpha, next, next_bytes)
+    switch (f) {
+#define CASE(name, F)                                                                              \
+    case F: accumulate_##name(rows, n, Dv, p, ldp, m, alpha, out, ld, next, next_bytes); break;
+        FORMATS(CASE)
+#undef CASE
+    }
 }
 
 static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
