@@ -60,7 +60,7 @@ static void scale_generic(float *s, int64_t m, int64_t lds, int64_t lo, int64_t 
 {
     for (int64_t r = 0; r < m; ++r)
         for (int64_t t = lo; t < hi; ++t)
-            s[r * lds + t] = s[r * lds + t] == 0.0f ? 0.0f : s[r * lds + t] * scale[t];
+            s[r * lds + t] *= scale[t];
 }
 
 const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic,

@@ -237,8 +237,7 @@ static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t h
         for (int64_t t = lo; t < hi; t += 16) {
             const __mmask16 k = lanes(hi - t);
             const __m512 x = _mm512_maskz_loadu_ps(k, s + r * lds + t);
-            const __mmask16 nz = _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-            const __m512 y = _mm512_maskz_mul_ps(nz, x, _mm512_maskz_loadu_ps(k, scale + t));
+            const __m512 y = _mm512_mul_ps(x, _mm512_maskz_loadu_ps(k, scale + t));
             _mm512_mask_storeu_ps(s + r * lds + t, k, y);
         }
 }
