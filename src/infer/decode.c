@@ -148,23 +148,29 @@ static bool unit_fits(const float *hs, int64_t heads, float f)
 
 /* Whether row r sees a NaN logit among keys [j0, j1): rescored, for the
  * rare rows whose max is ±inf (the max skips NaN, and exp(inf - inf) = NaN
- * cannot tell a +inf logit from a NaN one). The logit is NaN exactly when
- * its score is (scale finite > 0, softcap maps ±inf to ±softcap, finite
- * ALiBi slopes). */
+ * cannot tell a +inf logit from a NaN one). Logits as sdpa_logits, up to
+ * rounding, which cannot make or unmake a NaN. */
 static bool row_sees_nan(const decode_plan *p, const decode_task *t, decode_scratch *w, int64_t r,
-                         int64_t j0, int64_t j1)
+                         int64_t j0, int64_t j1, float key_scale)
 {
-    const attn_kvcache *c = p->a->c;
-    const int64_t lo = w->lo[r % p->a->Nq] > j0 ? w->lo[r % p->a->Nq] : j0;
-    const int64_t hi = w->hi[r % p->a->Nq] < j1 ? w->hi[r % p->a->Nq] : j1;
+    const kv_attend_call *a = p->a;
+    const attn_kvcache *c = a->c;
+    const int64_t Nq = a->Nq, i = r % Nq, diag = i + c->len[t->b] - Nq;
+    const float slope = a->slopes ? kv_slope(a, t->b, t->h * p->G + r / Nq) : 0.0f;
+    const float cap = a->opts.softcap;
+    const int64_t lo = w->lo[i] > j0 ? w->lo[i] : j0, hi = w->hi[i] < j1 ? w->hi[i] : j1;
     for (int64_t c0 = lo, n; c0 < hi; c0 += n) {
         n = chunk_keys(c, t->b, c0, hi);
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         p->rows->scores(p->kfmt, kv_row_data(c, false, row0), n, (n + 31) / 32 * 32, p->D,
                         w->q + r * p->D, 1, w->s, LDS, NULL, 0);
         if (c->fmt == KV_I8) p->rows->scale(w->s, 1, LDS, 0, n, c->k_rs + row0);
-        for (int64_t j = 0; j < n; ++j)
-            if (w->s[j] != w->s[j]) return true;
+        for (int64_t j = 0; j < n; ++j) {
+            float x = key_scale * w->s[j];
+            if (cap > 0.0f) x = cap * tanhf(x / cap);
+            if (slope != 0.0f) x += -slope * (float)llabs(diag - (c0 + j));
+            if (x != x) return true;
+        }
     }
     return false;
 }
@@ -229,7 +235,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         float *o = part + r * (Dv + 2);
         const float sum = w->rowsum[r];
         /* the max passes over NaN logits: a max of ±inf may hide one */
-        const bool nan = isinf(w->rowmax[r]) ? row_sees_nan(p, t, w, r, j0, j1)
+        const bool nan = isinf(w->rowmax[r]) ? row_sees_nan(p, t, w, r, j0, j1, key_scale)
                                              : w->rowmax[r] != w->rowmax[r] || sum != sum;
         const bool inf = !nan && w->rowmax[r] == INFINITY; /* out NaN, LSE +inf */
         for (int64_t d = 0; d < Dv; ++d)
