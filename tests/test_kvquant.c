@@ -538,8 +538,8 @@ static void group_rules(tu_suite *s)
     tu_group g;
     tu_group_begin(&g, s, "rules");
     static const attn_kv_quant quants[] = {ATTN_KV_INT8, ATTN_KV_FP8_E4M3, ATTN_KV_Q4_0};
-    float k[RL * RD], v[RL * RD], q[4 * RD], o[4 * RD], lse[4], ro[RD], read[2 * RL * RD];
-    for (int e = 0; e < 4 * RD; ++e) q[e] = (float)((e * 13 % 7) - 3) * 0.1f;
+    float k[RL * RD], v[RL * RD], q[8 * RD], o[8 * RD], lse[8], ro[RD], read[2 * RL * RD];
+    for (int e = 0; e < 8 * RD; ++e) q[e] = (float)((e * 13 % 7) - 3) * 0.1f;
     for (int fmt = 0; fmt < 3; ++fmt) {
         const attn_kv_quant quant = quants[fmt];
         /* A NaN or inf key or value row the query sees: out is NaN exactly
@@ -588,12 +588,13 @@ static void group_rules(tu_suite *s)
         if (tu_check(&g, attend_small(quant, false, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
             tu_check(&g, isnan(o[0]) && isnan(lse[0]), "quant %d: a NaN query: out %g, LSE %g (want NaN)",
                      (int)quant, (double)o[0], (double)lse[0]);
-        /* Window sides of INT64_MAX are unbounded (also with Nq > L). */
+        /* Window sides of INT64_MAX are unbounded (also with Nq > L + 1,
+         * where the first queries' positions are negative). */
         small_kv(k, v);
         static const int64_t sides[3][2] = {{INT64_MAX, INT64_MAX}, {-1, INT64_MAX}, {INT64_MAX, -1}};
-        for (int nq = 1; nq <= 4; nq += 3)
+        for (int nq = 1; nq <= 8; nq += 7)
             for (int w = 0; w < 3; ++w) {
-                float plain[4 * RD];
+                float plain[8 * RD];
                 attn_sdpa_opts wo = attn_sdpa_opts_default();
                 bool ok = attend_small(quant, true, NULL, k, v, q, nq, wo, plain, lse, NULL);
                 wo.window = (attn_window){.enabled = true, .left = sides[w][0], .right = sides[w][1]};
