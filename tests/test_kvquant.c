@@ -28,7 +28,7 @@
  *            hidden by the window, the output is finite and within float
  *            rounding of the same cache without the NaN (the exact e4m3
  *            widening and the zero-skipping P·V run then); seen, it is NaN.
- *   rules    README's NaN/inf rules on small caches (contiguous, paged):
+ *   rules    README's NaN/inf rules on small caches (contiguous, blocks of 1 and 4):
  *            a NaN or inf key or value row seen (out NaN where attn_sdpa
  *            over the read-back values is), a NaN value under a probability
  *            that underflowed to 0 (NaN), a score of +inf (out NaN, LSE
@@ -508,12 +508,12 @@ enum { RD = 32, RL = 6 };
 /* attend of query q (1, 1, nq, RD) over a (1, 1, RL, RD) cache of k, v into
  * out (nq, RD) and lse (nq); with read (NULL: not wanted) the values the
  * cache reads back. */
-static bool attend_small(attn_kv_quant quant, bool paged, const float *scales, const float *k,
+static bool attend_small(attn_kv_quant quant, int64_t block_size, const float *scales, const float *k,
                          const float *v, const float *q, int64_t nq, attn_sdpa_opts o, float *out,
                          float *lse, float *read)
 {
     attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = 8, .head_dim = RD,
-                               .block_size = paged ? 4 : 0, .quant = quant,
+                               .block_size = block_size, .quant = quant,
                                .k_scale = scales, .v_scale = scales};
     attn_kvcache *c = NULL;
     attn_tensor K = attn_tensor_4d((float *)k, 1, 1, RL, RD), V = attn_tensor_4d((float *)v, 1, 1, RL, RD);
@@ -543,13 +543,14 @@ static void group_rules(tu_suite *s)
     for (int fmt = 0; fmt < 3; ++fmt) {
         const attn_kv_quant quant = quants[fmt];
         /* A NaN or inf key or value row the query sees: out is NaN exactly
-         * where attn_sdpa over the values read back is. */
-        for (int which = 0; which < 8; ++which) {
-            const bool paged = which & 1, in_v = which & 2;
+         * where attn_sdpa over the values read back is. Contiguous, blocks
+         * of 4, and of 1 (the first decode chunk is the NaN key alone). */
+        for (int which = 0; which < 12; ++which) {
+            const int64_t block = which % 3 == 2 ? 4 : which % 3, in_v = which & 4;
             small_kv(k, v);
-            (in_v ? v : k)[2 * RD + 3] = which & 4 ? INFINITY : NAN;
+            (in_v ? v : k)[3] = which & 8 ? INFINITY : NAN;
             attn_sdpa_opts opts = attn_sdpa_opts_default();
-            if (!tu_check(&g, attend_small(quant, paged, NULL, k, v, q, 1, opts, o, lse, read),
+            if (!tu_check(&g, attend_small(quant, block, NULL, k, v, q, 1, opts, o, lse, read),
                           "quant %d: attend failed", (int)quant))
                 continue;
             attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, RD), RO = attn_tensor_4d(ro, 1, 1, 1, RD);
@@ -558,8 +559,8 @@ static void group_rules(tu_suite *s)
             attn_sdpa(&Q, &RK, &RV, &RO, NULL, NULL, &opts, NULL);
             int same = 0;
             for (int d = 0; d < RD; ++d) same += !isnan(o[d]) == !isnan(ro[d]);
-            tu_check(&g, same == RD, "quant %d paged %d: %s %s row: %d of %d outputs NaN as attn_sdpa's",
-                     (int)quant, paged, which & 4 ? "inf" : "NaN", in_v ? "value" : "key", same, RD);
+            tu_check(&g, same == RD, "quant %d, block_size %d: %s %s row: %d of %d outputs NaN as attn_sdpa's",
+                     (int)quant, (int)block, which & 8 ? "inf" : "NaN", in_v ? "value" : "key", same, RD);
         }
         /* Key 1 seen, its probability 0 (logit 204 below), NaN in its value. */
         float qe[RD] = {1.0f};
@@ -569,7 +570,7 @@ static void group_rules(tu_suite *s)
         v[1 * RD + 5] = NAN;
         attn_sdpa_opts one = attn_sdpa_opts_default();
         one.scale = 1.0f;
-        if (tu_check(&g, attend_small(quant, false, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
             tu_check(&g, isnan(o[5]) && (o[0] == 0.25f) == (quant == ATTN_KV_FP8_E4M3),
                      /* int8 and q4_0 read the whole row (block) back as NaN */
                      "quant %d: NaN value under p = 0: out %g, %g (want NaN, 0.25)",
@@ -581,11 +582,11 @@ static void group_rules(tu_suite *s)
         k[1 * RD] = 3e37f;
         qe[0] = 100.0f;
         if (quant != ATTN_KV_Q4_0 && /* q4_0's float16 scale saturates: the key is not huge */
-            tu_check(&g, attend_small(quant, false, big, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, attend_small(quant, 0, big, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
             tu_check(&g, isnan(o[0]) && lse[0] == INFINITY, "quant %d: a +inf logit: out %g, LSE %g (want NaN, inf)",
                      (int)quant, (double)o[0], (double)lse[0]);
         for (int d = 0; d < RD; ++d) qe[d] = NAN;
-        if (tu_check(&g, attend_small(quant, false, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
             tu_check(&g, isnan(o[0]) && isnan(lse[0]), "quant %d: a NaN query: out %g, LSE %g (want NaN)",
                      (int)quant, (double)o[0], (double)lse[0]);
         /* Window sides of INT64_MAX are unbounded (also with Nq > L + 1,
@@ -596,9 +597,9 @@ static void group_rules(tu_suite *s)
             for (int w = 0; w < 3; ++w) {
                 float plain[8 * RD];
                 attn_sdpa_opts wo = attn_sdpa_opts_default();
-                bool ok = attend_small(quant, true, NULL, k, v, q, nq, wo, plain, lse, NULL);
+                bool ok = attend_small(quant, 4, NULL, k, v, q, nq, wo, plain, lse, NULL);
                 wo.window = (attn_window){.enabled = true, .left = sides[w][0], .right = sides[w][1]};
-                ok = ok && attend_small(quant, true, NULL, k, v, q, nq, wo, o, lse, NULL);
+                ok = ok && attend_small(quant, 4, NULL, k, v, q, nq, wo, o, lse, NULL);
                 tu_check(&g, ok && !memcmp(o, plain, (size_t)nq * RD * sizeof *o),
                          "quant %d, Nq %d: window (%lld, %lld) differs from none", (int)quant, nq,
                          (long long)sides[w][0], (long long)sides[w][1]);
@@ -612,7 +613,7 @@ static void group_rules(tu_suite *s)
     one.scale = 1.0f;
     /* logits 2, 0, 0, ...: p_0 = e^2 / (e^2 + RL - 1), p_1 = 1 / (e^2 + RL - 1) */
     const double p0 = exp(2.0) / (exp(2.0) + RL - 1), p1 = 1.0 / (exp(2.0) + RL - 1);
-    if (tu_check(&g, attend_small(ATTN_KV_FP8_E4M3, false, scale, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+    if (tu_check(&g, attend_small(ATTN_KV_FP8_E4M3, 0, scale, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
         tu_check(&g, fabs(o[0] / (p0 * 2e36) - 1) < 1e-5 && fabs(o[1] / (p1 * 2e36) - 1) < 1e-5,
                  "fp8 scale 2e36: out %g, %g (want %g, %g)", (double)o[0], (double)o[1], p0 * 2e36, p1 * 2e36);
     tu_group_end(&g);

@@ -146,12 +146,13 @@ static bool unit_fits(const float *hs, int64_t heads, float f)
     return true;
 }
 
-/* Whether row r sees a NaN logit among keys [j0, j1): rescored, for the
- * rare rows whose max is ±inf (the max skips NaN, and exp(inf - inf) = NaN
- * cannot tell a +inf logit from a NaN one). Logits as sdpa_logits, up to
- * rounding, which cannot make or unmake a NaN. */
+/* Whether row r sees a NaN logit among keys [j0, j1), rescored into s (row
+ * r's line of w->s, whose probabilities are then all 0 or no longer needed):
+ * for the rare rows whose max is ±inf (the max skips NaN, and exp(inf - inf)
+ * = NaN cannot tell a +inf logit from a NaN one). Logits as sdpa_logits, up
+ * to rounding, which cannot make or unmake a NaN. */
 static bool row_sees_nan(const decode_plan *p, const decode_task *t, decode_scratch *w, int64_t r,
-                         int64_t j0, int64_t j1, float key_scale)
+                         int64_t j0, int64_t j1, float key_scale, float *s)
 {
     const kv_attend_call *a = p->a;
     const attn_kvcache *c = a->c;
@@ -163,10 +164,10 @@ static bool row_sees_nan(const decode_plan *p, const decode_task *t, decode_scra
         n = chunk_keys(c, t->b, c0, hi);
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         p->rows->scores(p->kfmt, kv_row_data(c, false, row0), n, (n + 31) / 32 * 32, p->D,
-                        w->q + r * p->D, 1, w->s, LDS, NULL, 0);
-        if (c->fmt == KV_I8) p->rows->scale(w->s, 1, LDS, 0, n, c->k_rs + row0);
+                        w->q + r * p->D, 1, s, LDS, NULL, 0);
+        if (c->fmt == KV_I8) p->rows->scale(s, 1, LDS, 0, n, c->k_rs + row0);
         for (int64_t j = 0; j < n; ++j) {
-            float x = key_scale * w->s[j];
+            float x = key_scale * s[j];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
             if (slope != 0.0f) x += -slope * (float)llabs(diag - (c0 + j));
             if (x != x) return true;
@@ -208,6 +209,12 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                             r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
         if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, 0, n, c->k_rs + row0);
         chunk_softmax(p, t, w, c0, n, key_scale);
+        for (int64_t r = 0; r < R; ++r) /* keys seen, max -inf: were their logits NaN? */
+            if (w->rowmax[r] == -INFINITY && w->start[r] < w->end[r]) {
+                if (row_sees_nan(p, t, w, r, c0, c0 + n, key_scale, w->s + r * LDS))
+                    w->rowsum[r] = NAN; /* stays NaN through the next chunks */
+                memset(w->s + r * LDS, 0, (size_t)npad * sizeof *w->s); /* p = 0 again */
+            }
         int64_t lo = n, hi = 0; /* keys any row sees */
         for (int64_t r = 0; r < R; ++r) {
             if (w->alpha[r] != 1.0f)
@@ -234,9 +241,10 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     for (int64_t r = 0; r < R; ++r) {
         float *o = part + r * (Dv + 2);
         const float sum = w->rowsum[r];
-        /* the max passes over NaN logits: a max of ±inf may hide one */
-        const bool nan = isinf(w->rowmax[r]) ? row_sees_nan(p, t, w, r, j0, j1, key_scale)
-                                             : w->rowmax[r] != w->rowmax[r] || sum != sum;
+        /* the max passes over NaN logits: a max of +inf may hide one */
+        const bool nan = w->rowmax[r] == INFINITY
+                             ? row_sees_nan(p, t, w, r, j0, j1, key_scale, w->s + r * LDS)
+                             : w->rowmax[r] != w->rowmax[r] || sum != sum;
         const bool inf = !nan && w->rowmax[r] == INFINITY; /* out NaN, LSE +inf */
         for (int64_t d = 0; d < Dv; ++d)
             o[d] = nan || inf ? NAN : sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
