@@ -27,7 +27,7 @@
  *   nan      an fp8 / int8 / q4_0 cache holding a NaN key and value at position 0:
  *            hidden by the window, the output is finite and within float
  *            rounding of the same cache without the NaN (the exact e4m3
- *            widening and the zero-skipping P·V run then); seen, it is NaN.
+ *            widening and the per-row P·V over each row's keys run then); seen, it is NaN.
  *   rules    README's NaN/inf rules on small caches (contiguous, blocks of 1 and 4):
  *            a NaN or inf key or value row seen (out NaN where attn_sdpa
  *            over the read-back values is), a NaN value under a probability

@@ -286,13 +286,15 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
     p.G = a->Hq / g->kv_heads;
     p.R = p.G * a->Nq;
     p.D = g->head_dim;
-    /* int8 keeps NaN in the row scale, which run_task guards */
+    /* int8 keeps NaN in the row scale, applied to the keys each row sees */
     p.v_may_be_nan = c->fmt != KV_I8 && c->v_nonfinite;
-    /* fp8 without NaN codes: the cheaper widening through float16 */
-    p.kfmt = c->fmt == KV_E4M3 && !c->k_nonfinite && unit_fits(c->k_hs, g->kv_heads, logit_scale(a, g->head_dim))
-                 ? KV_E4M3_FINITE : c->fmt;
-    p.vfmt = c->fmt == KV_E4M3 && !c->v_nonfinite && unit_fits(c->v_hs, g->kv_heads, 1.0f)
-                 ? KV_E4M3_FINITE : c->fmt;
+    /* fp8 without NaN codes, scales that 2^8 keeps finite: the cheaper widening through float16 */
+    const bool fp8 = c->fmt == KV_E4M3;
+    const bool k_fast = fp8 && !c->k_nonfinite &&
+                        unit_fits(c->k_hs, g->kv_heads, logit_scale(a, g->head_dim));
+    const bool v_fast = fp8 && !c->v_nonfinite && unit_fits(c->v_hs, g->kv_heads, 1.0f);
+    p.kfmt = k_fast ? KV_E4M3_FINITE : c->fmt;
+    p.vfmt = v_fast ? KV_E4M3_FINITE : c->fmt;
     p.k_unit = p.kfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
     p.v_unit = p.vfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
     /* tasks: (b, h, split) for the splits anyone sees */
