@@ -1,4 +1,6 @@
-/* Where the fused kernels' cycles go, unmasked beside causal: the profiling
+/* Where the fused kernels' cycles go, unmasked beside causal (or beside a
+ * sliding window, --window L,R: then the last column is window − its visible
+ * fraction × unmasked, what the window costs beyond its share): the profiling
  * build's per-part counts (src/sdpa/profile.h) for calls of attn_sdpa (or
  * attn_sdpa_backward) on random data, as a markdown table with, for each
  * part, causal − unmasked ÷ 2: what causal attention does not halve.
@@ -25,6 +27,8 @@
 typedef struct {
     bool backward;
     attn_precision precision;
+    bool window; /* the masked call is a sliding window (wl, wr), not causal */
+    long wl, wr;
     long batch, heads, seq, dim, threads, runs, rounds;
 } options;
 
@@ -32,17 +36,19 @@ static void usage(FILE *f)
 {
     fputs("usage: tile_cycles [--mode forward|backward] [--precision exact|bf16] [--seq N]\n"
           "                   [--heads H] [--dim D] [--batch B] [--threads T] [--runs R]\n"
-          "                   [--rounds K]\n\n"
+          "                   [--rounds K] [--window L,R]\n\n"
           "cycles per part of the fused kernels (a -DATTN_PROFILE=ON build), unmasked and\n"
           "causal side by side; defaults: forward, exact products, B=1, H=8, N=2048, D=64,\n"
           "1 thread, 10 calls per round, 3 rounds (the least disturbed round is shown);\n"
-          "--precision bf16: products on the bfloat16 engine (attn_engine(), ATTN_ENGINE)\n",
+          "--precision bf16: products on the bfloat16 engine (attn_engine(), ATTN_ENGINE);\n"
+          "--window L,R: the sliding window (L, R >= 0) instead of causal, and its cost\n"
+          "beyond its visible fraction of the unmasked call\n",
           f);
 }
 
 static bool parse(int argc, char **argv, options *o)
 {
-    *o = (options){false, ATTN_PRECISION_EXACT, 1, 8, 2048, 64, 1, 10, 3};
+    *o = (options){false, ATTN_PRECISION_EXACT, false, 0, 0, 1, 8, 2048, 64, 1, 10, 3};
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -59,6 +65,17 @@ static bool parse(int argc, char **argv, options *o)
                 return false;
             }
             o->backward = !strcmp(v, "backward");
+            continue;
+        }
+        if (!strcmp(argv[i - 1], "--window")) {
+            char *end;
+            o->wl = strtol(v, &end, 10);
+            if (*end == ',') o->wr = strtol(end + 1, &end, 10);
+            if (*end || o->wl < 0 || o->wr < 0 || !strchr(v, ',')) {
+                fprintf(stderr, "tile_cycles: --window: '%s' is not L,R (two counts >= 0)\n", v);
+                return false;
+            }
+            o->window = true;
             continue;
         }
         if (!strcmp(argv[i - 1], "--precision")) {
@@ -137,13 +154,14 @@ static bool make_buffers(const options *o, buffers *b)
 }
 
 /* One call of the measured pass (the backward's forward first, untimed). */
-static bool call(const options *o, buffers *b, bool causal, bool counted, sdpa_profile *out)
+static bool call(const options *o, buffers *b, bool masked, bool counted, sdpa_profile *out)
 {
     attn_sdpa_opts op = attn_sdpa_opts_default();
     op.path = ATTN_PATH_FUSED;
     op.num_threads = (int)o->threads;
     op.precision = o->precision;
-    op.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+    op.causal = masked && !o->window ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+    if (masked && o->window) op.window = (attn_window){true, o->wl, o->wr};
     op.workspace = b->workspace;
     op.workspace_size = b->workspace_size;
     attn_error e;
@@ -184,10 +202,23 @@ typedef struct {
     double value[2]; /* unmasked, causal */
 } row;
 
-static void print_row(const row *r)
+/* The share of the masked call's (query, key) pairs that are visible:
+ * 1/2 for causal (what the table compares against), or the window's. */
+static double visible_fraction(const options *o)
+{
+    if (!o->window) return 0.5;
+    double seen = 0;
+    for (long i = 0; i < o->seq; ++i) {
+        const long lo = i - o->wl < 0 ? 0 : i - o->wl, hi = i + o->wr >= o->seq ? o->seq - 1 : i + o->wr;
+        seen += (double)(hi - lo + 1);
+    }
+    return seen / ((double)o->seq * (double)o->seq);
+}
+
+static void print_row(const row *r, double fraction)
 {
     printf("| %s | %.2f | %.2f | %+.2f |\n", r->name, r->value[0], r->value[1],
-           r->value[1] - r->value[0] / 2);
+           r->value[1] - r->value[0] * fraction);
 }
 
 static void report(const options *o, const sdpa_profile p[2])
@@ -197,7 +228,12 @@ static void report(const options *o, const sdpa_profile p[2])
            "thread%s, least disturbed of %ld rounds of %ld calls; millions of cycles per call\n\n",
            o->backward ? "backward" : "forward", o->batch, o->heads, o->seq, o->dim, attn_isa(),
            o->precision == ATTN_PRECISION_BF16 ? attn_engine() : "exact", o->threads, o->threads > 1 ? "s" : "", o->rounds, o->runs);
-    printf("| part | unmasked | causal | causal − unmasked ÷ 2 |\n|---|---|---|---|\n");
+    const double fraction = visible_fraction(o);
+    if (o->window)
+        printf("| part | unmasked | window %ld,%ld | window − %.4f × unmasked |\n|---|---|---|---|\n",
+               o->wl, o->wr, fraction);
+    else
+        printf("| part | unmasked | causal | causal − unmasked ÷ 2 |\n|---|---|---|---|\n");
     row rows[16];
     int n = 0;
     double inside[2] = {0, 0};
@@ -241,9 +277,14 @@ static void report(const options *o, const sdpa_profile p[2])
         total.value[c] *= (double)o->threads;
     }
     rows[n++] = rest, rows[n++] = setup, rows[n++] = idle, rows[n++] = outside, rows[n++] = total;
-    for (int i = 0; i < n; ++i) print_row(&rows[i]);
-    printf("\nCycles of all threads (the call: its wall time × %ld). causal ÷ unmasked: %.3f.\n",
-           o->threads, total.value[1] / total.value[0]);
+    for (int i = 0; i < n; ++i) print_row(&rows[i], fraction);
+    if (o->window)
+        printf("\nCycles of all threads (the call: its wall time × %ld). window ÷ (visible "
+               "fraction %.4f × unmasked): %.3f.\n",
+               o->threads, fraction, total.value[1] / (fraction * total.value[0]));
+    else
+        printf("\nCycles of all threads (the call: its wall time × %ld). causal ÷ unmasked: %.3f.\n",
+               o->threads, total.value[1] / total.value[0]);
     if (o->backward || !p[1].visible[P]) return;
     /* per visible (query, key) pair, partial against whole tiles */
     const double vw = (double)p[1].visible[W], vp = (double)p[1].visible[P];
@@ -252,11 +293,11 @@ static void report(const options *o, const sdpa_profile p[2])
     const sdpa_prof_part prods[3] = {SDPA_PROF_SCORES, SDPA_PROF_SOFTMAX, SDPA_PROF_PV};
     for (int i = 0; i < 3; ++i)
         rel[i] = ((double)p[1].cycles[P][prods[i]] / vp) / ((double)p[1].cycles[W][prods[i]] / vw);
-    printf("Causal, partial (diagonal) tiles: %.1f%% of the visible (query, key) pairs; per visible "
+    printf("%s, partial tiles: %.1f%% of the visible (query, key) pairs; per visible "
            "pair they take %.2f× (Q·Kᵀ), %.2f× (softmax) and %.2f× (P·V) the cycles of whole "
            "tiles; their Q·Kᵀ computes %.2f× the visible pairs (whole tiles %.2f×), so per "
            "computed pair it takes %.2f× whole tiles' cycles.\n",
-           100.0 * vp / (vw + vp), rel[0], rel[1], rel[2], cp / vp, cw / vw,
+           o->window ? "Window" : "Causal (diagonal)", 100.0 * vp / (vw + vp), rel[0], rel[1], rel[2], cp / vp, cw / vw,
            rel[0] * (vp / cp) / (vw / cw));
 }
 

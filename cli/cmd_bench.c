@@ -562,7 +562,10 @@ static int run_bench(int argc, char **argv)
         snprintf(names, sizeof names, "%s", text ? text : attn_dtype_name(c.dtype));
         if (!text) /* --dtype's name, spelled as --cache-dtype spells it */
             snprintf(names, sizeof names, "%s", c.dtype == ATTN_BF16 ? "bf16" : c.dtype == ATTN_F16 ? "f16" : "f32");
-        for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        for (char *tok = names, *next; tok; tok = next) { /* every field, empty ones too */
+            next = strchr(tok, ',');
+            if (next) *next++ = '\0';
+            if (!*tok) return cli_usage_error(cmd, "--cache-dtype: empty field in '%s'", text);
             if (c.ncache == 8) return cli_usage_error(cmd, "--cache-dtype: at most 8 storages");
             if (!cli_parse_cache_dtype(tok, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
                 return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", tok);

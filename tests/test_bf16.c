@@ -429,7 +429,12 @@ static const bcase k_cases[] = {
     {"ALiBi softcap sinks", 1, 4, 2, 45, 97, 32, 32, ATTN_CAUSAL_BOTTOM_RIGHT, -2, -2, 3, 0, false, true, true, true, 0},
     {"dropout", 1, 2, 1, 30, 70, 32, 40, ATTN_CAUSAL_NONE, -2, -2, 1, 0, false, false, false, false, 0.2f},
     {"odd D", 1, 2, 2, 29, 83, 17, 9, ATTN_CAUSAL_TOP_LEFT, -2, -2, 1, 0, false, false, false, false, 0},
+    /* more row blocks than a task holds: the key tiles (Kᵀ and V pairs) are
+     * packed once per call and shared by the tasks, NaN values included */
+    {"shared key tiles, NaN keys", 1, 4, 2, 700, 301, 64, 64, ATTN_CAUSAL_NONE, -2, -2, 1, 3, false, false, false, false, 0},
+    {"shared key tiles, window", 1, 2, 1, 700, 700, 32, 32, ATTN_CAUSAL_TOP_LEFT, 128, 0, 1, 0, false, false, false, false, 0},
 };
+enum { CASE_SHARED_TILES = 12 }; /* k_cases' first shape with shared key tiles */
 
 /* Inputs of a case: float64 arrays of bfloat16 values, and their float32
  * copies for the library. */
@@ -616,8 +621,17 @@ static bool run_attn(const bdata *d, const char *engine, attn_precision prec, in
     attn_tensor dQ = attn_tensor_make(r->dq, ATTN_F32, 4, (int64_t[]){c->B, c->Hq, c->Nq, c->D});
     attn_tensor dK = attn_tensor_make(r->dk, ATTN_F32, 4, (int64_t[]){c->B, c->Hkv, c->Nk, c->D});
     attn_tensor dV = attn_tensor_make(r->dv, ATTN_F32, 4, (int64_t[]){c->B, c->Hkv, c->Nk, c->Dv});
-    bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, err) == ATTN_OK &&
-              attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, err) == ATTN_OK;
+    /* the caller's workspace of the reported size, full of NaN: what the
+     * calls read must be what they wrote (shared key tiles, padding) */
+    size_t bytes = 0;
+    bool ok = attn_sdpa_workspace_size(&Q, &K, &V, true, &o, &bytes, err) == ATTN_OK;
+    void *ws = xcalloc((int64_t)bytes + 1, 1);
+    memset(ws, 0xFF, bytes);
+    o.workspace = ws;
+    o.workspace_size = bytes;
+    ok = ok && attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, err) == ATTN_OK &&
+         attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, err) == ATTN_OK;
+    free(ws);
     unsetenv("ATTN_ENGINE");
     return ok;
 }
@@ -719,11 +733,10 @@ static bool bout_same(const bout *a, const bout *b, const bcase *c)
            same_bits(a->dv, b->dv, c->B * c->Hkv * c->Nk * c->Dv);
 }
 
-static void group_composition(tu_suite *suite, const engine_entry *eng, int neng, uint64_t seed)
+/* Case c's threads and precisions compared bit for bit on every engine. */
+static void composition_case(tu_group *g, const bcase *c, const engine_entry *eng, int neng,
+                             uint64_t seed)
 {
-    tu_group g;
-    tu_group_begin(&g, suite, "composition");
-    const bcase *c = &k_cases[0]; /* GQA, 2 batches */
     bdata d;
     bdata_make(&d, c, seed ^ 0xC0ull);
     for (int x = 0; x < neng; ++x) {
@@ -733,17 +746,25 @@ static void group_composition(tu_suite *suite, const engine_entry *eng, int neng
         for (int t = 0; t < 4; ++t) bout_alloc(&r[t], c);
         for (int t = 0; t < 3; ++t) ok &= run_attn(&d, eng[x].name, ATTN_PRECISION_BF16, t + 1, &r[t], &err);
         ok &= run_attn(&d, eng[x].name, ATTN_PRECISION_EXACT, 2, &r[3], &err);
-        if (tu_check(&g, ok, "%s: %s", eng[x].name, err.message)) {
-            tu_check(&g, bout_same(&r[0], &r[1], c) && bout_same(&r[0], &r[2], c),
-                     "%s: 1, 2 and 3 threads differ", eng[x].name);
+        if (tu_check(g, ok, "%s: %s: %s", c->name, eng[x].name, err.message)) {
+            tu_check(g, bout_same(&r[0], &r[1], c) && bout_same(&r[0], &r[2], c),
+                     "%s: %s: 1, 2 and 3 threads differ", c->name, eng[x].name);
             const bool exact = bout_same(&r[1], &r[3], c);
-            tu_check(&g, eng[x].eng ? !exact : exact, "%s: the bfloat16 call's bits %s the exact call's",
-                     eng[x].name, exact ? "equal" : "differ from");
+            tu_check(g, eng[x].eng ? !exact : exact, "%s: %s: the bfloat16 call's bits %s the exact call's",
+                     c->name, eng[x].name, exact ? "equal" : "differ from");
         }
         for (int t = 0; t < 4; ++t) bout_free(&r[t]);
     }
-    tu_group_end(&g);
     bdata_free(&d);
+}
+
+static void group_composition(tu_suite *suite, const engine_entry *eng, int neng, uint64_t seed)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "composition");
+    composition_case(&g, &k_cases[0], eng, neng, seed);                  /* GQA, 2 batches */
+    composition_case(&g, &k_cases[CASE_SHARED_TILES], eng, neng, seed);  /* shared key tiles */
+    tu_group_end(&g);
 }
 
 /* Strided views (Q, K, V, out in (B, N, H, D) memory), bfloat16 tensors,

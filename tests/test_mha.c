@@ -1251,6 +1251,13 @@ static void test_validation(tu_suite *suite)
     expect_error(&g, "path", attn_mha_forward(m, &q, &k, &v, &out, &o, &e), &e, ATTN_ERR_ARG,
                  "path");
     o.path = ATTN_PATH_AUTO;
+    o.reserved[2] = 1; /* room for future options: refused until they have a meaning */
+    expect_error(&g, "reserved", attn_mha_forward(m, &q, &k, &v, &out, &o, &e), &e, ATTN_ERR_ARG,
+                 "reserved[2]");
+    o.reserved[2] = 0, o.reserved32 = 7;
+    expect_error(&g, "reserved32", attn_mha_backward(m, &q, &k, &v, &q, &dq, &dk, &dv, &o, &e),
+                 &e, ATTN_ERR_ARG, "reserved32");
+    o.reserved32 = 0;
 
     /* backward */
     expect_error(&g, "NULL dout", attn_mha_backward(m, &q, &k, &v, NULL, &dq, &dk, &dv, &o, &e),

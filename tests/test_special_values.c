@@ -325,6 +325,11 @@ int main(int argc, char **argv)
     opts.scale = INFINITY;
     tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_ERR_ARG,
              "an infinite scale must be refused");
+    opts = attn_sdpa_opts_default();
+    opts.reserved32 = 1; /* room for future options: refused until it has a meaning */
+    tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, &err) == ATTN_ERR_ARG &&
+                     strstr(err.message, "reserved32"),
+             "a non-zero reserved32 must be refused");
     /* Keys broadcast (stride 0) to 2^61 rows: the reference's row buffers
      * would overflow size_t. */
     for (int pi = 0; pi < 2; ++pi) {

@@ -66,6 +66,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, log2=True):
     va, sa, vb, sb = _arrays(v_a, s_a, v_b, s_b)
     _check(va, sa, "v_a", "s_a")
     _check(vb, sb, "v_b", "s_b")
+    if va.shape != vb.shape:
+        raise ValueError(f"v_a, v_b: the two states must have one shape, got {va.shape} and {vb.shape}")
     return _result(v_a, *_merge(va, sa, vb, sb, log2))
 
 

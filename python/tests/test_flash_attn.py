@@ -528,3 +528,12 @@ def test_alibi_slopes_helper(torch):
     np.testing.assert_allclose(get_alibi_slopes(8), want, rtol=1e-6)
     import attn.torch
     assert torch.equal(attn.torch.alibi_slopes(8), torch.from_numpy(get_alibi_slopes(8)))
+
+
+@pytest.mark.parametrize("shape_b", [(2, 3, 4), (4, 2, 4), (4, 3, 5)])
+def test_merge_state_names_mismatched_states(shape_b):
+    # each state is consistent in itself; the two differ: one line naming them
+    va, sa = np.zeros((4, 3, 4), np.float32), np.zeros((4, 3), np.float32)
+    vb, sb = np.zeros(shape_b, np.float32), np.zeros(shape_b[:2], np.float32)
+    with pytest.raises(ValueError, match="v_a, v_b: the two states must have one shape"):
+        merge_state(va, sa, vb, sb)

@@ -208,6 +208,9 @@ static attn_status call_init(mha_call *c, const attn_mha *m, const attn_tensor *
     RETURN_IF(opts->precision != ATTN_PRECISION_EXACT && opts->precision != ATTN_PRECISION_BF16,
               err, ATTN_ERR_ARG, "precision: unknown value %d", (int)opts->precision);
     c->precision = opts->precision;
+    RETURN_IF(opts->reserved32, err, ATTN_ERR_ARG, "reserved32: must be zero");
+    for (int i = 0; i < 3; ++i)
+        RETURN_IF(opts->reserved[i], err, ATTN_ERR_ARG, "reserved[%d]: must be zero", i);
     c->bf16 = opts->precision == ATTN_PRECISION_BF16 && !c->reference
                   ? sdpa_engine_select(sdpa_kernels_for(sdpa_isa_select()))
                   : NULL;

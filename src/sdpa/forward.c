@@ -16,10 +16,12 @@
  * Memory: per thread one Kᵀ and one V tile, a score tile, a bias tile and
  * the output accumulators of its rows: O(threads × tile × D), nothing of
  * size Nq × Nk. When a kv head's rows make several tasks, every Kᵀ tile is
- * packed once per call instead of once per task (float32, the size of K):
- * the transposes then cost O(Nk·D), not O(Nq·Nk·D / rows per task). The
- * first task to reach a tile packs it, between its products: a phase of
- * transposes alone would wait on memory with every thread (shared_kt).
+ * packed once per call instead of once per task (float32, the size of K;
+ * with bfloat16 products Kᵀ's and V's pairs, the size of K and V in
+ * bfloat16): the packing then costs O(Nk·D), not O(Nq·Nk·D / rows per
+ * task). The first task to reach a tile packs it, between its products: a
+ * phase of transposes alone would wait on memory with every thread
+ * (shared_keys).
  * Attention weights, when requested, are written by a second sweep over the
  * key tiles of the task from the final LSE (w = exp(scale·s + bias - lse)),
  * which costs one more Q·Kᵀ.
@@ -72,7 +74,7 @@ typedef struct {
     bool dot;         /* bfloat16 products on eng (p->bf16_products, where an engine runs) */
     const sdpa_bf16_engine *eng;
     bool p16;         /* dot: the softmax writes P as bfloat16 itself (softmax_online_p16) */
-    bool prepacked;   /* every Kᵀ tile packed once per call, shared by all tasks */
+    bool prepacked;   /* every key tile packed once per call, shared by all tasks */
     int64_t keys;     /* keys per tile: FWD_KEYS, or FWD_DIRECT_KEYS (direct) */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
@@ -129,8 +131,9 @@ static void split_keys(const sdpa_problem *p, const fwd_dims *d, int64_t c, int6
 typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
-    float *kpack; /* the shared Kᵀ tiles (fwd_dims.prepacked) */
+    float *kpack; /* the shared key tiles (fwd_dims.prepacked, shared_words each) */
     atomic_uchar *kstate; /* per shared tile: its sdpa_item_claim state */
+    unsigned char *kfinite; /* dot: per shared tile, whether its V pairs are all finite */
     int64_t kend;         /* the task reads no key from here on */
     float *vmax; /* the score rows' lane maxima from gemm_max (FWD_ROWS × SDPA_MAX_VW) */
     float *qb; /* direct: a few Q rows made contiguous (sdpa_direct_scores) */
@@ -153,6 +156,7 @@ typedef struct {
     uint32_t *qp;
     uint16_t *p16;
     bool v_pairs;
+    const uint32_t *vp; /* v_pairs: the tile's V as key pairs (rows ldv apart) */
     bool p16_set; /* p16 already holds the tile's P (softmax_online_p16) */
     const sdpa_bf16_engine *eng;
 } fwd_scratch;
@@ -246,13 +250,31 @@ static int64_t tile_keys(const sdpa_problem *p, const fwd_dims *d, int64_t j0)
     return p->Nk - j0 < d->keys ? p->Nk - j0 : d->keys;
 }
 
+/* 32-bit words of one shared key tile: Kᵀ widened (D × bcp floats), or
+ * for bfloat16 products Kᵀ's feature pairs (ceil(D/2) × bcp) followed by
+ * V's key pairs (keys/2 × dvp): room for either, as the engine is chosen
+ * after the workspace is sized. */
+static int64_t shared_words(const sdpa_problem *p, const fwd_dims *d)
+{
+    const int64_t f32 = p->D * d->bcp;
+    const int64_t dot = q_pairs(p) * d->bcp + (d->keys + 1) / 2 * d->dvp;
+    return p->bf16_products && dot > f32 ? dot : f32;
+}
+
+/* V's key pairs in a bfloat16 key tile at kt (shared_words). */
+static uint32_t *tile_v_pairs(const sdpa_problem *p, const fwd_dims *d, float *kt)
+{
+    return (uint32_t *)kt + q_pairs(p) * d->bcp;
+}
+
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
 {
     sdpa_size s = {0, true};
     int64_t tiles = 0;
     if (d->prepacked && !attn_mul_ok(p->B * p->Hkv, key_tiles(p, d), &tiles)) s.ok = false;
-    sdpa_size_add(&s, d->prepacked ? tiles : 0, p->D * d->bcp, sizeof(float));
-    sdpa_size_add(&s, d->prepacked ? tiles : 0, 1, sizeof(atomic_uchar));
+    sdpa_size_add(&s, d->prepacked ? tiles : 0, shared_words(p, d), sizeof(float));
+    sdpa_size_add(&s, d->prepacked ? tiles : 0, 1, sizeof(atomic_uchar)); /* kstate */
+    sdpa_size_add(&s, d->prepacked ? tiles : 0, 1, 1);                    /* kfinite */
     return s;
 }
 
@@ -313,6 +335,26 @@ static void pack_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                                 kt, d->bcp);
 }
 
+/* Keys [j0, j0+nj) of kv head (b, hk) into kt (and, bfloat16 products,
+ * into vp with *finite whether V's values all are): Kᵀ widened, or Kᵀ's
+ * feature pairs and V's key pairs. A shared tile and a task's private copy
+ * of it (both of all the tile's keys) hold the same bits. */
+static void pack_tile(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                      int64_t b, int64_t hk, int64_t j0, int64_t nj, float *kt, uint32_t *vp,
+                      unsigned char *finite)
+{
+    if (!d->dot) {
+        pack_kt(p, kern, d, b, hk, j0, nj, kt);
+        return;
+    }
+    const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
+    sdpa_pairs_kt(p->kt, (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt),
+                  p->ks[2], p->ks[3], nj, p->D, (uint32_t *)kt, d->bcp);
+    *finite = sdpa_pairs_keys(p->vt,
+                              (const char *)p->v + (ptrdiff_t)vo * (ptrdiff_t)attn_dtype_size(p->vt),
+                              p->vs[2], p->vs[3], nj, p->Dv, vp, d->dvp);
+}
+
 /* Index of the shared tile from key j0 of kv head (b, hk). */
 static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
                            int64_t j0)
@@ -320,36 +362,71 @@ static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, 
     return (b * p->Hkv + hk) * key_tiles(p, d) + j0 / d->keys;
 }
 
+/* K's and V's rows of the tile from key j0 of kv head (b, hk) requested
+ * into L2 (rows of contiguous features only): its packing then finds them
+ * there instead of waiting on memory, which a window's few products per
+ * tile do not hide. */
+static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
+                          int64_t j0)
+{
+    if (j0 >= p->Nk || p->ks[3] != 1 || p->vs[3] != 1) return;
+    const int64_t nj = tile_keys(p, d, j0);
+    const size_t ke = attn_dtype_size(p->kt), ve = attn_dtype_size(p->vt);
+    const char *k = (const char *)p->k + (ptrdiff_t)AT4(p->ks, b, hk, j0, 0) * (ptrdiff_t)ke;
+    const char *v = (const char *)p->v + (ptrdiff_t)AT4(p->vs, b, hk, j0, 0) * (ptrdiff_t)ve;
+    for (int64_t j = 0; j < nj; ++j) {
+        const char *kr = k + (ptrdiff_t)(j * p->ks[2]) * (ptrdiff_t)ke;
+        const char *vr = v + (ptrdiff_t)(j * p->vs[2]) * (ptrdiff_t)ve;
+        for (int64_t x = 0; x < p->D * (int64_t)ke; x += 64) __builtin_prefetch(kr + x, 0, 2);
+        for (int64_t x = 0; d->dot && x < p->Dv * (int64_t)ve; x += 64)
+            __builtin_prefetch(vr + x, 0, 2);
+    }
+}
+
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
- * caller claims it; the claim. */
+ * caller claims it (requesting the next tile's rows first); the claim. */
 static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                                int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
 {
     const int64_t t = shared_tile(p, d, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
-        pack_kt(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kpack + t * p->D * d->bcp);
+        if (j0 + d->keys < w->kend) prefetch_tile(p, d, b, hk, j0 + d->keys);
+        float *kt = w->kpack + t * shared_words(p, d);
+        pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), kt, tile_v_pairs(p, d, kt),
+                  &w->kfinite[t]);
         sdpa_item_done(&w->kstate[t]);
     }
     return claim;
 }
 
-/* The shared Kᵀ of the tile from key j0 of kv head (b, hk), all its keys
- * (tasks that see fewer share it): packed by the first task that asks
- * (acquire/release on its state orders the packing before any read). A
- * task that finds it being packed packs the next tile meanwhile (tasks of
- * one head walk the keys in step: they take turns instead of each packing
- * every tile), and if it is still not ready then, its own copy in w->kt.
- * Every copy holds the same bits. */
-static const float *shared_kt(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
-                              int64_t b, int64_t hk, int64_t j0, fwd_scratch *w)
+/* The shared tile from key j0 of kv head (b, hk), all its keys (tasks
+ * that see fewer share it), into w->ktp (and, bfloat16 products, w->vp
+ * with *finite): packed by the first task that asks (acquire/release on
+ * its state orders the packing before any read). A task that finds it
+ * being packed packs the next tile meanwhile (tasks of one head walk the
+ * keys in step: they take turns instead of each packing every tile), and
+ * if it is still not ready then, its own copy in w->kt and w->v. Every
+ * copy holds the same bits. */
+static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                        int64_t b, int64_t hk, int64_t j0, fwd_scratch *w, unsigned char *finite)
 {
-    float *kt = w->kpack + shared_tile(p, d, b, hk, j0) * p->D * d->bcp;
-    if (pack_if_free(p, kern, d, b, hk, j0, w) != SDPA_CLAIM_BUSY) return kt;
-    if (j0 + d->keys < w->kend) pack_if_free(p, kern, d, b, hk, j0 + d->keys, w);
-    if (pack_if_free(p, kern, d, b, hk, j0, w) == SDPA_CLAIM_READY) return kt;
-    pack_kt(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kt);
-    return w->kt;
+    const int64_t t = shared_tile(p, d, b, hk, j0);
+    float *kt = w->kpack + t * shared_words(p, d);
+    sdpa_claim claim = pack_if_free(p, kern, d, b, hk, j0, w);
+    if (claim == SDPA_CLAIM_BUSY) {
+        if (j0 + d->keys < w->kend) pack_if_free(p, kern, d, b, hk, j0 + d->keys, w);
+        claim = pack_if_free(p, kern, d, b, hk, j0, w);
+    }
+    if (claim != SDPA_CLAIM_BUSY) {
+        w->ktp = kt;
+        w->vp = tile_v_pairs(p, d, kt);
+        *finite = d->dot && w->kfinite[t]; /* written for bfloat16 tiles only */
+        return;
+    }
+    pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), w->kt, (uint32_t *)w->v, finite);
+    w->ktp = w->kt;
+    w->vp = (const uint32_t *)w->v;
 }
 
 /* Keys of tile [j0, j0+nj) for kv head (b, hk): Kᵀ (D × bcp), or for direct
@@ -360,10 +437,14 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
                     int64_t b, int64_t hk, int64_t j0, int64_t nj, fwd_scratch *w, bool with_v)
 {
     const int64_t ko = AT4(p->ks, b, hk, j0, 0), vo = AT4(p->vs, b, hk, j0, 0);
-    if (d->dot) { /* Kᵀ as feature pairs (ceil(D/2) × bcp uint32: at most kt's size) */
-        sdpa_pairs_kt(p->kt, (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt), p->ks[2],
-                      p->ks[3], nj, p->D, (uint32_t *)w->kt, d->bcp);
+    unsigned char pairs_finite = 0; /* dot: the tile's V pairs are usable */
+    if (d->prepacked) {
+        shared_keys(p, kern, d, b, hk, j0, w, &pairs_finite);
+    } else if (d->dot) { /* Kᵀ's feature pairs (ceil(D/2) × bcp uint32: at most kt's size),
+                          * V's key pairs (ceil(nj/2) × dvp uint32: half of v) */
+        pack_tile(p, kern, d, b, hk, j0, nj, w->kt, (uint32_t *)w->v, &pairs_finite);
         w->ktp = w->kt;
+        w->vp = (const uint32_t *)w->v;
     } else if (d->direct && p->ks[3] == 1) {
         w->kr = (const char *)p->k + (ptrdiff_t)ko * (ptrdiff_t)attn_dtype_size(p->kt);
         w->krt = p->kt;
@@ -381,8 +462,6 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
         w->kr = w->kt;
         w->krt = ATTN_F32;
         w->ldkr = p->D;
-    } else if (d->prepacked) {
-        w->ktp = shared_kt(p, kern, d, b, hk, j0, w);
     } else {
         pack_kt(p, kern, d, b, hk, j0, nj, w->kt);
         w->ktp = w->kt;
@@ -391,9 +470,8 @@ static void pack_kv(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_d
     w->v_finite = -1;
     w->v16 = NULL;
     w->v_pairs = false;
-    /* key pairs (ceil(nj/2) × dvp uint32: half of v), unless a value is not finite */
-    if (d->dot && sdpa_pairs_keys(p->vt, (const char *)p->v + (ptrdiff_t)vo * (ptrdiff_t)attn_dtype_size(p->vt),
-                                  p->vs[2], p->vs[3], nj, p->Dv, (uint32_t *)w->v, d->dvp)) {
+    /* V's key pairs, unless a value is not finite */
+    if (d->dot && pairs_finite) {
         w->v_pairs = true;
         w->v_finite = 1;
         w->ldv = d->dvp;
@@ -532,7 +610,7 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
         for (int64_t r = 0; r < rows && !w->p16_set; ++r)
             sdpa_pairs_narrow(pb + r * ldp + c0, c1 - c0, w->p16 + r * ldp + c0);
         w->eng->gemm(rows, n, kp, (const uint32_t *)(p16 + c0), ldp / 2,
-                     (const uint32_t *)w->v + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
+                     w->vp + c0 / 2 * w->ldv, w->ldv, o, ldo, alpha, mode);
         return;
     }
     if (w->v16 && !t->ragged) {
@@ -646,7 +724,10 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
         int64_t h, i0, mi;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
         const int64_t at = b * p->qs[0] + h * p->qs[1] + i0 * d->q_rs;
-        if (d->dot)
+        if (d->dot && p->q && p->qs[3] == 1) /* the vectorised packer (the same products) */
+            sdpa_pairs_rows_f32(p->q + at, d->q_rs, mi, p->D, w->qp + e * FWD_ROWS * q_pairs(p),
+                                q_pairs(p));
+        else if (d->dot)
             sdpa_pairs_rows(p->q ? ATTN_F32 : p->qt,
                             p->q ? (const void *)(p->q + at) : (const void *)(p->q16 + at),
                             d->q_rs, p->qs[3], mi, p->D, w->qp + e * FWD_ROWS * q_pairs(p),
@@ -790,10 +871,21 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
              * nothing keep O (alpha would be 1), unless O is still to be
              * set (k = 0 zeroes it). */
             SDPA_PROF_START(t_pv);
+            /* With P rounded by the softmax (zero past each row's keys up
+             * to scn) and the tile's V pairs all finite, a run may take
+             * bands whose last keys differ within a panel: its columns end
+             * at the panel (at most the tile's keys, which the pairs hold),
+             * fewer and larger products for a window's or a diagonal's
+             * ragged edge, adding exact zeros. */
+            const int64_t pv_round = w->p16_set ? npad : 1;
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
-                r1 = band_run_end(band_c0, band_c1, r0, mi, 1);
-                const int64_t rb = r1 - r0;
-                const int64_t c0 = band_c0[r0 / FWD_BAND], c1 = band_c1[r0 / FWD_BAND];
+                r1 = band_run_end(band_c0, band_c1, r0, mi, pv_round);
+                const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
+                int64_t c1 = band_c1[r0 / FWD_BAND];
+                if (c1 > c0 && pv_round > 1) {
+                    c1 = sdpa_round_up(c1, pv_round);
+                    c1 = c1 < nj ? c1 : nj;
+                }
                 if (c1 == c0 && o_set[e]) continue;
                 if (p->dropout_p > 0.0f)
                     unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, sdpa_round_up(c1, npad),
@@ -890,7 +982,8 @@ static void merge_row(const sdpa_problem *p, const sdpa_kernels *kern, const fwd
  * nothing here asks OpenMP who it is). */
 static void forward_team(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                          char *scratch, size_t per_thread, float *part, float *kpack,
-                         atomic_uchar *kstate, sdpa_cursor *cursor, int me, int team)
+                         atomic_uchar *kstate, unsigned char *kfinite, sdpa_cursor *cursor,
+                         int me, int team)
 {
     const int64_t per_kv = (d->units + d->per_task - 1) / d->per_task;
     const int64_t kv_heads = p->B * p->Hkv;
@@ -902,6 +995,7 @@ static void forward_team(const sdpa_problem *p, const sdpa_kernels *kern, const 
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
     w.kpack = kpack;
     w.kstate = kstate;
+    w.kfinite = kfinite;
     /* A kv head's tasks one after another on one thread, which then
      * finds the head's key tiles in its L2 (sdpa_next_task); causal
      * ones from the head's last rows, the dearest, so that the tasks
@@ -941,7 +1035,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     d.eng = p->bf16_products && !d.direct ? sdpa_engine_select(kern) : NULL;
     d.dot = d.eng != NULL; /* else (f32, decoding shapes): the exact float32 path */
     d.p16 = d.dot && kern->softmax_online_p16 && sdpa_bf16dot_available();
-    d.prepacked = d.prepacked && !d.direct && !d.dot; /* the workspace has room either way */
+    d.prepacked = d.prepacked && !d.direct; /* the workspace has room either way */
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;
@@ -951,9 +1045,10 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const size_t per_thread = forward_thread_bytes(p, &d).bytes;
     char *scratch = sdpa_take(&ws, (int64_t)per_thread * p->threads, 1);
     float *part = sdpa_take(&ws, (int64_t)partial_bytes(p, &d, p->Nq).bytes, 1); /* split-KV partials */
-    const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p, &d) : 0; /* Kᵀ tiles */
-    float *kpack = sdpa_take(&ws, shared * p->D * d.bcp, sizeof(float));
+    const int64_t shared = d.prepacked ? p->B * p->Hkv * key_tiles(p, &d) : 0; /* key tiles */
+    float *kpack = sdpa_take(&ws, shared * shared_words(p, &d), sizeof(float));
     atomic_uchar *kstate = sdpa_take(&ws, shared, sizeof(atomic_uchar));
+    unsigned char *kfinite = sdpa_take(&ws, shared, 1);
     for (int64_t t = 0; t < shared; ++t) atomic_init(&kstate[t], SDPA_ITEM_FREE);
     sdpa_cursor *cursor = sdpa_take(&ws, p->threads, sizeof(sdpa_cursor));
     for (int t = 0; t < p->threads; ++t) atomic_init(&cursor[t].next, 0);
@@ -964,13 +1059,14 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     const int threads = p->threads;
     SDPA_PROF_START(t_loop);
     if (threads == 1 || tasks == 1) {
-        forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, cursor, 0, 1);
+        forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, kfinite, cursor, 0, 1);
     } else {
 #pragma omp parallel num_threads(threads)
         {
             int me, team;
             sdpa_team(&me, &team);
-            forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, cursor, me, team);
+            forward_team(p, kern, &d, scratch, per_thread, part, kpack, kstate, kfinite, cursor, me,
+                         team);
         }
     }
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);

@@ -189,6 +189,7 @@ attn_status sdpa_problem_init(sdpa_problem *p, const attn_tensor *q, const attn_
     RETURN_IF(opts->precision != ATTN_PRECISION_EXACT && opts->precision != ATTN_PRECISION_BF16,
               err, ATTN_ERR_ARG, "precision: unknown value %d", (int)opts->precision);
     p->bf16_products = opts->precision == ATTN_PRECISION_BF16;
+    RETURN_IF(opts->reserved32, err, ATTN_ERR_ARG, "reserved32: must be zero");
     RETURN_IF(opts->num_threads < 0 || opts->num_threads > ATTN_MAX_THREADS, err, ATTN_ERR_ARG,
               "num_threads: must be from 0 (default) to %d, got %d", ATTN_MAX_THREADS,
               opts->num_threads);
