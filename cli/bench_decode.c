@@ -328,10 +328,11 @@ int bench_decode_shared(const bench_config *c)
     float *q = malloc(sizeof(float) * (size_t)(B * H * Nq * D)), *lse = malloc(sizeof(float) * (size_t)(B * H * Nq));
     float *out[2] = {malloc(sizeof(float) * (size_t)no), malloc(sizeof(float) * (size_t)no)};
     double *times[2] = {malloc(sizeof(double) * (size_t)c->runs), malloc(sizeof(double) * (size_t)c->runs)};
+    double *cpu[2] = {malloc(sizeof(double) * (size_t)c->runs), malloc(sizeof(double) * (size_t)c->runs)};
     void *q16 = NULL;
     attn_error err = {0};
     int rc = CLI_FAIL;
-    if (!q || !lse || !out[0] || !out[1] || !times[0] || !times[1]) {
+    if (!q || !lse || !out[0] || !out[1] || !times[0] || !times[1] || !cpu[0] || !cpu[1]) {
         fprintf(stderr, "attn bench: out of memory\n");
         goto done;
     }
@@ -364,9 +365,12 @@ int bench_decode_shared(const bench_config *c)
         for (long r = 0; r < c->warmup + c->runs && ok; ++r)
             for (int i = 0; i < 2 && ok; ++i) { /* in turn: the machine's load falls on both alike */
                 attn_tensor O = attn_tensor_4d(out[i], B, H, Nq, Dv);
-                const double t0 = bench_now_seconds();
+                const double t0 = bench_now_seconds(), c0 = cpu_seconds();
                 ok = attn_kvcache_attend(caches[i], &Q, &O, &L, &opts, &err) == ATTN_OK;
-                if (r >= c->warmup) times[i][r - c->warmup] = bench_now_seconds() - t0;
+                if (r >= c->warmup) {
+                    times[i][r - c->warmup] = bench_now_seconds() - t0;
+                    cpu[i][r - c->warmup] = cpu_seconds() - c0;
+                }
             }
         attn_kvcache_free(caches[0]);
         attn_kvcache_free(caches[1]);
@@ -380,6 +384,7 @@ int bench_decode_shared(const bench_config *c)
             emax = d > emax ? d : emax;
         }
         const double med[2] = {bench_median(times[0], c->runs), bench_median(times[1], c->runs)};
+        const double cpu_med[2] = {bench_median(cpu[0], c->runs), bench_median(cpu[1], c->runs)};
         static const char *const variant[2] = {"cascade", "unshared"};
         for (int i = 1; i >= 0; --i) {
             const double tps = (double)B * (double)Nq / med[i];
@@ -388,15 +393,18 @@ int bench_decode_shared(const bench_config *c)
                        "\"heads\":%ld,\"kv_heads\":%ld,\"seq\":%ld,\"kv_seq\":%ld,"
                        "\"shared_prefix\":%ld,\"head_dim\":%ld,\"value_dim\":%ld,\"block_size\":%ld,"
                        "\"isa\":\"%s\",\"threads\":%d,\"runs\":%ld,\"ms\":%.4f,"
-                       "\"tokens_per_s\":%.2f,\"speedup\":%.3f,\"diff_max\":%.3e,"
+                       "\"tokens_per_s\":%.2f,\"speedup\":%.3f,\"cpu_ms\":%.4f,"
+                       "\"cpu_speedup\":%.3f,\"diff_max\":%.3e,"
                        "\"peak_rss_bytes\":%zu" CLI_OPENMP_JSON "}\n",
                        variant[i], c->cache_name[f], c->batch, c->heads, c->kv_heads, c->seq,
                        c->kv_seq, c->shared_prefix, c->head_dim, c->value_dim, c->block_size,
-                       attn_isa(), threads, c->runs, med[i] * 1e3, tps, med[1] / med[i], emax,
-                       bench_peak_rss_bytes());
+                       attn_isa(), threads, c->runs, med[i] * 1e3, tps, med[1] / med[i],
+                       cpu_med[i] * 1e3, cpu_med[1] / cpu_med[i], emax, bench_peak_rss_bytes());
             else
-                printf("  %-5s %-8s median %9.3f ms  %9.1f tokens/s (%.2fx unshared)\n",
-                       c->cache_name[f], variant[i], med[i] * 1e3, tps, med[1] / med[i]);
+                printf("  %-5s %-8s median %9.3f ms (cpu %9.3f)  %9.1f tokens/s (%.2fx unshared, "
+                       "cpu %.2fx)\n",
+                       c->cache_name[f], variant[i], med[i] * 1e3, cpu_med[i] * 1e3, tps,
+                       med[1] / med[i], cpu_med[1] / cpu_med[i]);
         }
         if (!c->json) printf("  %-5s max |cascade - unshared| %.2e\n", c->cache_name[f], emax);
     }
@@ -404,5 +412,6 @@ int bench_decode_shared(const bench_config *c)
     rc = CLI_OK;
 done:
     free(q), free(lse), free(out[0]), free(out[1]), free(times[0]), free(times[1]), free(q16);
+    free(cpu[0]), free(cpu[1]);
     return rc;
 }

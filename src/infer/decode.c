@@ -36,6 +36,17 @@ enum {
     LDS = CHUNK_KEYS,  /* a multiple of every softmax npad */
 };
 
+/* A hint that the line holding x is read soon (none where the compiler
+ * has no builtin). */
+static inline void prefetch_line(const void *x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(x);
+#else
+    (void)x;
+#endif
+}
+
 /* Visible keys [lo, hi) of query row i of an entry of length L. */
 static void visible_range(const kv_attend_call *a, int64_t L, int64_t i, int64_t *lo,
                           int64_t *hi)
@@ -122,13 +133,18 @@ static void chunk_softmax(const decode_plan *p, const decode_task *t, decode_scr
     }
 }
 
-/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS,
- * inside one paged block. */
+/* Keys of the chunk that starts at c0 (before j1): at most CHUNK_KEYS, in
+ * consecutive storage rows (paged: blocks with consecutive pool indices,
+ * so that small blocks do not cut every chunk short). */
 static int64_t chunk_keys(const attn_kvcache *c, int64_t b, int64_t c0, int64_t j1)
 {
-    int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
-    const int64_t left = kv_block_left(c, b, c0);
-    return left < n ? left : n; /* stay inside the block */
+    const int64_t n = j1 - c0 < CHUNK_KEYS ? j1 - c0 : CHUNK_KEYS;
+    if (!kv_paged(c)) return n;
+    const int64_t bs = c->cfg.block_size, f = kv_first(c, b);
+    const int32_t *tab = kv_table(c, b);
+    int64_t blk = (c0 + f) / bs, end = (blk + 1) * bs - f; /* end of c0's block */
+    while (end < c0 + n && tab[blk + 1] == tab[blk] + 1) blk++, end += bs;
+    return end - c0 < n ? end - c0 : n;
 }
 
 static float logit_scale(const kv_attend_call *a, int64_t D)
@@ -164,8 +180,7 @@ static bool row_sees_nan(const decode_plan *p, const decode_task *t, decode_scra
         n = chunk_keys(c, t->b, c0, hi);
         const int64_t row0 = kv_row(c, t->b, t->h, c0);
         p->rows->scores(p->kfmt, kv_row_data(c, false, row0), n, (n + 31) / 32 * 32, p->D,
-                        w->q + r * p->D, 1, s, LDS, NULL, 0);
-        if (c->fmt == KV_I8) p->rows->scale(s, 1, LDS, 0, n, c->k_rs + row0);
+                        w->q + r * p->D, 1, s, LDS, c->fmt == KV_I8 ? c->k_rs + row0 : NULL, NULL, 0);
         for (int64_t j = 0; j < n; ++j) {
             float x = key_scale * s[j];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
@@ -203,11 +218,16 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         const int64_t next_n = c0 + n < j1 ? chunk_keys(c, t->b, c0 + n, j1) : 0;
         const void *next_k = next_n ? kv_row_data(c, false, kv_row(c, t->b, t->h, c0 + n)) : NULL;
         const int64_t npad = (n + 31) / 32 * 32;
+        if (c->fmt == KV_I8 && next_n) { /* the next chunk's row scales: a miss each otherwise */
+            const int64_t row1 = kv_row(c, t->b, t->h, c0 + n);
+            for (int64_t o = 0; o < next_n; o += 16)
+                prefetch_line(c->k_rs + row1 + o), prefetch_line(c->v_rs + row1 + o);
+        }
+        const float *k_rs = c->fmt == KV_I8 ? c->k_rs + row0 : NULL;
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
-                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS,
+                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS, k_rs,
                             r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
-        if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, 0, n, c->k_rs + row0);
         chunk_softmax(p, t, w, c0, n, key_scale);
         for (int64_t r = 0; r < R; ++r) /* keys seen, max -inf: were their logits NaN? */
             if (w->rowmax[r] == -INFINITY && w->start[r] < w->end[r]) {
@@ -216,26 +236,34 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                 memset(w->s + r * LDS, 0, (size_t)npad * sizeof *w->s); /* p = 0 again */
             }
         int64_t lo = n, hi = 0; /* keys any row sees */
-        for (int64_t r = 0; r < R; ++r) {
-            if (w->alpha[r] != 1.0f)
-                for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+        for (int64_t r = 0; r < R; ++r)
             if (w->start[r] < w->end[r]) {
                 if (w->start[r] < lo) lo = w->start[r];
                 if (w->end[r] > hi) hi = w->end[r];
             }
+        if (lo >= hi) { /* no key of the chunk seen: only the rescale (alpha) */
+            for (int64_t r = 0; r < R; ++r)
+                if (w->alpha[r] != 1.0f)
+                    for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+            continue;
         }
         for (int64_t r = 0; r < R && c->fmt == KV_I8; ++r) /* P' = P·s_v on the keys r sees */
             p->rows->scale(w->s + r * LDS, 1, LDS, w->start[r], w->end[r], c->v_rs + row0);
-        for (int64_t r = 0; r < R && p->v_may_be_nan; ++r) /* NaN in v_j reaches the rows that see j */
-            if (w->start[r] < w->end[r])
-                p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)w->start[r] * vrow_bytes,
-                                    w->end[r] - w->start[r], Dv, w->s + r * LDS + w->start[r], LDS,
-                                    1, w->acc + r * Dv, Dv, false, NULL, 0);
-        for (int64_t r = 0; r < R && lo < hi && !p->v_may_be_nan; r += KV_ROWS)
+        if (p->v_may_be_nan) { /* NaN in v_j reaches the rows that see j: each row over its keys */
+            for (int64_t r = 0; r < R; ++r)
+                if (w->start[r] < w->end[r])
+                    p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)w->start[r] * vrow_bytes,
+                                        w->end[r] - w->start[r], Dv, w->s + r * LDS + w->start[r], LDS,
+                                        1, w->alpha + r, w->acc + r * Dv, Dv, false, NULL, 0);
+                else if (w->alpha[r] != 1.0f)
+                    for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+            continue;
+        }
+        for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
-                                w->acc + r * Dv, Dv, false, r == 0 ? next_k : NULL,
-                                next_n * (int64_t)krow_bytes);
+                                w->alpha + r, w->acc + r * Dv, Dv, p->v_may_be_nan,
+                                r == 0 ? next_k : NULL, next_n * (int64_t)krow_bytes);
     }
     const float v_scale = c->fmt == KV_E4M3 ? p->v_unit * c->v_hs[t->h] : 1.0f;
     for (int64_t r = 0; r < R; ++r) {

@@ -22,8 +22,8 @@ static inline float raw_at(kv_format f, const void *row, int64_t d)
 }
 
 static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
-                           const float *q, int m, float *s, int64_t lds, const void *next,
-                           int64_t next_bytes)
+                           const float *q, int m, float *s, int64_t lds,
+                           const float *row_scale, const void *next, int64_t next_bytes)
 {
     (void)next, (void)next_bytes; /* the portable path leaves memory to the hardware */
     const size_t row_bytes = (size_t)kv_format_row_bytes(f, D);
@@ -32,7 +32,7 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
         for (int r = 0; r < m; ++r) {
             float sum = 0.0f;
             for (int64_t d = 0; d < D; ++d) sum += q[r * D + d] * raw_at(f, x, d);
-            s[r * lds + t] = sum;
+            s[r * lds + t] = !row_scale ? sum : sum * row_scale[t];
         }
     }
     for (int r = 0; r < m; ++r)
@@ -40,11 +40,14 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
 }
 
 static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t Dv,
-                               const float *p, int64_t ldp, int m, float *acc, int64_t ldacc,
-                               bool skip_zero, const void *next, int64_t next_bytes)
+                               const float *p, int64_t ldp, int m, const float *alpha,
+                               float *acc, int64_t ldacc, bool skip_zero, const void *next,
+                               int64_t next_bytes)
 {
     (void)next, (void)next_bytes;
     const size_t row_bytes = (size_t)kv_format_row_bytes(f, Dv);
+    for (int r = 0; r < m; ++r)
+        for (int64_t d = 0; d < Dv; ++d) acc[r * ldacc + d] *= alpha[r];
     for (int64_t t = 0; t < n; ++t) {
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {
@@ -70,9 +73,13 @@ const kv_row_kernels *kv_row_kernels_select(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
 #if defined(__GNUC__) || defined(__clang__)
-    if (sdpa_isa_select() >= SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
+    const sdpa_isa isa = sdpa_isa_select();
+    if (isa == SDPA_ISA_AVX512 && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return &kv_rows_avx512;
+    if ((isa == SDPA_ISA_AVX512 || isa == SDPA_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &kv_rows_avx2;
 #endif
 #endif
     return &kv_rows_generic;

@@ -7,8 +7,14 @@
  * per-block scales inside, with the codes).
  *
  *   scores      s[r*lds + t] = Σ_d q[r*D + d]·x_t[d]     r < m, t < n
+ *               s[r*lds + t] *= row_scale[t]  (row_scale not NULL: int8's
+ *                 per-row scale, folded in as the sums are stored; NaN for
+ *                 a non-finite row makes its scores NaN, 0 included)
  *               s[r*lds + t] = 0                         n <= t < n_out
- *   accumulate  acc[r*ldacc + d] += Σ_t p[r*ldp + t]·x_t[d]   r < m, d < Dv
+ *   accumulate  acc[r*ldacc + d] = alpha[r]·acc[r*ldacc + d]
+ *                                  + Σ_t p[r*ldp + t]·x_t[d]   r < m, d < Dv
+ *               (the online softmax's rescale folded into the pass that
+ *               holds the accumulators in registers anyway)
  *   scale       s[r*lds + t] *= scale[t]   r < m, lo <= t < hi (a NaN scale
  *               makes NaN of a 0 too: callers pass only the keys a row sees)
  *
@@ -29,18 +35,42 @@ enum { KV_ROWS = 4 };
 typedef struct {
     const char *name;
     void (*scores)(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
-                   const float *q, int m, float *s, int64_t lds, const void *next,
-                   int64_t next_bytes);
+                   const float *q, int m, float *s, int64_t lds, const float *row_scale,
+                   const void *next, int64_t next_bytes);
     void (*accumulate)(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
-                       int64_t ldp, int m, float *acc, int64_t ldacc, bool skip_zero,
-                       const void *next, int64_t next_bytes);
+                       int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
+                       bool skip_zero, const void *next, int64_t next_bytes);
     void (*scale)(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale);
 } kv_row_kernels;
 
 extern const kv_row_kernels kv_rows_generic;
 #if defined(__x86_64__) || defined(__i386__)
 extern const kv_row_kernels kv_rows_avx512;
+extern const kv_row_kernels kv_rows_avx2; /* AVX2, FMA, F16C; D % 8 == 0 (else generic) */
 #endif
+
+/* Bytes of [next, next + bytes) each of `iters` iterations prefetches: whole
+ * lines (computed once per call: a division per iteration cost more than
+ * the prefetches). */
+static inline int64_t kv_prefetch_per(int64_t bytes, int64_t iters)
+{
+    return ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
+}
+
+/* Iteration i prefetches its share (`per` bytes) of the lines of
+ * [next, next + bytes) (NULL: none); prefetches never fault, so the address
+ * is formed from integers. */
+static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t per)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (!next) return;
+    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
+    for (int64_t o = lo; o < hi; o += 64)
+        __builtin_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), 0, 3);
+#else
+    (void)next, (void)bytes, (void)i, (void)per;
+#endif
+}
 
 /* The table for this CPU and ATTN_ARCH (as the SDPA kernels choose). */
 const kv_row_kernels *kv_row_kernels_select(void);

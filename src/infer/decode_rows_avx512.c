@@ -12,7 +12,7 @@
  *               accumulators in registers, one key at a time: a probability
  *               broadcast once serves four slices.
  * Both issue a share of the software prefetches of the next call's rows in
- * every iteration (prefetch_share).
+ * every iteration (kv_prefetch_share).
  */
 #include "decode_rows.h"
 
@@ -71,18 +71,6 @@ INLINE __m512 load16(const kv_format f, const void *row, int64_t d, __mmask16 k)
     }
 }
 
-/* Iteration i of `iters` prefetches its share of the lines of
- * [next, next + bytes); prefetches never fault, so the address is formed
- * from integers. */
-INLINE void prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t iters)
-{
-    if (!next) return;
-    const int64_t per = ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
-    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
-    for (int64_t o = lo; o < hi; o += 64)
-        _mm_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), _MM_HINT_T0);
-}
-
 INLINE __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
 
 /* Adds each 128-bit quarter of v0..v3 pairwise: block i of the result
@@ -110,12 +98,12 @@ INLINE __m512 sum16(__m512 acc[KV_ROWS][4])
 /* Four keys at a time against m rows: 4·m accumulators, then sum16. Keys
  * past n read row n - 1 again and are not stored. */
 INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t n_out, int64_t D,
-                        const float *q, const int m, float *s, int64_t lds, const void *next,
-                        int64_t next_bytes)
+                        const float *q, const int m, float *s, int64_t lds,
+                        const float *row_scale, const void *next, int64_t next_bytes)
 {
-    const int64_t rb = kv_format_row_bytes(f, D), iters = (n + 3) / 4;
+    const int64_t rb = kv_format_row_bytes(f, D), per = kv_prefetch_per(next_bytes, (n + 3) / 4);
     for (int64_t t = 0; t < n; t += 4) {
-        prefetch_share(next, next_bytes, t / 4, iters);
+        kv_prefetch_share(next, next_bytes, t / 4, per);
         const char *x[4];
         for (int j = 0; j < 4; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
         __m512 acc[KV_ROWS][4];
@@ -130,8 +118,12 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
                 for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
             }
         }
-        const __m512 sums = sum16(acc);
+        __m512 sums = sum16(acc);
         const __mmask16 keep = lanes(n - t);
+        if (row_scale) { /* lane 4r + j times the scale of key t + j */
+            const __m512 sc = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps((__mmask8)(keep & 0xf), row_scale + t));
+            sums = _mm512_mul_ps(sums, sc);
+        }
         /* row r's four sums are lanes 4r..4r+3 */
         _mm_mask_storeu_ps(s + t, (__mmask8)(keep & 0xf), _mm512_castps512_ps128(sums));
         if (m > 1) _mm_mask_storeu_ps(s + lds + t, (__mmask8)(keep & 0xf), _mm512_extractf32x4_ps(sums, 1));
@@ -143,18 +135,19 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
 }
 
 INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
-                            const float *p, int64_t ldp, const int m, float *acc, int64_t ldacc,
-                            const void *next, int64_t next_bytes)
+                            const float *p, int64_t ldp, const int m, const float *alpha,
+                            float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
-    const int64_t rb = kv_format_row_bytes(f, Dv);
+    const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
     for (int64_t d = 0; d < Dv; d += 64) {
         const int ns = Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16); /* slices of 16 */
         __m512 a[KV_ROWS][4];
         for (int r = 0; r < m; ++r)
             for (int j = 0; j < ns; ++j)
-                a[r][j] = _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j);
+                a[r][j] = _mm512_mul_ps(_mm512_set1_ps(alpha[r]),
+                                        _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j));
         for (int64_t t = 0; t < n; ++t) {
-            if (d == 0) prefetch_share(next, next_bytes, t, n);
+            if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
             __m512 x[4];
             for (int j = 0; j < ns; ++j) x[j] = load16(f, rows + t * rb, d + 16 * j, lanes(Dv - d - 16 * j));
             for (int r = 0; r < m; ++r) {
@@ -194,40 +187,40 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
 
 /* accumulate_body with the prefetch before the row count, to share the macros */
 INLINE void accumulate_body_call(const kv_format f, const char *rows, int64_t n, int64_t Dv,
-                                 const float *p, int64_t ldp, const void *next,
+                                 const float *p, int64_t ldp, const float *alpha, const void *next,
                                  int64_t next_bytes, const int m, float *acc, int64_t ldacc)
 {
-    accumulate_body(f, rows, n, Dv, p, ldp, m, acc, ldacc, next, next_bytes);
+    accumulate_body(f, rows, n, Dv, p, ldp, m, alpha, acc, ldacc, next, next_bytes);
 }
 
 /* scores_body with n_out moved after the width, to share the macros */
 INLINE void scores_call(const kv_format f, const char *rows, int64_t n, int64_t D, int64_t n_out,
-                        const float *q, const void *next, int64_t next_bytes, const int m,
-                        float *s, int64_t lds)
+                        const float *q, const float *row_scale, const void *next,
+                        int64_t next_bytes, const int m, float *s, int64_t lds)
 {
-    scores_body(f, rows, n, n_out, D, q, m, s, lds, next, next_bytes);
+    scores_body(f, rows, n, n_out, D, q, m, s, lds, row_scale, next, next_bytes);
 }
 
 static void scores_avx512(kv_format f, const void *rows_, int64_t n, int64_t n_out, int64_t D,
-                          const float *q, int m, float *out, int64_t ld, const void *next,
-                          int64_t next_bytes)
+                          const float *q, int m, float *out, int64_t ld, const float *row_scale,
+                          const void *next, int64_t next_bytes)
 {
     const char *rows = rows_;
     const int64_t width = D;
-    BY_FORMAT(scores_call, n_out, q, next, next_bytes)
+    BY_FORMAT(scores_call, n_out, q, row_scale, next, next_bytes)
 }
 
 static void accumulate_avx512(kv_format f, const void *rows_, int64_t n, int64_t Dv,
-                              const float *p, int64_t ldp, int m, float *out, int64_t ld,
-                              bool skip_zero, const void *next, int64_t next_bytes)
+                              const float *p, int64_t ldp, int m, const float *alpha, float *out,
+                              int64_t ld, bool skip_zero, const void *next, int64_t next_bytes)
 {
     const char *rows = rows_;
     if (skip_zero) { /* rare (a cache holding NaN): the portable loop */
-        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, out, ld, true, NULL, 0);
+        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, out, ld, true, NULL, 0);
         return;
     }
     const int64_t width = Dv;
-    BY_FORMAT(accumulate_body_call, p, ldp, next, next_bytes)
+    BY_FORMAT(accumulate_body_call, p, ldp, alpha, next, next_bytes)
 }
 
 static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,

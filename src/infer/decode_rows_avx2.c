@@ -1,0 +1,208 @@
+/*
+ * decode_rows.h's primitives with AVX2, FMA and F16C (AVX2-only CPUs: AMD
+ * before Zen 4, Intel client cores): 8 features per vector, each cache row
+ * loaded once per call and widened in registers as the AVX-512 table does
+ * (decode_rows_avx512.c), against up to KV_ROWS query rows. Only 16 vector
+ * registers, so smaller blocks:
+ *   scores:     two keys at a time, one accumulator per (key, row) (8), the
+ *               8 lane sums by one hadd / permute tree.
+ *   accumulate: per 16 features, KV_ROWS × 2 accumulators, one key at a
+ *               time.
+ * Feature counts that are not a multiple of 8 take the portable table.
+ */
+#include "decode_rows.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <math.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Elements [d, d + 8) of a raw row, d a multiple of 8. */
+INLINE __m256 load8(const kv_format f, const void *row, int64_t d)
+{
+    const uint8_t *b8 = (const uint8_t *)row;
+    switch (f) {
+    case KV_F32:
+        return _mm256_loadu_ps((const float *)row + d);
+    case KV_BF16: {
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case KV_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+    case KV_I8:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b8 + d))));
+    case KV_Q4_0: { /* 8 codes of a block: low nibbles of bytes 0..15, high of the same bytes */
+        const uint8_t *blk = b8 + d / KV_Q4_BLOCK * KV_Q4_BLOCK_BYTES;
+        const int64_t i = d % KV_Q4_BLOCK;
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + i % 16)));
+        const __m256i code = i >= 16 ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(15));
+        const __m256 scale = _mm256_cvtph_ps(_mm_set1_epi16((short)(blk[0] | blk[1] << 8)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(code, _mm256_set1_epi32(8))), scale);
+    }
+    case KV_E4M3_FINITE: { /* s eeee mmm -> float16 bits s 0eeee mmm0000000: value·2^-8 */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b8 + d)));
+        return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbfff)));
+    }
+    default: { /* e4m3: s eeee mmm -> float bits s 0000eeee mmm0..., times 2^(127-7) */
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b8 + d)));
+        const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
+        const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+        const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(mag, 20), sign);
+        const __m256 x = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+        const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
+        return _mm256_blendv_ps(x, _mm256_set1_ps(NAN), nan);
+    }
+    }
+}
+
+/* The lane sums of a[0..7] as one vector, lane i = Σ a[i]. */
+INLINE __m256 sum8(const __m256 a[8])
+{
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    /* h0: sums of a0..a3 over the low 4 lanes, then over the high 4 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+/* Two keys at a time against m rows: accumulator 2r + j is (row r, key j).
+ * A key past n reads row n - 1 again and is not stored. */
+INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t n_out, int64_t D,
+                        const float *q, const int m, float *s, int64_t lds,
+                        const float *row_scale, const void *next, int64_t next_bytes)
+{
+    const int64_t rb = kv_format_row_bytes(f, D), per = kv_prefetch_per(next_bytes, (n + 1) / 2);
+    for (int64_t t = 0; t < n; t += 2) {
+        kv_prefetch_share(next, next_bytes, t / 2, per);
+        const char *x0 = rows + t * rb, *x1 = rows + (t + 1 < n ? t + 1 : t) * rb;
+        __m256 acc[2 * KV_ROWS];
+        for (int i = 0; i < 2 * KV_ROWS; ++i) acc[i] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) {
+            const __m256 k0 = load8(f, x0, d), k1 = load8(f, x1, d);
+            for (int r = 0; r < m; ++r) {
+                const __m256 qv = _mm256_loadu_ps(q + r * D + d);
+                acc[2 * r] = _mm256_fmadd_ps(qv, k0, acc[2 * r]);
+                acc[2 * r + 1] = _mm256_fmadd_ps(qv, k1, acc[2 * r + 1]);
+            }
+        }
+        float sums[2 * KV_ROWS];
+        _mm256_storeu_ps(sums, sum8(acc));
+        const int keys = t + 1 < n ? 2 : 1;
+        for (int r = 0; r < m; ++r)
+            for (int j = 0; j < keys; ++j) {
+                const float x = sums[2 * r + j];
+                s[r * lds + t + j] = !row_scale ? x : x * row_scale[t + j];
+            }
+    }
+    for (int r = 0; r < m; ++r)
+        for (int64_t c = n; c < n_out; ++c) s[r * lds + c] = 0.0f;
+}
+
+INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
+                            const float *p, int64_t ldp, const int m, const float *alpha,
+                            float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
+{
+    const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
+    for (int64_t d = 0; d < Dv; d += 16) {
+        const int ns = Dv - d >= 16 ? 2 : 1; /* slices of 8 */
+        __m256 a[KV_ROWS][2];
+        for (int r = 0; r < m; ++r)
+            for (int j = 0; j < ns; ++j)
+                a[r][j] = _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(acc + r * ldacc + d + 8 * j));
+        for (int64_t t = 0; t < n; ++t) {
+            if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
+            __m256 x[2];
+            for (int j = 0; j < ns; ++j) x[j] = load8(f, rows + t * rb, d + 8 * j);
+            for (int r = 0; r < m; ++r) {
+                const __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+                for (int j = 0; j < ns; ++j) a[r][j] = _mm256_fmadd_ps(pr, x[j], a[r][j]);
+            }
+        }
+        for (int r = 0; r < m; ++r)
+            for (int j = 0; j < ns; ++j) _mm256_storeu_ps(acc + r * ldacc + d + 8 * j, a[r][j]);
+    }
+}
+
+/* One instance per (format, rows); 128 features get a fully known loop. */
+#define ROWS_CASES(call, f, w)                                                                     \
+    switch (m) {                                                                                   \
+    case 1: call(f, w, 1); break;                                                                  \
+    case 2: call(f, w, 2); break;                                                                  \
+    case 3: call(f, w, 3); break;                                                                  \
+    default: call(f, w, 4); break;                                                                 \
+    }
+#define WIDTH_CASES(call, f)                                                                       \
+    if (width == 128) ROWS_CASES(call, f, 128)                                                     \
+    else ROWS_CASES(call, f, width)
+#define FORMAT_CASES(call)                                                                         \
+    switch (f) {                                                                                   \
+    case KV_F32: WIDTH_CASES(call, KV_F32) break;                                                  \
+    case KV_BF16: WIDTH_CASES(call, KV_BF16) break;                                                \
+    case KV_F16: WIDTH_CASES(call, KV_F16) break;                                                  \
+    case KV_I8: WIDTH_CASES(call, KV_I8) break;                                                    \
+    case KV_E4M3: WIDTH_CASES(call, KV_E4M3) break;                                                \
+    case KV_Q4_0: WIDTH_CASES(call, KV_Q4_0) break;                                                \
+    default: WIDTH_CASES(call, KV_E4M3_FINITE) break;                                              \
+    }
+
+static void scores_avx2(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
+                        const float *q, int m, float *s, int64_t lds, const float *row_scale,
+                        const void *next, int64_t next_bytes)
+{
+    if (D % 8) {
+        kv_rows_generic.scores(f, rows, n, n_out, D, q, m, s, lds, row_scale, next, next_bytes);
+        return;
+    }
+    const int64_t width = D;
+#define SCORES(fmt, w, rows_)                                                                      \
+    scores_body(fmt, (const char *)rows, n, n_out, w, q, rows_, s, lds, row_scale, next, next_bytes)
+    FORMAT_CASES(SCORES)
+#undef SCORES
+}
+
+static void accumulate_avx2(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
+                            int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
+                            bool skip_zero, const void *next, int64_t next_bytes)
+{
+    if (skip_zero || Dv % 8) { /* a cache holding NaN, or odd widths: the portable loop */
+        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, acc, ldacc, skip_zero, next,
+                                   next_bytes);
+        return;
+    }
+    const int64_t width = Dv;
+#define ACCUMULATE(fmt, w, rows_)                                                                  \
+    accumulate_body(fmt, (const char *)rows, n, w, p, ldp, rows_, alpha, acc, ldacc, next, next_bytes)
+    FORMAT_CASES(ACCUMULATE)
+#undef ACCUMULATE
+}
+
+static void scale_avx2(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale)
+{
+    for (int64_t r = 0; r < m; ++r) {
+        float *x = s + r * lds;
+        int64_t t = lo;
+        for (; t + 8 <= hi; t += 8)
+            _mm256_storeu_ps(x + t, _mm256_mul_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(scale + t)));
+        for (; t < hi; ++t) x[t] *= scale[t];
+    }
+}
+
+const kv_row_kernels kv_rows_avx2 = {"avx2", scores_avx2, accumulate_avx2, scale_avx2};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+#endif
