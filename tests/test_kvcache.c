@@ -692,6 +692,20 @@ static void group_errors(tu_suite *s)
         tu_check(&g, st != ATTN_OK && !c && strstr(err.message, badcfg[i].needle),
                  "create with bad %s: status %d, message '%s'", badcfg[i].needle, (int)st, err.message);
     }
+    /* paged sizes whose products overflow int64: refused, not wrapped */
+    const attn_kvcache_config huge[2] = {
+        {.batch = 1, .kv_heads = 1, .capacity = 8, .head_dim = 4, .block_size = INT64_C(1) << 62,
+         .num_blocks = 4},
+        {.batch = 1, .kv_heads = 1, .capacity = INT64_MAX, .head_dim = 4, .block_size = 16,
+         .num_blocks = 2},
+    };
+    for (int i = 0; i < 2; ++i) {
+        attn_status st = attn_kvcache_create(&huge[i], &c, &err);
+        tu_check(&g, st == ATTN_ERR_OVERFLOW && !c, "%s overflowing: status %d, message '%s'",
+                 i ? "ceil(capacity / block_size)" : "num_blocks x block_size", (int)st,
+                 st ? err.message : "");
+        if (st == ATTN_OK) attn_kvcache_free(c), c = NULL;
+    }
     for (int paged = 0; paged < 2; ++paged) {
         attn_kvcache_config cfg = {.batch = 2, .kv_heads = 1, .capacity = 6, .head_dim = 2,
                                    .block_size = paged ? 2 : 0, .num_blocks = paged ? 5 : 0};

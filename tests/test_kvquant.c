@@ -27,7 +27,13 @@
  *   nan      an fp8 / int8 / q4_0 cache holding a NaN key and value at position 0:
  *            hidden by the window, the output is finite and within float
  *            rounding of the same cache without the NaN (the exact e4m3
- *            widening and the zero-skipping P·V run then); seen, it is NaN.
+ *            widening and the per-row P·V over each row's keys run then); seen, it is NaN.
+ *   rules    README's NaN/inf rules on small caches (contiguous, blocks of 1 and 4):
+ *            a NaN or inf key or value row seen (out NaN where attn_sdpa
+ *            over the read-back values is), a NaN value under a probability
+ *            that underflowed to 0 (NaN), a score of +inf (out NaN, LSE
+ *            +inf), a NaN query; window sides of INT64_MAX (unbounded);
+ *            an fp8 scale of 2e36.
  *   errors   a quantized dtype other than float32, bad fp8 scales, q4_0
  *            with a head_dim not a multiple of 32, an unknown quant, view
  *            of a quantized cache.
@@ -495,6 +501,124 @@ static void group_nan(tu_suite *s)
     tu_group_end(&g);
 }
 
+/* ----------------------------------------------------------------- rules */
+
+enum { RD = 32, RL = 6 };
+
+/* attend of query q (1, 1, nq, RD) over a (1, 1, RL, RD) cache of k, v into
+ * out (nq, RD) and lse (nq); with read (NULL: not wanted) the values the
+ * cache reads back. */
+static bool attend_small(attn_kv_quant quant, int64_t block_size, const float *scales, const float *k,
+                         const float *v, const float *q, int64_t nq, attn_sdpa_opts o, float *out,
+                         float *lse, float *read)
+{
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = 8, .head_dim = RD,
+                               .block_size = block_size, .quant = quant,
+                               .k_scale = scales, .v_scale = scales};
+    attn_kvcache *c = NULL;
+    attn_tensor K = attn_tensor_4d((float *)k, 1, 1, RL, RD), V = attn_tensor_4d((float *)v, 1, 1, RL, RD);
+    attn_tensor Q = attn_tensor_4d((float *)q, 1, 1, nq, RD), O = attn_tensor_4d(out, 1, 1, nq, RD);
+    attn_tensor LS = attn_tensor_3d(lse, 1, 1, nq);
+    attn_tensor RK = attn_tensor_4d(read, 1, 1, RL, RD), RV = attn_tensor_4d(read + RL * RD, 1, 1, RL, RD);
+    bool ok = attn_kvcache_create(&cfg, &c, NULL) == ATTN_OK &&
+              attn_kvcache_append(c, &K, &V, NULL, NULL) == ATTN_OK &&
+              attn_kvcache_attend(c, &Q, &O, &LS, &o, NULL) == ATTN_OK &&
+              (!read || attn_kvcache_read(c, 0, &RK, &RV, NULL) == ATTN_OK);
+    attn_kvcache_free(c);
+    return ok;
+}
+
+static void small_kv(float *k, float *v)
+{
+    for (int e = 0; e < RL * RD; ++e) k[e] = v[e] = (float)((e * 37 % 11) - 5) * 0.1f;
+}
+
+static void group_rules(tu_suite *s)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "rules");
+    static const attn_kv_quant quants[] = {ATTN_KV_INT8, ATTN_KV_FP8_E4M3, ATTN_KV_Q4_0};
+    float k[RL * RD], v[RL * RD], q[8 * RD], o[8 * RD], lse[8], ro[RD], read[2 * RL * RD];
+    for (int e = 0; e < 8 * RD; ++e) q[e] = (float)((e * 13 % 7) - 3) * 0.1f;
+    for (int fmt = 0; fmt < 3; ++fmt) {
+        const attn_kv_quant quant = quants[fmt];
+        /* A NaN or inf key or value row the query sees: out is NaN exactly
+         * where attn_sdpa over the values read back is. Contiguous, blocks
+         * of 4, and of 1 (the first decode chunk is the NaN key alone). */
+        for (int which = 0; which < 12; ++which) {
+            const int64_t block = which % 3 == 2 ? 4 : which % 3, in_v = which & 4;
+            small_kv(k, v);
+            (in_v ? v : k)[3] = which & 8 ? INFINITY : NAN;
+            attn_sdpa_opts opts = attn_sdpa_opts_default();
+            if (!tu_check(&g, attend_small(quant, block, NULL, k, v, q, 1, opts, o, lse, read),
+                          "quant %d: attend failed", (int)quant))
+                continue;
+            attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, RD), RO = attn_tensor_4d(ro, 1, 1, 1, RD);
+            attn_tensor RK = attn_tensor_4d(read, 1, 1, RL, RD), RV = attn_tensor_4d(read + RL * RD, 1, 1, RL, RD);
+            opts.path = ATTN_PATH_REFERENCE;
+            attn_sdpa(&Q, &RK, &RV, &RO, NULL, NULL, &opts, NULL);
+            int same = 0;
+            for (int d = 0; d < RD; ++d) same += !isnan(o[d]) == !isnan(ro[d]);
+            tu_check(&g, same == RD, "quant %d, block_size %d: %s %s row: %d of %d outputs NaN as attn_sdpa's",
+                     (int)quant, (int)block, which & 8 ? "inf" : "NaN", in_v ? "value" : "key", same, RD);
+        }
+        /* Key 1 seen, its probability 0 (logit 204 below), NaN in its value. */
+        float qe[RD] = {1.0f};
+        memset(k, 0, sizeof k);
+        for (int e = 0; e < RL * RD; ++e) v[e] = 0.25f;
+        for (int j = 0; j < RL; ++j) k[j * RD] = j == 1 ? -200.0f : 4.0f;
+        v[1 * RD + 5] = NAN;
+        attn_sdpa_opts one = attn_sdpa_opts_default();
+        one.scale = 1.0f;
+        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[5]) && (o[0] == 0.25f) == (quant == ATTN_KV_FP8_E4M3),
+                     /* int8 and q4_0 read the whole row (block) back as NaN */
+                     "quant %d: NaN value under p = 0: out %g, %g (want NaN, 0.25)",
+                     (int)quant, (double)o[5], (double)o[0]);
+        /* A score overflowing to +inf: out NaN, LSE +inf; a query of NaN: NaN. */
+        float big[1] = {1e36f};
+        small_kv(k, v);
+        for (int e = 0; e < RL * RD; ++e) k[e] = e % RD ? 0.0f : 1.0f;
+        k[1 * RD] = 3e37f;
+        qe[0] = 100.0f;
+        if (quant != ATTN_KV_Q4_0 && /* q4_0's float16 scale saturates: the key is not huge */
+            tu_check(&g, attend_small(quant, 0, big, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[0]) && lse[0] == INFINITY, "quant %d: a +inf logit: out %g, LSE %g (want NaN, inf)",
+                     (int)quant, (double)o[0], (double)lse[0]);
+        for (int d = 0; d < RD; ++d) qe[d] = NAN;
+        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[0]) && isnan(lse[0]), "quant %d: a NaN query: out %g, LSE %g (want NaN)",
+                     (int)quant, (double)o[0], (double)lse[0]);
+        /* Window sides of INT64_MAX are unbounded (also with Nq > L + 1,
+         * where the first queries' positions are negative). */
+        small_kv(k, v);
+        static const int64_t sides[3][2] = {{INT64_MAX, INT64_MAX}, {-1, INT64_MAX}, {INT64_MAX, -1}};
+        for (int nq = 1; nq <= 8; nq += 7)
+            for (int w = 0; w < 3; ++w) {
+                float plain[8 * RD];
+                attn_sdpa_opts wo = attn_sdpa_opts_default();
+                bool ok = attend_small(quant, 4, NULL, k, v, q, nq, wo, plain, lse, NULL);
+                wo.window = (attn_window){.enabled = true, .left = sides[w][0], .right = sides[w][1]};
+                ok = ok && attend_small(quant, 4, NULL, k, v, q, nq, wo, o, lse, NULL);
+                tu_check(&g, ok && !memcmp(o, plain, (size_t)nq * RD * sizeof *o),
+                         "quant %d, Nq %d: window (%lld, %lld) differs from none", (int)quant, nq,
+                         (long long)sides[w][0], (long long)sides[w][1]);
+            }
+    }
+    /* fp8 with a large valid scale: the widening's unit 2^8 must not overflow it. */
+    float scale[1] = {2e36f}, qe[RD] = {1e-36f};
+    memset(k, 0, sizeof k), memset(v, 0, sizeof v);
+    k[0] = v[0] = k[RD + 1] = v[RD + 1] = 2e36f;
+    attn_sdpa_opts one = attn_sdpa_opts_default();
+    one.scale = 1.0f;
+    /* logits 2, 0, 0, ...: p_0 = e^2 / (e^2 + RL - 1), p_1 = 1 / (e^2 + RL - 1) */
+    const double p0 = exp(2.0) / (exp(2.0) + RL - 1), p1 = 1.0 / (exp(2.0) + RL - 1);
+    if (tu_check(&g, attend_small(ATTN_KV_FP8_E4M3, 0, scale, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+        tu_check(&g, fabs(o[0] / (p0 * 2e36) - 1) < 1e-5 && fabs(o[1] / (p1 * 2e36) - 1) < 1e-5,
+                 "fp8 scale 2e36: out %g, %g (want %g, %g)", (double)o[0], (double)o[1], p0 * 2e36, p1 * 2e36);
+    tu_group_end(&g);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 static void group_errors(tu_suite *s)
@@ -543,6 +667,7 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "q4_0")) group_q4(&s);
     if (tu_group_selected(&opt, "attend")) group_attend(&s, &opt);
     if (tu_group_selected(&opt, "nan")) group_nan(&s);
+    if (tu_group_selected(&opt, "rules")) group_rules(&s);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
     return tu_suite_finish(&s);
 }

@@ -224,6 +224,41 @@ static void one_rule(tu_suite *suite, tu_rng *rng)
     tu_group_end(&g);
 }
 
+/* A key the row sees whose probability underflows to exactly 0 (logit 204
+ * below the others), with NaN in its value: 0·NaN makes out NaN in that
+ * column, and the gradients NaN, on both paths (visibility, not p != 0). */
+static void nan_value_underflow(tu_suite *suite)
+{
+    enum { UD = 16, UK = 4 };
+    tu_group g;
+    tu_group_begin(&g, suite, "NaN value under an underflowed probability");
+    float q[UD] = {1.0f}, k[UK * UD] = {0}, v[UK * UD], dout[UD], o[UD], lse, dq[UD], dk[UK * UD],
+          dv[UK * UD];
+    for (int j = 0; j < UK; ++j) k[j * UD] = j == 1 ? -200.0f : 4.0f;
+    for (int e = 0; e < UK * UD; ++e) v[e] = 0.25f;
+    for (int e = 0; e < UD; ++e) dout[e] = 1.0f;
+    v[1 * UD + 5] = NAN;
+    attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, UD), K = attn_tensor_4d(k, 1, 1, UK, UD),
+                V = attn_tensor_4d(v, 1, 1, UK, UD), O = attn_tensor_4d(o, 1, 1, 1, UD),
+                L = attn_tensor_3d(&lse, 1, 1, 1), dO = attn_tensor_4d(dout, 1, 1, 1, UD),
+                dQ = attn_tensor_4d(dq, 1, 1, 1, UD), dK = attn_tensor_4d(dk, 1, 1, UK, UD),
+                dV = attn_tensor_4d(dv, 1, 1, UK, UD);
+    for (int pi = 0; pi < 2; ++pi) {
+        attn_sdpa_opts opts = attn_sdpa_opts_default();
+        opts.scale = 1.0f;
+        opts.path = paths[pi];
+        if (!tu_check(&g, attn_sdpa(&Q, &K, &V, &O, &L, NULL, &opts, NULL) == ATTN_OK &&
+                              attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &opts,
+                                                 NULL) == ATTN_OK,
+                      "%s: call failed", path_names[pi]))
+            continue;
+        tu_check(&g, isnan(o[5]) && o[0] == 0.25f && isnan(dq[0]) && isnan(dk[0]),
+                 "%s: out[5] %g (want NaN), out[0] %g (0.25), dq %g, dk %g (NaN)", path_names[pi],
+                 (double)o[5], (double)o[0], (double)dq[0], (double)dk[0]);
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -401,5 +436,6 @@ int main(int argc, char **argv)
     attn_tensor bad = attn_tensor_make(q, ATTN_F32, ATTN_MAX_DIMS + 2, (int64_t[10]){1});
     tu_check(&g, bad.ndim == -1, "attn_tensor_make with too many dimensions must be invalid");
     tu_group_end(&g);
+    nan_value_underflow(&suite);
     return tu_suite_finish(&suite);
 }

@@ -150,14 +150,22 @@ float kv_sink(const kv_attend_call *a, int64_t h)
 
 /* O and S are the sums of exp(m_r - M + ll_r)·o_r and exp(m_r - M + ll_r)
  * over the parts so far, rescaled whenever M grows. A part the row saw
- * nothing of (m = -inf) adds nothing; a NaN makes the row NaN (S = NaN).
+ * nothing of (m = -inf) adds nothing; a NaN makes the row NaN (S = NaN); a
+ * +inf logit (m = +inf, ll NaN as the softmax stats give it, or a +inf
+ * sink) makes out NaN and LSE +inf, as attn_sdpa.
  * Start from M = sink, S = (sink > -inf), O = 0. */
 void kv_merge_part(double *M, double *S, double *O, double m, double ll, const float *o,
                        int64_t Dv)
 {
     if (m == -INFINITY) return;
-    if (isnan(m) || isnan(ll) || isnan(*S)) {
+    if (isnan(m) || (isnan(ll) && m != INFINITY) || isnan(*S)) {
         *S = NAN;
+        return;
+    }
+    if (m == INFINITY || *M == INFINITY) { /* a +inf logit (part or sink): out NaN, LSE +inf */
+        *M = INFINITY;
+        *S = 1.0;
+        for (int64_t d = 0; d < Dv; ++d) O[d] = NAN;
         return;
     }
     if (m > *M) {

@@ -64,9 +64,10 @@ struct attn_kvcache {
 
 static inline bool kv_paged(const attn_kvcache *c) { return c->cfg.block_size > 0; }
 
-static inline int64_t kv_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a / b) for a >= 0, b > 0, without the overflow of a + b - 1. */
+static inline int64_t kv_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-/* Rows of one kv head in the pool. */
+/* Rows of one kv head in the pool (create checked the product). */
 static inline int64_t kv_pool_rows(const attn_kvcache *c)
 {
     return c->cfg.num_blocks * c->cfg.block_size;

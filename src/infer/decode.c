@@ -52,12 +52,12 @@ static void visible_range(const kv_attend_call *a, int64_t L, int64_t i, int64_t
                           int64_t *hi)
 {
     const int64_t diag = i + L - a->Nq; /* the query's own position */
+    const attn_window win = a->opts.window;
     int64_t l = 0, h = L;
     if (a->opts.causal == ATTN_CAUSAL_BOTTOM_RIGHT && diag + 1 < h) h = diag + 1;
-    if (a->opts.window.enabled && a->opts.window.left >= 0 && diag - a->opts.window.left > l)
-        l = diag - a->opts.window.left;
-    if (a->opts.window.enabled && a->opts.window.right >= 0 && diag + a->opts.window.right + 1 < h)
-        h = diag + a->opts.window.right + 1;
+    /* compared so that no side, up to INT64_MAX, overflows */
+    if (win.enabled && win.left >= 0 && diag > win.left) l = diag - win.left;
+    if (win.enabled && win.right >= 0 && win.right < h - 1 - diag) h = diag + win.right + 1;
     *lo = l;
     *hi = h > l ? h : l;
 }
@@ -147,13 +147,57 @@ static int64_t chunk_keys(const attn_kvcache *c, int64_t b, int64_t c0, int64_t 
     return end - c0 < n ? end - c0 : n;
 }
 
+static float logit_scale(const kv_attend_call *a, int64_t D)
+{
+    return a->opts.scale > 0.0f ? a->opts.scale : 1.0f / sqrtf((float)D);
+}
+
+/* Whether the fast e4m3 widening's unit 2^8 times f and every head's scale
+ * stays finite (else the exact widening, unit 1: a scale near FLT_MAX/256
+ * must not become inf). */
+static bool unit_fits(const float *hs, int64_t heads, float f)
+{
+    for (int64_t h = 0; h < heads; ++h)
+        if (!isfinite(f * (256.0f * hs[h]))) return false;
+    return true;
+}
+
+/* Whether row r sees a NaN logit among keys [j0, j1), rescored into s (row
+ * r's line of w->s, whose probabilities are then all 0 or no longer needed):
+ * for the rare rows whose max is ±inf (the max skips NaN, and exp(inf - inf)
+ * = NaN cannot tell a +inf logit from a NaN one). Logits as sdpa_logits, up
+ * to rounding, which cannot make or unmake a NaN. */
+static bool row_sees_nan(const decode_plan *p, const decode_task *t, decode_scratch *w, int64_t r,
+                         int64_t j0, int64_t j1, float key_scale, float *s)
+{
+    const kv_attend_call *a = p->a;
+    const attn_kvcache *c = a->c;
+    const int64_t Nq = a->Nq, i = r % Nq, diag = i + c->len[t->b] - Nq;
+    const float slope = a->slopes ? kv_slope(a, t->b, t->h * p->G + r / Nq) : 0.0f;
+    const float cap = a->opts.softcap;
+    const int64_t lo = w->lo[i] > j0 ? w->lo[i] : j0, hi = w->hi[i] < j1 ? w->hi[i] : j1;
+    for (int64_t c0 = lo, n; c0 < hi; c0 += n) {
+        n = chunk_keys(c, t->b, c0, hi);
+        const int64_t row0 = kv_row(c, t->b, t->h, c0);
+        p->rows->scores(p->kfmt, kv_row_data(c, false, row0), n, (n + 31) / 32 * 32, p->D,
+                        w->q + r * p->D, 1, s, LDS, c->fmt == KV_I8 ? c->k_rs + row0 : NULL, NULL, 0);
+        for (int64_t j = 0; j < n; ++j) {
+            float x = key_scale * s[j];
+            if (cap > 0.0f) x = cap * tanhf(x / cap);
+            if (slope != 0.0f) x += -slope * (float)llabs(diag - (c0 + j));
+            if (x != x) return true;
+        }
+    }
+    return false;
+}
+
 /* One task: its split's partial (m, ll, o) per row into p->parts. */
 static void run_task(const decode_plan *p, const decode_task *t, float *part, decode_scratch *w)
 {
     const kv_attend_call *a = p->a;
     const attn_kvcache *c = a->c;
     const int64_t R = p->R, D = p->D, Dv = a->Dv, L = c->len[t->b];
-    const float scale = a->opts.scale > 0.0f ? a->opts.scale : 1.0f / sqrtf((float)D);
+    const float scale = logit_scale(a, D);
     const float key_scale = c->fmt == KV_E4M3 ? scale * (p->k_unit * c->k_hs[t->h]) : scale;
     load_queries(p, t, w->q);
     for (int64_t i = 0; i < a->Nq; ++i) visible_range(a, L, i, &w->lo[i], &w->hi[i]);
@@ -185,6 +229,12 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                             (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS, k_rs,
                             r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
         chunk_softmax(p, t, w, c0, n, key_scale);
+        for (int64_t r = 0; r < R; ++r) /* keys seen, max -inf: were their logits NaN? */
+            if (w->rowmax[r] == -INFINITY && w->start[r] < w->end[r]) {
+                if (row_sees_nan(p, t, w, r, c0, c0 + n, key_scale, w->s + r * LDS))
+                    w->rowsum[r] = NAN; /* stays NaN through the next chunks */
+                memset(w->s + r * LDS, 0, (size_t)npad * sizeof *w->s); /* p = 0 again */
+            }
         int64_t lo = n, hi = 0; /* keys any row sees */
         for (int64_t r = 0; r < R; ++r)
             if (w->start[r] < w->end[r]) {
@@ -197,7 +247,18 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                     for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
             continue;
         }
-        if (c->fmt == KV_I8) p->rows->scale(w->s, R, LDS, lo, hi, c->v_rs + row0); /* P' = P·s_v */
+        for (int64_t r = 0; r < R && c->fmt == KV_I8; ++r) /* P' = P·s_v on the keys r sees */
+            p->rows->scale(w->s + r * LDS, 1, LDS, w->start[r], w->end[r], c->v_rs + row0);
+        if (p->v_may_be_nan) { /* NaN in v_j reaches the rows that see j: each row over its keys */
+            for (int64_t r = 0; r < R; ++r)
+                if (w->start[r] < w->end[r])
+                    p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)w->start[r] * vrow_bytes,
+                                        w->end[r] - w->start[r], Dv, w->s + r * LDS + w->start[r], LDS,
+                                        1, w->alpha + r, w->acc + r * Dv, Dv, false, NULL, 0);
+                else if (w->alpha[r] != 1.0f)
+                    for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
+            continue;
+        }
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
@@ -208,11 +269,15 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
     for (int64_t r = 0; r < R; ++r) {
         float *o = part + r * (Dv + 2);
         const float sum = w->rowsum[r];
-        const bool nan = sum != sum || w->rowmax[r] != w->rowmax[r]; /* a NaN score was seen */
+        /* the max passes over NaN logits: a max of +inf may hide one */
+        const bool nan = w->rowmax[r] == INFINITY
+                             ? row_sees_nan(p, t, w, r, j0, j1, key_scale, w->s + r * LDS)
+                             : w->rowmax[r] != w->rowmax[r] || sum != sum;
+        const bool inf = !nan && w->rowmax[r] == INFINITY; /* out NaN, LSE +inf */
         for (int64_t d = 0; d < Dv; ++d)
-            o[d] = nan ? NAN : sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
-        o[Dv] = nan ? NAN : sum > 0.0f ? w->rowmax[r] : -INFINITY;
-        o[Dv + 1] = nan ? NAN : sum > 0.0f ? logf(sum) : 0.0f;
+            o[d] = nan || inf ? NAN : sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
+        o[Dv] = nan ? NAN : sum > 0.0f || inf ? w->rowmax[r] : -INFINITY;
+        o[Dv + 1] = nan || inf ? NAN : sum > 0.0f ? logf(sum) : 0.0f;
     }
 }
 
@@ -249,11 +314,15 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
     p.G = a->Hq / g->kv_heads;
     p.R = p.G * a->Nq;
     p.D = g->head_dim;
-    /* int8 keeps NaN in the row scale, which run_task guards */
+    /* int8 keeps NaN in the row scale, applied to the keys each row sees */
     p.v_may_be_nan = c->fmt != KV_I8 && c->v_nonfinite;
-    /* fp8 without NaN codes: the cheaper widening through float16 */
-    p.kfmt = c->fmt == KV_E4M3 && !c->k_nonfinite ? KV_E4M3_FINITE : c->fmt;
-    p.vfmt = c->fmt == KV_E4M3 && !c->v_nonfinite ? KV_E4M3_FINITE : c->fmt;
+    /* fp8 without NaN codes, scales that 2^8 keeps finite: the cheaper widening through float16 */
+    const bool fp8 = c->fmt == KV_E4M3;
+    const bool k_fast = fp8 && !c->k_nonfinite &&
+                        unit_fits(c->k_hs, g->kv_heads, logit_scale(a, g->head_dim));
+    const bool v_fast = fp8 && !c->v_nonfinite && unit_fits(c->v_hs, g->kv_heads, 1.0f);
+    p.kfmt = k_fast ? KV_E4M3_FINITE : c->fmt;
+    p.vfmt = v_fast ? KV_E4M3_FINITE : c->fmt;
     p.k_unit = p.kfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
     p.v_unit = p.vfmt == KV_E4M3_FINITE ? 256.0f : 1.0f;
     /* tasks: (b, h, split) for the splits anyone sees */

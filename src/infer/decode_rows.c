@@ -32,7 +32,7 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
         for (int r = 0; r < m; ++r) {
             float sum = 0.0f;
             for (int64_t d = 0; d < D; ++d) sum += q[r * D + d] * raw_at(f, x, d);
-            s[r * lds + t] = !row_scale ? sum : sum != 0.0f ? sum * row_scale[t] : 0.0f;
+            s[r * lds + t] = !row_scale ? sum : sum * row_scale[t];
         }
     }
     for (int r = 0; r < m; ++r)
@@ -63,7 +63,7 @@ static void scale_generic(float *s, int64_t m, int64_t lds, int64_t lo, int64_t 
 {
     for (int64_t r = 0; r < m; ++r)
         for (int64_t t = lo; t < hi; ++t)
-            s[r * lds + t] = s[r * lds + t] == 0.0f ? 0.0f : s[r * lds + t] * scale[t];
+            s[r * lds + t] *= scale[t];
 }
 
 const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic,

@@ -8,22 +8,22 @@
  *
  *   scores      s[r*lds + t] = Σ_d q[r*D + d]·x_t[d]     r < m, t < n
  *               s[r*lds + t] *= row_scale[t]  (row_scale not NULL: int8's
- *                 per-row scale, folded in as the sums are stored; a 0
- *                 stays 0, as in `scale`)
+ *                 per-row scale, folded in as the sums are stored; NaN for
+ *                 a non-finite row makes its scores NaN, 0 included)
  *               s[r*lds + t] = 0                         n <= t < n_out
  *   accumulate  acc[r*ldacc + d] = alpha[r]·acc[r*ldacc + d]
  *                                  + Σ_t p[r*ldp + t]·x_t[d]   r < m, d < Dv
  *               (the online softmax's rescale folded into the pass that
  *               holds the accumulators in registers anyway)
- *   scale       s[r*lds + t] *= scale[t]   r < m, lo <= t < hi; a 0 stays 0
- *               (a hidden key's probability; its scale may be NaN)
+ *   scale       s[r*lds + t] *= scale[t]   r < m, lo <= t < hi (a NaN scale
+ *               makes NaN of a 0 too: callers pass only the keys a row sees)
  *
  * x_t is cache row t (rows D, resp. Dv, elements apart from `rows`), m in
  * 1..KV_ROWS. Both spread software prefetches of [next, next + next_bytes)
  * (the rows the following call reads; NULL: none) over their loop, so that
  * memory is requested well before it is needed. Sums are float32 in a fixed order (independent of the thread
  * count). accumulate with skip_zero never multiplies a row by a zero
- * probability (0·NaN would be NaN): for caches that may hold NaN.
+ * probability (0·NaN would be NaN).
  */
 #ifndef ATTN_INFER_DECODE_ROWS_H
 #define ATTN_INFER_DECODE_ROWS_H

@@ -101,7 +101,7 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
         for (int r = 0; r < m; ++r)
             for (int j = 0; j < keys; ++j) {
                 const float x = sums[2 * r + j];
-                s[r * lds + t + j] = !row_scale ? x : x != 0.0f ? x * row_scale[t + j] : 0.0f;
+                s[r * lds + t + j] = !row_scale ? x : x * row_scale[t + j];
             }
     }
     for (int r = 0; r < m; ++r)
@@ -191,12 +191,9 @@ static void scale_avx2(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
     for (int64_t r = 0; r < m; ++r) {
         float *x = s + r * lds;
         int64_t t = lo;
-        for (; t + 8 <= hi; t += 8) { /* x·scale where x != 0, else 0 */
-            const __m256 v = _mm256_loadu_ps(x + t);
-            const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
-            _mm256_storeu_ps(x + t, _mm256_and_ps(nz, _mm256_mul_ps(v, _mm256_loadu_ps(scale + t))));
-        }
-        for (; t < hi; ++t) x[t] = x[t] == 0.0f ? 0.0f : x[t] * scale[t];
+        for (; t + 8 <= hi; t += 8)
+            _mm256_storeu_ps(x + t, _mm256_mul_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(scale + t)));
+        for (; t < hi; ++t) x[t] *= scale[t];
     }
 }
 

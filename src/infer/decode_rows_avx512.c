@@ -120,10 +120,9 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
         }
         __m512 sums = sum16(acc);
         const __mmask16 keep = lanes(n - t);
-        if (row_scale) { /* lane 4r + j times the scale of key t + j; a 0 stays 0 */
+        if (row_scale) { /* lane 4r + j times the scale of key t + j */
             const __m512 sc = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps((__mmask8)(keep & 0xf), row_scale + t));
-            const __mmask16 nz = _mm512_cmp_ps_mask(sums, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-            sums = _mm512_maskz_mul_ps(nz, sums, sc);
+            sums = _mm512_mul_ps(sums, sc);
         }
         /* row r's four sums are lanes 4r..4r+3 */
         _mm_mask_storeu_ps(s + t, (__mmask8)(keep & 0xf), _mm512_castps512_ps128(sums));
@@ -247,8 +246,7 @@ static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t h
         for (int64_t t = lo; t < hi; t += 16) {
             const __mmask16 k = lanes(hi - t);
             const __m512 x = _mm512_maskz_loadu_ps(k, s + r * lds + t);
-            const __mmask16 nz = _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-            const __m512 y = _mm512_maskz_mul_ps(nz, x, _mm512_maskz_loadu_ps(k, scale + t));
+            const __m512 y = _mm512_mul_ps(x, _mm512_maskz_loadu_ps(k, scale + t));
             _mm512_mask_storeu_ps(s + r * lds + t, k, y);
         }
 }

@@ -87,6 +87,10 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
     int64_t max_blocks = 0;
     if (g.block_size > 0) {
         max_blocks = kv_ceil_div(g.capacity, g.block_size);
+        /* an entry maps distinct pool blocks, at most INT32_MAX of them */
+        RETURN_IF(max_blocks > INT32_MAX, err, ATTN_ERR_OVERFLOW,
+                  "capacity: %lld tokens are more blocks of %lld than the int32 block table holds",
+                  (long long)g.capacity, (long long)g.block_size);
         int64_t want;
         RETURN_IF(!attn_mul_ok(g.batch, max_blocks, &want), err, ATTN_ERR_OVERFLOW,
                   "num_blocks: batch x blocks per entry overflows");
@@ -100,9 +104,11 @@ attn_status attn_kvcache_create(const attn_kvcache_config *cfg, attn_kvcache **o
                   "num_blocks: only for a paged cache (block_size > 0)");
     }
     /* rows of storage per kv head across the batch, then elements */
-    int64_t rows, nk, nv;
-    const int64_t per_head = g.block_size > 0 ? g.num_blocks * g.block_size : g.capacity;
+    int64_t rows, nk, nv, per_head = g.capacity;
     const int64_t copies = g.block_size > 0 ? 1 : g.batch;
+    RETURN_IF(g.block_size > 0 && !attn_mul_ok(g.num_blocks, g.block_size, &per_head), err,
+              ATTN_ERR_OVERFLOW, "num_blocks: %lld blocks of %lld tokens overflow",
+              (long long)g.num_blocks, (long long)g.block_size);
     RETURN_IF(!attn_mul_ok(per_head, g.kv_heads, &rows) || !attn_mul_ok(rows, copies, &rows) ||
                   !attn_mul_ok(rows, g.head_dim, &nk) || !attn_mul_ok(rows, g.value_dim, &nv) ||
                   (uint64_t)nk > SIZE_MAX / elem || (uint64_t)nv > SIZE_MAX / elem,

@@ -165,6 +165,19 @@ static bool given_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, 
     return any && m != -INFINITY;
 }
 
+/* Sets x[j] = -1 for the keys row (b,h,i) does not see (outside its range,
+ * a -inf mask value; every key when it sees none): probabilities are >= 0
+ * or NaN, so -1 marks the keys to skip. Visibility, not p != 0: NaN in v_j
+ * reaches the rows that see j, also where p underflowed to 0 (0·NaN). */
+static void mark_hidden(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, bool sees_any,
+                        float *x)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = 0; j < p->Nk; ++j)
+        if (!sees_any || j < lo || j >= hi || sdpa_key_bias(p, b, h, i, j) == -INFINITY) x[j] = -1.0f;
+}
+
 /* The dropout factor of (b,h,i,j): 1 without dropout. */
 static float keep(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
@@ -185,15 +198,16 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
         float lse, stats[2];
-        row_probs(p, b, h, i, prob, &lse, stats);
-        /* out_i = Σ_j P_ij z_ij v_j, z the dropout factor (all zero for a row
-         * that sees nothing) */
+        const bool sees = row_probs(p, b, h, i, prob, &lse, stats);
+        /* out_i = Σ_j P_ij z_ij v_j over the keys j the row sees, z the
+         * dropout factor (0 for a row that sees nothing) */
         float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
         for (int64_t j = 0; j < p->Nk; ++j) pz[j] = prob[j] * keep(p, b, h, i, j);
+        mark_hidden(p, b, h, i, sees, pz);
         for (int64_t d = 0; d < p->Dv; ++d) {
             block_sum acc = {0};
             for (int64_t j = 0; j < p->Nk; ++j)
-                if (prob[j] != 0.0f) block_add(&acc, pz[j] * vf[AT4(p->vs, b, hk, j, d)]);
+                if (!(pz[j] < 0.0f)) block_add(&acc, pz[j] * vf[AT4(p->vs, b, hk, j, d)]);
             oi[d * p->os[3]] = block_value(&acc);
         }
         if (p->lse) p->lse[b * p->ls[0] + h * p->ls[1] + i * p->ls[2]] = lse;
@@ -304,13 +318,14 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
+                mark_hidden(p, b, h, i, true, prob); /* prob[j] = -1: j hidden */
                 if (rows > 0 && rows % SUM_BLOCK == 0) flush_key_blocks(p, b, hk, dk_block, dv_block);
                 ++rows;
                 /* Forward: O_i = Σ_j P_ij z_ij V_j, so dV_j += P_ij z_ij dO_i and
                  * dP_ij = z_ij dO_i · V_j. */
                 block_sum di_sum = {0};
                 for (int64_t j = 0; j < p->Nk; ++j) {
-                    if (prob[j] == 0.0f) {
+                    if (prob[j] < 0.0f) {
                         dprob[j] = 0.0f;
                         continue;
                     }
@@ -345,7 +360,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     if (dqi && j % SUM_BLOCK == 0 && j > 0) flush_block(dqi, p->dqs[3], dq_block, p->D);
                     /* P = 1: the softmax is this key alone, constant: dS = 0
                      * exactly (dP - D would be one sum rounded two ways) */
-                    if (prob[j] == 0.0f || prob[j] == 1.0f) continue;
+                    if (prob[j] < 0.0f || prob[j] == 1.0f) continue;
                     float f = p->scale;
                     if (p->softcap > 0.0f) {
                         const float tc = sdpa_softcap_tanh(p, row_dot(p, b, h, i, j));
