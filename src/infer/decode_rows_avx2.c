@@ -144,16 +144,32 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
 #define WIDTH_CASES(call, f)                                                                       \
     if (width == 128) ROWS_CASES(call, f, 128)                                                     \
     else ROWS_CASES(call, f, width)
-#define FORMAT_CASES(call)                                                                         \
-    switch (f) {                                                                                   \
-    case KV_F32: WIDTH_CASES(call, KV_F32) break;                                                  \
-    case KV_BF16: WIDTH_CASES(call, KV_BF16) break;                                                \
-    case KV_F16: WIDTH_CASES(call, KV_F16) break;                                                  \
-    case KV_I8: WIDTH_CASES(call, KV_I8) break;                                                    \
-    case KV_E4M3: WIDTH_CASES(call, KV_E4M3) break;                                                \
-    case KV_Q4_0: WIDTH_CASES(call, KV_Q4_0) break;                                                \
-    default: WIDTH_CASES(call, KV_E4M3_FINITE) break;                                              \
+/* One function per format, each holding its (rows, width) instances: the
+ * compilers take far longer over one function holding them all (minutes
+ * under the sanitizers). */
+#define FORMATS(X)                                                                                 \
+    X(f32, KV_F32) X(bf16, KV_BF16) X(f16, KV_F16) X(i8, KV_I8) X(e4m3, KV_E4M3)                    \
+    X(q4_0, KV_Q4_0) X(e4m3_finite, KV_E4M3_FINITE)
+#define SCORES(fmt, w, rows_)                                                                      \
+    scores_body(fmt, rows, n, n_out, w, q, rows_, s, lds, row_scale, next, next_bytes)
+#define ACCUMULATE(fmt, w, rows_)                                                                  \
+    accumulate_body(fmt, rows, n, w, p, ldp, rows_, alpha, acc, ldacc, next, next_bytes)
+#define PER_FORMAT(name, F)                                                                        \
+    static __attribute__((noinline)) void scores_##name(                                           \
+        const char *rows, int64_t n, int64_t n_out, int64_t width, const float *q, int m,          \
+        float *s, int64_t lds, const float *row_scale, const void *next, int64_t next_bytes)       \
+    {                                                                                              \
+        WIDTH_CASES(SCORES, F)                                                                     \
+    }                                                                                              \
+    static __attribute__((noinline)) void accumulate_##name(                                       \
+        const char *rows, int64_t n, int64_t width, const float *p, int64_t ldp, int m,            \
+        const float *alpha, float *acc, int64_t ldacc, const void *next, int64_t next_bytes)       \
+    {                                                                                              \
+        WIDTH_CASES(ACCUMULATE, F)                                                                 \
     }
+FORMATS(PER_FORMAT)
+#undef SCORES
+#undef ACCUMULATE
 
 static void scores_avx2(kv_format f, const void *rows, int64_t n, int64_t n_out, int64_t D,
                         const float *q, int m, float *s, int64_t lds, const float *row_scale,
@@ -163,11 +179,12 @@ static void scores_avx2(kv_format f, const void *rows, int64_t n, int64_t n_out,
         kv_rows_generic.scores(f, rows, n, n_out, D, q, m, s, lds, row_scale, next, next_bytes);
         return;
     }
-    const int64_t width = D;
-#define SCORES(fmt, w, rows_)                                                                      \
-    scores_body(fmt, (const char *)rows, n, n_out, w, q, rows_, s, lds, row_scale, next, next_bytes)
-    FORMAT_CASES(SCORES)
-#undef SCORES
+    switch (f) {
+#define CASE(name, F)                                                                              \
+    case F: scores_##name(rows, n, n_out, D, q, m, s, lds, row_scale, next, next_bytes); break;
+        FORMATS(CASE)
+#undef CASE
+    }
 }
 
 static void accumulate_avx2(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
@@ -179,11 +196,12 @@ static void accumulate_avx2(kv_format f, const void *rows, int64_t n, int64_t Dv
                                    next_bytes);
         return;
     }
-    const int64_t width = Dv;
-#define ACCUMULATE(fmt, w, rows_)                                                                  \
-    accumulate_body(fmt, (const char *)rows, n, w, p, ldp, rows_, alpha, acc, ldacc, next, next_bytes)
-    FORMAT_CASES(ACCUMULATE)
-#undef ACCUMULATE
+    switch (f) {
+#define CASE(name, F)                                                                              \
+    case F: accumulate_##name(rows, n, Dv, p, ldp, m, alpha, acc, ldacc, next, next_bytes); break;
+        FORMATS(CASE)
+#undef CASE
+    }
 }
 
 static void scale_avx2(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale)
