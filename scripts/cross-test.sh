@@ -16,7 +16,11 @@
 # ATTN_ARCH per path or call each table: test_fused, test_gemm, test_lowp,
 # test_stress, test_variants, test_bias_grad, test_numerics,
 # test_special_values; test_bf16 runs the best engine only) and those that
-# check files, arguments, allocation failures and installs, not results.
+# check files, arguments, allocation failures and installs, not results,
+# and the CLI-level suites (the tutorial, training, scaling and explain
+# commands, the CLI's agreement with the library: their few calls are those
+# the library's suites make on the same table, and their outputs are
+# checked byte for byte on the NEON run).
 # s390x: the file formats both ways and the conformance against PyTorch's
 # fixtures (read from little-endian files) through the portable kernels.
 # test_fused is left out there: its GEMM groups take over 15 minutes under
@@ -35,7 +39,8 @@ no_kernels='test_byteorder|test_io|test_conversions|test_xmlcheck|test_install|t
 case "$arch" in
 aarch64)
   default='.'
-  again_exclude="^($same_on_every_table|$no_kernels)\$"
+  cli_level='test_tutorial|test_train|test_scaling|test_explain|test_heatmap|test_examples|test_cli_consistency'
+  again_exclude="^($same_on_every_table|$no_kernels|$cli_level)\$"
   archs=(neon generic) ;;
 s390x)
   default='^(test_io|test_byteorder|test_conversions|test_torch_conformance|hello_attn)$'
