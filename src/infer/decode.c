@@ -254,7 +254,7 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
                 if (w->start[r] < w->end[r])
                     p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)w->start[r] * vrow_bytes,
                                         w->end[r] - w->start[r], Dv, w->s + r * LDS + w->start[r], LDS,
-                                        1, w->alpha + r, w->acc + r * Dv, Dv, false, NULL, 0);
+                                        1, w->alpha + r, w->acc + r * Dv, Dv, NULL, 0);
                 else if (w->alpha[r] != 1.0f)
                     for (int64_t d = 0; d < Dv; ++d) w->acc[r * Dv + d] *= w->alpha[r];
             continue;
@@ -262,8 +262,8 @@ static void run_task(const decode_plan *p, const decode_task *t, float *part, de
         for (int64_t r = 0; r < R; r += KV_ROWS)
             p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)lo * vrow_bytes, hi - lo, Dv,
                                 w->s + r * LDS + lo, LDS, (int)(R - r < KV_ROWS ? R - r : KV_ROWS),
-                                w->alpha + r, w->acc + r * Dv, Dv, p->v_may_be_nan,
-                                r == 0 ? next_k : NULL, next_n * (int64_t)krow_bytes);
+                                w->alpha + r, w->acc + r * Dv, Dv, r == 0 ? next_k : NULL,
+                                next_n * (int64_t)krow_bytes);
     }
     const float v_scale = c->fmt == KV_E4M3 ? p->v_unit * c->v_hs[t->h] : 1.0f;
     for (int64_t r = 0; r < R; ++r) {

@@ -41,8 +41,7 @@ static void scores_generic(kv_format f, const void *rows, int64_t n, int64_t n_o
 
 static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t Dv,
                                const float *p, int64_t ldp, int m, const float *alpha,
-                               float *acc, int64_t ldacc, bool skip_zero, const void *next,
-                               int64_t next_bytes)
+                               float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
     (void)next, (void)next_bytes;
     const size_t row_bytes = (size_t)kv_format_row_bytes(f, Dv);
@@ -52,7 +51,6 @@ static void accumulate_generic(kv_format f, const void *rows, int64_t n, int64_t
         const void *x = (const char *)rows + (size_t)t * row_bytes;
         for (int r = 0; r < m; ++r) {
             const float pr = p[r * ldp + t];
-            if (skip_zero && pr == 0.0f) continue;
             for (int64_t d = 0; d < Dv; ++d) acc[r * ldacc + d] += pr * raw_at(f, x, d);
         }
     }

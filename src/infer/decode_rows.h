@@ -22,8 +22,9 @@
  * 1..KV_ROWS. Both spread software prefetches of [next, next + next_bytes)
  * (the rows the following call reads; NULL: none) over their loop, so that
  * memory is requested well before it is needed. Sums are float32 in a fixed order (independent of the thread
- * count). accumulate with skip_zero never multiplies a row by a zero
- * probability (0·NaN would be NaN).
+ * count). accumulate multiplies every probability it is given, 0 too (0·NaN
+ * is NaN: callers pass each row only the keys it sees when values may be
+ * NaN).
  */
 #ifndef ATTN_INFER_DECODE_ROWS_H
 #define ATTN_INFER_DECODE_ROWS_H
@@ -39,7 +40,7 @@ typedef struct {
                    const void *next, int64_t next_bytes);
     void (*accumulate)(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
                        int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
-                       bool skip_zero, const void *next, int64_t next_bytes);
+                       const void *next, int64_t next_bytes);
     void (*scale)(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale);
 } kv_row_kernels;
 

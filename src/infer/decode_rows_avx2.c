@@ -189,11 +189,10 @@ static void scores_avx2(kv_format f, const void *rows, int64_t n, int64_t n_out,
 
 static void accumulate_avx2(kv_format f, const void *rows, int64_t n, int64_t Dv, const float *p,
                             int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
-                            bool skip_zero, const void *next, int64_t next_bytes)
+                            const void *next, int64_t next_bytes)
 {
-    if (skip_zero || Dv % 8) { /* a cache holding NaN, or odd widths: the portable loop */
-        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, acc, ldacc, skip_zero, next,
-                                   next_bytes);
+    if (Dv % 8) { /* odd widths: the portable loop */
+        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, acc, ldacc, next, next_bytes);
         return;
     }
     switch (f) {

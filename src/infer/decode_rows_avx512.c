@@ -225,12 +225,8 @@ static void scores_avx512(kv_format f, const void *rows, int64_t n, int64_t n_ou
 
 static void accumulate_avx512(kv_format f, const void *rows, int64_t n, int64_t Dv,
                               const float *p, int64_t ldp, int m, const float *alpha, float *out,
-                              int64_t ld, bool skip_zero, const void *next, int64_t next_bytes)
+                              int64_t ld, const void *next, int64_t next_bytes)
 {
-    if (skip_zero) { /* rare (a cache holding NaN): the portable loop */
-        kv_rows_generic.accumulate(f, rows, n, Dv, p, ldp, m, alpha, out, ld, true, NULL, 0);
-        return;
-    }
     switch (f) {
 #define CASE(name, F)                                                                              \
     case F: accumulate_##name(rows, n, Dv, p, ldp, m, alpha, out, ld, next, next_bytes); break;
