@@ -372,6 +372,7 @@ static int64_t shared_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, 
 static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w,
                           int64_t b, int64_t hk, int64_t j0, int64_t part, int64_t parts)
 {
+#if defined(__GNUC__) || defined(__clang__) /* a hint: none without the builtin */
     if (j0 >= w->kend || p->ks[3] != 1 || p->vs[3] != 1) return;
     if (atomic_load_explicit(&w->kstate[shared_tile(p, d, b, hk, j0)], memory_order_relaxed) !=
         SDPA_ITEM_FREE)
@@ -389,6 +390,9 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_sc
         for (int64_t x = 0; d->dot && x < p->Dv * (int64_t)ve; x += 64)
             __builtin_prefetch(vr + x, 0, 2);
     }
+#else
+    (void)p, (void)d, (void)w, (void)b, (void)hk, (void)j0, (void)part, (void)parts;
+#endif
 }
 
 /* Packs the shared Kᵀ of the tile from key j0 of kv head (b, hk) if the
