@@ -905,7 +905,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
              * ragged edge, adding exact zeros. */
             const int64_t pv_round = w->p16_set ? npad : 1;
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
-                r1 = band_run_end(band_c0, band_c1, r0, mi, pv_round);
+                r1 = band_run_end(pv_round > 1 ? band_c0 : band_lo, band_c1, r0, mi, pv_round);
                 /* from the run's first key (bfloat16: the pair that holds
                  * it): the probabilities before it are zeros */
                 const int64_t rb = r1 - r0, c0 = run_lo(band_lo, r0, r1, w->p16_set ? 2 : 1);
