@@ -670,8 +670,13 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
     }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     /* The row max may have passed over a NaN logit (max ignores NaN): a
-     * row of +inf and NaN logits is NaN, as on the reference path. */
-    const bool nan_max = empty ? fill != 0.0f : m == INFINITY && sdpa_row_sees_nan(p, b, h, i);
+     * row of +inf and NaN logits is NaN, as on the reference path; so is a
+     * row of NaN logits alone, whose max stayed -inf and sum became NaN
+     * (softmax_online): its statistics must not read as a row that saw
+     * nothing (the backward's P would be 0). */
+    const bool nan_max = empty ? fill != 0.0f
+                               : (m == INFINITY && sdpa_row_sees_nan(p, b, h, i)) ||
+                                     (m == -INFINITY && isnan(l));
     const float mx = nan_max ? NAN : sink_only ? sink : empty ? -INFINITY : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
     *lse = mx == INFINITY ? INFINITY : mx + *ll;
