@@ -298,6 +298,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
+    sdpa_size_add(&s, p->B * p->Hkv, p->Nk + 1, 1); /* non-finite V rows (value_flags) */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -329,8 +330,9 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
 }
 
 /* Per query row, which of its Q and dO rows hold a non-finite value (found
- * once, not again for every key tile the row meets). */
-enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2 };
+ * once, not again for every key tile the row meets), and whether its D is
+ * NaN or inf (then so is every dS of the keys it sees: dsoftmax_band). */
+enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4 };
 
 /* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
  * its B operand (Q or dO of rows [0, rows): `which` in their flags) is not
@@ -450,7 +452,33 @@ typedef struct {
     /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
      * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
     uint32_t *qa, *da, *qr, *dr;
+    const uint8_t *v_any, *v_bad; /* value_flags */
 } bwd_rows;
+
+/* Which value rows hold NaN or inf: v_any[bh] for kv head bh = b·Hkv + hk,
+ * and when it is set v_bad[bh·Nk + j] per key j. One pass over V. */
+static void value_flags(const sdpa_problem *p, const sdpa_kernels *kern, int64_t bh,
+                        uint8_t *v_any, uint8_t *v_bad)
+{
+    const float *v = (const float *)p->v + AT4(p->vs, bh / p->Hkv, bh % p->Hkv, 0, 0);
+    v_any[bh] = !(p->vs[3] == 1 ? kern->rows_finite(v, p->vs[2], p->Nk, p->Dv)
+                                : sdpa_rows_finite(v, p->vs[2], p->vs[3], p->Nk, p->Dv));
+    for (int64_t j = 0; j < p->Nk && v_any[bh]; ++j)
+        v_bad[bh * p->Nk + j] = !sdpa_rows_finite(v + j * p->vs[2], 0, p->vs[3], 1, p->Dv);
+}
+
+/* Whether row (b, h, i) sees a key whose value row holds NaN or inf. */
+static bool row_sees_bad_value(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
+                               int64_t i)
+{
+    const int64_t bh = b * p->Hkv + h / p->group;
+    if (!rs->v_any[bh]) return false;
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; ++j)
+        if (rs->v_bad[bh * p->Nk + j] && sdpa_key_visible(p, b, h, i, j)) return true;
+    return false;
+}
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
 static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
@@ -462,6 +490,13 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+    /* D_i = Σ_j P_ij dP_ij over the keys the row sees: NaN or inf when a
+     * dP_ij is (a non-finite dO_i or v_j), even where P_ij = 0 (0·NaN), as
+     * torch's softmax backward; O may not show it (O from elsewhere). */
+    if (!isfinite(*di) || row_sees_bad_value(p, rs, b, h, i)) {
+        *di = isfinite(*di) ? NAN : *di;
+        *nf |= BWD_D_NONFINITE;
+    }
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
         *rll = rs->st[AT4(rs->ss, b, h, i, 1)];
@@ -563,14 +598,43 @@ static void dq_leftovers(const sdpa_problem *p, const bwd_dims *d, int64_t chunk
  * it over the mask's broadcast dimensions). */
 static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0,
                               int64_t rb, int64_t j0, int64_t c0, int64_t c1, const float *s,
-                              const float *dp, int64_t ld, const float *di)
+                              const float *dp, int64_t ld, const float *di, const uint8_t *nf)
 {
     for (int64_t r = 0; r < rb; ++r) {
         float *dst = p->dbias + AT4(p->dbs, b, h, i0 + r, j0);
+        const bool nonfinite = nf[r] & BWD_D_NONFINITE; /* as dsoftmax_band */
         for (int64_t c = c0; c < c1; ++c) {
             const float pc = s[r * ld + c];
-            dst[c * p->dbs[3]] = pc == 0.0f ? 0.0f : pc * (dp[r * ld + c] - di[r]);
+            const bool zero = nonfinite ? !sdpa_key_visible(p, b, h, i0 + r, j0 + c) : pc == 0.0f;
+            dst[c * p->dbs[3]] = zero ? 0.0f : pc * (dp[r * ld + c] - di[r]);
         }
+    }
+}
+
+/* Softmax backward of a band's rows i + [0, rb) over columns [b0, bn) of
+ * the key tile at j0 (nj keys): kern->dsoftmax, whose exact zeros where
+ * P = 1 and P = 0 hold for a finite D only; a row whose D is NaN or inf
+ * gets dS = f·P(dP - D) on every key it sees, those included (0·NaN, as
+ * torch), and 0 elsewhere. A flag per row: the common band is one call. */
+static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                          int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t bn,
+                          const float *s, float *dp, int64_t ld, const float *di,
+                          const uint8_t *nf, const float *dfac, bool ragged)
+{
+    for (int64_t r = 0; r < rb;) {
+        int64_t e = r;
+        while (e < rb && !(nf[e] & BWD_D_NONFINITE)) ++e;
+        if (e > r)
+            kern->dsoftmax(e - r, b0, bn, p->scale, s + r * ld, ld, dp + r * ld, ld, di + r,
+                           dfac ? dfac + r * ld : NULL, ragged);
+        if (e == rb) break;
+        const float *pe = s + e * ld, *fe = dfac ? dfac + e * ld : NULL;
+        float *de = dp + e * ld;
+        for (int64_t c = b0; c < bn; ++c)
+            de[c] = c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
+                        ? pe[c] * (de[c] - di[e]) * (fe ? fe[c] : p->scale)
+                        : 0.0f;
+        r = e + 1;
     }
 }
 
@@ -707,11 +771,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
                     if (p->dbias)
                         store_logit_grads(p, b, h, i0 + r0, rb, j0, b0, b1, w->s + r0 * d->bcp,
-                                          db, d->bcp, rv.di + x0 + r0);
+                                          db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0);
                     /* Only ragged tiles hold hidden keys between visible ones. */
-                    kern->dsoftmax(rb, b0, bn, p->scale, w->s + r0 * d->bcp, d->bcp, db, d->bcp,
-                                   rv.di + x0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,
-                                   t.ragged);
+                    dsoftmax_band(p, kern, b, h, i0 + r0, j0, nj, rb, b0, bn, w->s + r0 * d->bcp,
+                                  db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0,
+                                  w->dfac ? w->dfac + r0 * d->bcp : NULL, t.ragged);
                     zero_outside(db, d->bcp, rb, c0, cn, b0, bn);
                     /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
                      * band's keys (its other dS are 0). */
@@ -824,6 +888,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
+    uint8_t *v_any = sdpa_take(&cursor, p->B * p->Hkv * (p->Nk + 1), 1);
+    uint8_t *v_bad = v_any + p->B * p->Hkv;
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
@@ -863,7 +929,15 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
-    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL};
+    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
+                   v_any, v_bad};
+    /* Before any row's D (row_quantities) */
+    if (threads == 1 || p->B * p->Hkv == 1) {
+        for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) value_flags(p, kern, bh, v_any, v_bad);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) value_flags(p, kern, bh, v_any, v_bad);
+    }
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
