@@ -301,9 +301,9 @@ static bool nv_run(nv_call *c, nv_given given)
                 dV = attn_tensor_4d(c->dv, 1, c->hkv, c->nk, c->d);
     attn_sdpa_opts o = c->opts;
     if (given == GIVE_STATS) o.softmax_stats = &St;
-    o.grad_mask = NULL; /* the backward's */
+    o.grad_mask = NULL, o.grad_sinks = NULL; /* the backward's */
     if (attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, NULL) != ATTN_OK) return false;
-    o.grad_mask = c->opts.grad_mask;
+    o.grad_mask = c->opts.grad_mask, o.grad_sinks = c->opts.grad_sinks;
     const bool keep = given != RECOMPUTE;
     return attn_sdpa_backward(&Q, &K, &V, keep ? &O : NULL, keep && given == GIVE_LSE ? &L : NULL,
                               &dO, &dQ, &dK, &dV, &o, NULL) == ATTN_OK;
@@ -370,10 +370,12 @@ static void nv_one_key(tu_group *g, const char *an, attn_sdpa_opts opts)
  * sees key 6. Expected, from the rule above: dQ NaN in row 5 of heads 0,
  * 1 only; dK NaN for keys 4..6 of kv head 0 only; dV finite. With a float
  * mask of zeros its gradient (summed over the heads) is NaN on row 5's keys
- * 4..6, 0 on the keys each row does not see, finite elsewhere. */
+ * 4..6, 0 on the keys each row does not see, finite elsewhere; with sinks
+ * (d sink_h = -Σ_i P_sink D_i) the gradients of heads 0, 1 are NaN. */
 enum { GH = 4, GKV = 2, GNQ = 6, GNK = 7, GD = 8 };
 
-static void nv_window_gqa(tu_group *g, const char *an, attn_sdpa_opts opts, tu_rng *rng, bool with_mask)
+static void nv_window_gqa(tu_group *g, const char *an, attn_sdpa_opts opts, tu_rng *rng,
+                          bool with_mask, bool with_sinks)
 {
     static float q[GH * GNQ * GD], k[GKV * GNK * GD], v[GKV * GNK * GD], dout[GH * GNQ * GD],
         o[GH * GNQ * GD], lse[GH * GNQ], st[GH * GNQ * 2], dq[GH * GNQ * GD], dk[GKV * GNK * GD],
@@ -388,6 +390,9 @@ static void nv_window_gqa(tu_group *g, const char *an, attn_sdpa_opts opts, tu_r
     opts.window = (attn_window){true, 2, 0};
     attn_tensor M = attn_tensor_2d(zeros, GNQ, GNK), dM = attn_tensor_2d(dmask, GNQ, GNK);
     if (with_mask) opts.mask[0] = &M, opts.grad_mask = &dM;
+    float sinks[GH] = {0.5f, -1.0f, 0.25f, 2.0f}, dsinks[GH];
+    attn_tensor S = attn_tensor_1d(sinks, GH), dS = attn_tensor_1d(dsinks, GH);
+    if (with_sinks) opts.sinks = &S, opts.grad_sinks = &dS;
     for (int gv = 0; gv < 3; ++gv) {
         nv_call c = {GH, GKV, GNQ, GNK, GD, q, k, v, dout, opts, o, lse, st, dq, dk, dv};
         if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: window GQA: call failed", an)) continue;
@@ -403,6 +408,10 @@ static void nv_window_gqa(tu_group *g, const char *an, attn_sdpa_opts opts, tu_r
                  (double)dk[4 * GD], (double)dk[3 * GD]);
         tu_check(g, rows_are(dv, GNK, GD, 0, 0, GNK, IS_FINITE) && rows_are(dv, GNK, GD, 1, 0, GNK, IS_FINITE),
                  "%s, %s: dV finite", an, gn);
+        if (with_sinks)
+            tu_check(g, isnan(dsinks[0]) && isnan(dsinks[1]) && isfinite(dsinks[2]) && isfinite(dsinks[3]),
+                     "%s, %s: sink gradients NaN for heads 0, 1 only (got %g %g %g %g)", an, gn,
+                     (double)dsinks[0], (double)dsinks[1], (double)dsinks[2], (double)dsinks[3]);
         if (!with_mask) continue;
         bool ok = true;
         for (int i = 0; i < GNQ; ++i)
@@ -435,8 +444,9 @@ static void nan_value_backward(tu_suite *suite, tu_rng *rng)
                 nv_two_keys(&g, an, opts, NAN, true);   /* hidden: not in the softmax */
                 nv_two_keys(&g, an, opts, 0.5f, false); /* finite: the constant softmax */
                 nv_one_key(&g, an, opts);
-                nv_window_gqa(&g, an, opts, rng, false);
-                nv_window_gqa(&g, an, opts, rng, true);
+                nv_window_gqa(&g, an, opts, rng, false, false);
+                nv_window_gqa(&g, an, opts, rng, true, false);
+                nv_window_gqa(&g, an, opts, rng, false, true);
             }
     }
     unsetenv("ATTN_ARCH");

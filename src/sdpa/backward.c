@@ -298,7 +298,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
-    sdpa_size_add(&s, p->B * p->Hkv, p->Nk + 1, 1); /* non-finite V rows (value_flags) */
+    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows seeing non-finite V */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -452,33 +452,9 @@ typedef struct {
     /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
      * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
     uint32_t *qa, *da, *qr, *dr;
-    const uint8_t *v_any, *v_bad; /* value_flags */
+    atomic_uchar *sees_bad_v; /* per row: it sees a value row holding NaN or inf
+                               * (mark_bad_values; any task may set it) */
 } bwd_rows;
-
-/* Which value rows hold NaN or inf: v_any[bh] for kv head bh = b·Hkv + hk,
- * and when it is set v_bad[bh·Nk + j] per key j. One pass over V. */
-static void value_flags(const sdpa_problem *p, const sdpa_kernels *kern, int64_t bh,
-                        uint8_t *v_any, uint8_t *v_bad)
-{
-    const float *v = (const float *)p->v + AT4(p->vs, bh / p->Hkv, bh % p->Hkv, 0, 0);
-    v_any[bh] = !(p->vs[3] == 1 ? kern->rows_finite(v, p->vs[2], p->Nk, p->Dv)
-                                : sdpa_rows_finite(v, p->vs[2], p->vs[3], p->Nk, p->Dv));
-    for (int64_t j = 0; j < p->Nk && v_any[bh]; ++j)
-        v_bad[bh * p->Nk + j] = !sdpa_rows_finite(v + j * p->vs[2], 0, p->vs[3], 1, p->Dv);
-}
-
-/* Whether row (b, h, i) sees a key whose value row holds NaN or inf. */
-static bool row_sees_bad_value(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
-                               int64_t i)
-{
-    const int64_t bh = b * p->Hkv + h / p->group;
-    if (!rs->v_any[bh]) return false;
-    int64_t lo, hi;
-    sdpa_row_keys(p, i, &lo, &hi);
-    for (int64_t j = lo; j < hi; ++j)
-        if (rs->v_bad[bh * p->Nk + j] && sdpa_key_visible(p, b, h, i, j)) return true;
-    return false;
-}
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
 static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
@@ -490,13 +466,7 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
-    /* D_i = Σ_j P_ij dP_ij over the keys the row sees: NaN or inf when a
-     * dP_ij is (a non-finite dO_i or v_j), even where P_ij = 0 (0·NaN), as
-     * torch's softmax backward; O may not show it (O from elsewhere). */
-    if (!isfinite(*di) || row_sees_bad_value(p, rs, b, h, i)) {
-        *di = isfinite(*di) ? NAN : *di;
-        *nf |= BWD_D_NONFINITE;
-    }
+    if (!isfinite(*di)) *nf |= BWD_D_NONFINITE;
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
         *rll = rs->st[AT4(rs->ss, b, h, i, 1)];
@@ -638,6 +608,57 @@ static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64
     }
 }
 
+/*
+ * D_i = Σ_j P_ij dP_ij over the keys row i sees is NaN or inf when one of
+ * its dP_ij = dO_i·v_j is, P_ij = 0 included (0·NaN), as in torch's softmax
+ * backward; then so is every dS_ij. The fused path takes D_i = dO_i·O_i,
+ * which shows it when O does (dsoftmax_band); an O that does not (one from
+ * elsewhere) is caught here instead, per key tile as its V is packed (a
+ * check of the packed tile, in cache): the rows that see a non-finite
+ * value row are marked, and nan_marked_rows gives them D_i's consequences
+ * at the end. vt: Vᵀ of keys j0 + [0, nj), rows ld apart.
+ */
+static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
+                            int64_t hk, int64_t j0, int64_t nj, const float *vt, int64_t ld,
+                            const bwd_rows *rs)
+{
+    if (kern->rows_finite(vt, ld, p->Dv, nj)) return;
+    for (int64_t c = 0; c < nj; ++c) {
+        if (sdpa_rows_finite(vt + c, 0, ld, 1, p->Dv)) continue;
+        int64_t first, last;
+        sdpa_key_rows(p, j0 + c, j0 + c + 1, &first, &last);
+        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
+            for (int64_t i = first; i < last; ++i)
+                if (sdpa_key_visible(p, b, h, i, j0 + c))
+                    atomic_store_explicit(&rs->sees_bad_v[(b * p->Hq + h) * p->Nq + i], 1,
+                                          memory_order_relaxed);
+    }
+}
+
+/* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
+ * j it sees, and with them dQ_i, dK_j, d mask_ij and its head's sink
+ * gradient (every term NaN, whatever the others). */
+static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
+{
+    for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row) {
+        if (!atomic_load_explicit(&rs->sees_bad_v[row], memory_order_relaxed) ||
+            !isfinite(rs->di[row]))
+            continue;
+        const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
+        if (p->dq)
+            for (int64_t x = 0; x < p->D; ++x) p->dq[AT4(p->dqs, b, h, i, x)] = NAN;
+        if (p->dsinks) p->dsinks[h * p->dsinks_s] = NAN;
+        int64_t lo, hi;
+        sdpa_row_keys(p, i, &lo, &hi);
+        for (int64_t j = lo; j < hi; ++j) {
+            if (!sdpa_key_visible(p, b, h, i, j)) continue;
+            if (p->dk)
+                for (int64_t x = 0; x < p->D; ++x) p->dk[AT4(p->dks, b, h / p->group, j, x)] = NAN;
+            if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = NAN;
+        }
+    }
+}
+
 /* The row pairs (ld apart) of the block's rows x0 + [r0, r1) (query rows
  * i0 + [r0, r1)) as a B operand, or NULL: a pair must not reach past them
  * into a row the product does not sum over (it may hold anything), so they
@@ -695,6 +716,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
                     }
                     packed = true;
+                    mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs);
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
@@ -888,8 +910,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
-    uint8_t *v_any = sdpa_take(&cursor, p->B * p->Hkv * (p->Nk + 1), 1);
-    uint8_t *v_bad = v_any + p->B * p->Hkv;
+    atomic_uchar *sees_bad_v = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
@@ -930,14 +951,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
     bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
-                   v_any, v_bad};
-    /* Before any row's D (row_quantities) */
-    if (threads == 1 || p->B * p->Hkv == 1) {
-        for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) value_flags(p, kern, bh, v_any, v_bad);
-    } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) value_flags(p, kern, bh, v_any, v_bad);
-    }
+                   sees_bad_v};
+    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0);
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
@@ -978,6 +993,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
     }
+    nan_marked_rows(p, &rs);
     free(owned);
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
     SDPA_PROF_CALL(SDPA_PROF_BACKWARD);
