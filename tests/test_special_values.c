@@ -294,7 +294,8 @@ static bool nv_run(nv_call *c, nv_given given)
                 K = attn_tensor_4d((float *)c->k, 1, c->hkv, c->nk, c->d),
                 V = attn_tensor_4d((float *)c->v, 1, c->hkv, c->nk, c->d),
                 dO = attn_tensor_4d((float *)c->dout, 1, c->hq, c->nq, c->d),
-                O = attn_tensor_4d(c->o, 1, c->hq, c->nq, c->d), L = attn_tensor_3d(c->lse, 1, c->hq, c->nq),
+                O = attn_tensor_4d(c->o, 1, c->hq, c->nq, c->d),
+                L = attn_tensor_3d(c->lse, 1, c->hq, c->nq),
                 St = attn_tensor_4d(c->stats, 1, c->hq, c->nq, 2),
                 dQ = attn_tensor_4d(c->dq, 1, c->hq, c->nq, c->d),
                 dK = attn_tensor_4d(c->dk, 1, c->hkv, c->nk, c->d),
@@ -349,7 +350,10 @@ static void nv_one_key(tu_group *g, const char *an, attn_sdpa_opts opts)
     enum { ND = 8 };
     for (int bad_do = 0; bad_do < 2; ++bad_do) {
         float q[ND], k[ND], v[ND], dout[ND], o[ND], lse, st[2], dq[ND], dk[ND], dv[ND];
-        for (int e = 0; e < ND; ++e) q[e] = 0.5f - 0.1f * (float)e, k[e] = 0.25f * (float)e, v[e] = 1.0f, dout[e] = 2.0f;
+        for (int e = 0; e < ND; ++e) {
+            q[e] = 0.5f - 0.1f * (float)e, k[e] = 0.25f * (float)e;
+            v[e] = 1.0f, dout[e] = 2.0f;
+        }
         if (bad_do) dout[3] = NAN;
         else v[6] = NAN;
         nv_call c = {1, 1, 1, 1, ND, q, k, v, dout, opts, o, &lse, st, dq, dk, dv};

@@ -645,15 +645,15 @@ static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
             !isfinite(rs->di[row]))
             continue;
         const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-        if (p->dq)
-            for (int64_t x = 0; x < p->D; ++x) p->dq[AT4(p->dqs, b, h, i, x)] = NAN;
+        float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
+        for (int64_t x = 0; dqi && x < p->D; ++x) dqi[x * p->dqs[3]] = NAN;
         if (p->dsinks) p->dsinks[h * p->dsinks_s] = NAN;
         int64_t lo, hi;
         sdpa_row_keys(p, i, &lo, &hi);
         for (int64_t j = lo; j < hi; ++j) {
             if (!sdpa_key_visible(p, b, h, i, j)) continue;
-            if (p->dk)
-                for (int64_t x = 0; x < p->D; ++x) p->dk[AT4(p->dks, b, h / p->group, j, x)] = NAN;
+            float *dkj = p->dk ? p->dk + AT4(p->dks, b, h / p->group, j, 0) : NULL;
+            for (int64_t x = 0; dkj && x < p->D; ++x) dkj[x * p->dks[3]] = NAN;
             if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = NAN;
         }
     }
