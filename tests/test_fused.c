@@ -18,7 +18,9 @@
  *     and softmax_online's fast paths against its general path, bitwise;
  *   - keys whose logits are NaN make the rows that see them NaN (out, lse)
  *     wherever they sit among a row's tiles, on every table and bfloat16
- *     engine here.
+ *     engine here;
+ *   - so do NaN and ±inf values of keys a row sees whose probability is 0,
+ *     on tiles whose rows see different keys.
  * The float64-oracle accuracy suite lives in test_sdpa.c.
  *
  * Usage: test_fused [--seed S] [--quick] [--group NAME] [-v]
@@ -1176,6 +1178,53 @@ static void test_rows_finite(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ variants */
+
+/* A fused configuration: a kernel table (ATTN_ARCH), or a bfloat16 engine
+ * (ATTN_ENGINE, ATTN_PRECISION_BF16) of the AVX-512 one. */
+typedef struct {
+    const char *arch, *engine;
+} fused_variant;
+
+/* The tables this CPU runs and the engines of the AVX-512 one here. */
+static int fused_variants(fused_variant out[8])
+{
+    static const char *const engines[] = {"avx512bf16", "amx-model"};
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    int n = 0;
+    for (int x = 0; x < nisa; ++x) {
+        out[n++] = (fused_variant){isas[x].name, NULL};
+        if (!sdpa_kernels_is_avx512(isas[x].kern)) continue;
+        set_arch(isas[x].name);
+        for (int e = 0; e < 2; ++e) {
+            setenv("ATTN_ENGINE", engines[e], 1);
+            if (strcmp(attn_engine(), engines[e]) == 0)
+                out[n++] = (fused_variant){isas[x].name, engines[e]};
+        }
+        unsetenv("ATTN_ENGINE");
+    }
+    set_arch(NULL);
+    return n;
+}
+
+/* Selects v for the calls that follow (NULL: the defaults again); returns
+ * the precision those calls take. */
+static attn_precision fused_variant_use(const fused_variant *v)
+{
+    set_arch(v ? v->arch : NULL);
+    if (v && v->engine)
+        setenv("ATTN_ENGINE", v->engine, 1);
+    else
+        unsetenv("ATTN_ENGINE");
+    return v && v->engine ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+}
+
+static const char *fused_variant_name(const fused_variant *v)
+{
+    return v->engine ? v->engine : v->arch;
+}
+
 /* ------------------------------------------------------------ NaN keys */
 
 /* A key whose logits are NaN makes the rows that see it NaN (out and lse),
@@ -1298,12 +1347,23 @@ static int nan_results_differ(const nan_results *got, const nan_results *ref, do
     return -1;
 }
 
+/* got (a fused run of case n, `what`) against the reference's ref. */
+static void check_like_reference(tu_group *g, const nan_results *got, const nan_results *ref,
+                                 double tol, int n, const char *what, const char *desc)
+{
+    int64_t at = 0;
+    const int bad = nan_results_differ(got, ref, tol, &at);
+    tu_check(g, bad < 0, "case %d %s: %s[%" PRId64 "] = %g, reference %g (%s)", n, what,
+             bad >= 0 ? nan_name[bad] : "", at, bad >= 0 ? got->t[bad][at] : 0.0,
+             bad >= 0 ? ref->t[bad][at] : 0.0, desc);
+}
+
 static void test_nan_keys(tu_suite *s, const tu_options *opt)
 {
     tu_group g;
     tu_group_begin(&g, s, "NaN keys in a row's first tile");
-    isa_entry isas[3];
-    const int nisa = available_isas(isas);
+    fused_variant vars[8];
+    const int nvar = fused_variants(vars);
     const nan_case cases[] = {
         {600, 600, 0, 64, ATTN_CAUSAL_NONE, -1, 0},            /* the first tile's first keys */
         {600, 600, 64, 128, ATTN_CAUSAL_NONE, -1, 0},          /* the end of the first tile */
@@ -1316,8 +1376,6 @@ static void test_nan_keys(tu_suite *s, const tu_options *opt)
         {1, 600, 500, 600, ATTN_CAUSAL_NONE, 80, 0},           /* decoding through a window */
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
-    /* engines of ATTN_PRECISION_BF16 on the AVX-512 table (if it runs here) */
-    const char *const engines[] = {"avx512bf16", "amx-model"};
     for (int n = 0; n < ncases; ++n) {
         const nan_case *c = &cases[n];
         char desc[160];
@@ -1336,35 +1394,215 @@ static void test_nan_keys(tu_suite *s, const tu_options *opt)
         int64_t nan_rows = 0;
         for (int64_t x = 0; x < ref.n[1]; ++x) nan_rows += isnan(ref.t[1][x]);
         tu_check(&g, nan_rows > 0, "case %d: the reference has no NaN row (%s)", n, desc);
-        for (int x = 0; x < nisa; ++x) {
-            set_arch(isas[x].name);
-            const bool bf16 = sdpa_kernels_is_avx512(isas[x].kern);
-            for (int e = -1; e < (bf16 ? 2 : 0); ++e) {
-                if (e >= 0) {
-                    setenv("ATTN_ENGINE", engines[e], 1);
-                    if (strcmp(attn_engine(), engines[e]) != 0) continue; /* not here */
-                }
-                const char *what = e >= 0 ? engines[e] : isas[x].name;
-                nan_results got;
-                if (!nan_case_run(c, &d, ATTN_PATH_FUSED,
-                                  e >= 0 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT, e < 0, &got,
-                                  &err)) {
-                    tu_group_fail(&g, "case %d %s: %s (%s)", n, what, err.message, desc);
-                } else {
-                    int64_t at = 0;
-                    const int bad = nan_results_differ(&got, &ref, e >= 0 ? 5e-2 : 1e-3, &at);
-                    tu_check(&g, bad < 0, "case %d %s: %s[%" PRId64 "] = %g, reference %g (%s)",
-                             n, what, bad >= 0 ? nan_name[bad] : "", at,
-                             bad >= 0 ? got.t[bad][at] : 0.0, bad >= 0 ? ref.t[bad][at] : 0.0,
-                             desc);
-                }
-                nan_results_free(&got);
-            }
-            unsetenv("ATTN_ENGINE");
+        for (int x = 0; x < nvar; ++x) {
+            const attn_precision prec = fused_variant_use(&vars[x]);
+            const bool bf16 = prec == ATTN_PRECISION_BF16;
+            nan_results got;
+            if (!nan_case_run(c, &d, ATTN_PATH_FUSED, prec, !bf16, &got, &err))
+                tu_group_fail(&g, "case %d %s: %s (%s)", n, fused_variant_name(&vars[x]),
+                              err.message, desc);
+            else
+                check_like_reference(&g, &got, &ref, bf16 ? 5e-2 : 1e-3, n,
+                                     fused_variant_name(&vars[x]), desc);
+            nan_results_free(&got);
         }
-        set_arch(NULL);
+        fused_variant_use(NULL);
         nan_results_free(&ref);
         nan_data_free(&d);
+    }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------- values under zero weights */
+
+/* A key a row sees takes part in P·V even when its probability is 0 (its
+ * logit far below the row's max: exp underflows to 0 in float32): 0·NaN
+ * and 0·±inf are NaN, so the row's out is NaN in those features, as on the
+ * reference path and in PyTorch (visibility decides, not P != 0); keys a
+ * row does not see never influence it (the same keys are hidden from other
+ * rows by causality, the window or the mask, and rows that see none of
+ * them stay finite). The fused path multiplies tiles whose rows see
+ * different keys (ragged) and whose V is not finite by a product that
+ * skips zero probabilities: these cases put the keys in such tiles, prefill
+ * and decoding shapes, on every table and bfloat16 engine here. The
+ * expectations: NaN where the row sees one of the keys and another key
+ * (float32 softmax gives the key exactly 0), finite where it sees none,
+ * and the reference path's values. */
+typedef struct {
+    int64_t Nq, Nk, lo, hi; /* keys [lo, hi): logits ~250 below the others, `bad` in V's ZW_F0, ZW_F1 */
+    attn_causal causal;
+    int64_t left, right; /* window; left < 0: none */
+    bool mask;           /* a random (Nq, Nk) bool mask too */
+    float bad;
+} zw_case;
+
+enum { ZW_H = 2, ZW_D = 16, ZW_F0 = 3, ZW_F1 = 11 };
+
+static void zw_describe(const zw_case *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "Nq=%" PRId64 " Nk=%" PRId64 " low keys [%" PRId64 ", %" PRId64
+                     ") causal=%d window=(%" PRId64 ", %" PRId64 ") mask=%d value %g",
+             c->Nq, c->Nk, c->lo, c->hi, (int)c->causal, c->left, c->right, (int)c->mask,
+             (double)c->bad);
+}
+
+/* Whether row i sees key j: the case's own rules (mask: its (Nq, Nk) view). */
+static bool zw_sees(const zw_case *c, const attn_tensor *mask, int64_t i, int64_t j)
+{
+    const int64_t a = i + c->Nk - c->Nq; /* the row's bottom-right diagonal */
+    if (c->causal == ATTN_CAUSAL_TOP_LEFT && j > i) return false;
+    if (c->causal == ATTN_CAUSAL_BOTTOM_RIGHT && j > a) return false;
+    if (c->left >= 0 && (j < a - c->left || j > a + c->right)) return false;
+    return !c->mask || tu_get(mask, i * c->Nk + j) != 0.0;
+}
+
+/* q, k, v (1, ZW_H, N, ZW_D) and the mask; out and lse. */
+typedef struct {
+    tu_tensor q, k, v, mask, out, lse;
+} zw_data;
+
+static void zw_data_free(zw_data *d)
+{
+    tu_tensor *all[] = {&d->q, &d->k, &d->v, &d->mask, &d->out, &d->lse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) tu_tensor_free(all[i]);
+}
+
+static bool zw_data_make(zw_data *d, const zw_case *c, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    const int64_t qs[4] = {1, ZW_H, c->Nq, ZW_D}, ks[4] = {1, ZW_H, c->Nk, ZW_D};
+    const int64_t ls[3] = {1, ZW_H, c->Nq}, ms[2] = {c->Nq, c->Nk};
+    if (!tu_tensor_alloc(&d->q, ATTN_F32, 4, qs, NULL) || !tu_tensor_alloc(&d->k, ATTN_F32, 4, ks, NULL) ||
+        !tu_tensor_alloc(&d->v, ATTN_F32, 4, ks, NULL) || !tu_tensor_alloc(&d->out, ATTN_F32, 4, qs, NULL) ||
+        !tu_tensor_alloc(&d->lse, ATTN_F32, 3, ls, NULL) ||
+        (c->mask && !tu_tensor_alloc(&d->mask, ATTN_BOOL, 2, ms, NULL)))
+        return false;
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    tu_fill_normal(&d->q.view, &r, 0.0, 1.0);
+    tu_fill_normal(&d->k.view, &r, 0.0, 1.0);
+    tu_fill_normal(&d->v.view, &r, 0.0, 1.0);
+    if (c->mask)
+        for (int64_t e = 0; e < c->Nq * c->Nk; ++e) tu_set(&d->mask.view, e, tu_rng_chance(&r, 0.7));
+    for (int64_t h = 0; h < ZW_H; ++h) {
+        for (int64_t i = 0; i < c->Nq; ++i) tu_set(&d->q.view, (h * c->Nq + i) * ZW_D, 1.0);
+        for (int64_t j = c->lo; j < c->hi; ++j) { /* logit -1000·scale = -250 from feature 0 */
+            tu_set(&d->k.view, (h * c->Nk + j) * ZW_D, -1000.0);
+            tu_set(&d->v.view, (h * c->Nk + j) * ZW_D + ZW_F0, c->bad);
+            tu_set(&d->v.view, (h * c->Nk + j) * ZW_D + ZW_F1, c->bad);
+        }
+    }
+    return true;
+}
+
+/* The forward's out and lse, gathered into res (allocated here). */
+static bool zw_run(const zw_case *c, zw_data *d, attn_path path, attn_precision prec,
+                   nan_results *res, attn_error *err)
+{
+    memset(res, 0, sizeof *res);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.path = path;
+    o.causal = c->causal;
+    o.precision = prec;
+    o.num_threads = 2;
+    if (c->left >= 0) o.window = (attn_window){true, c->left, c->right};
+    if (c->mask) o.mask[0] = &d->mask.view;
+    tu_tensor_poison(&d->out);
+    if (attn_sdpa(&d->q.view, &d->k.view, &d->v.view, &d->out.view, &d->lse.view, NULL, &o, err) !=
+        ATTN_OK)
+        return false;
+    const attn_tensor *views[2] = {&d->out.view, &d->lse.view};
+    for (int i = 0; i < 2; ++i) {
+        res->n[i] = tu_numel(views[i]);
+        res->t[i] = malloc(sizeof(float) * (size_t)res->n[i]);
+        if (!res->t[i]) return false;
+        tu_gather_bytes(views[i], res->t[i]);
+    }
+    return true;
+}
+
+/* The first element of out (gathered) whose class the case's rules fix
+ * and that has another (*at), -1 if none; *nan: NaN elements expected. */
+static int64_t zw_unexpected(const zw_case *c, const zw_data *d, const float *out, int64_t *nan)
+{
+    *nan = 0;
+    for (int64_t h = 0; h < ZW_H; ++h)
+        for (int64_t i = 0; i < c->Nq; ++i) {
+            bool low = false, other = false;
+            for (int64_t j = 0; j < c->Nk; ++j) {
+                const bool sees = zw_sees(c, &d->mask.view, i, j), is_low = j >= c->lo && j < c->hi;
+                low |= sees && is_low;
+                other |= sees && !is_low;
+            }
+            for (int64_t x = 0; x < ZW_D; ++x) {
+                const int64_t e = (h * c->Nq + i) * ZW_D + x;
+                const bool bad_feature = x == ZW_F0 || x == ZW_F1;
+                if (low && other && bad_feature) {
+                    ++*nan;
+                    if (!isnan(out[e])) return e;
+                } else if (!low && !isfinite(out[e])) {
+                    return e;
+                }
+            }
+        }
+    return -1;
+}
+
+static void test_zero_weight_values(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "NaN values of visible keys with zero weights");
+    fused_variant vars[8];
+    const int nvar = fused_variants(vars);
+    const zw_case cases[] = {
+        {300, 300, 40, 44, ATTN_CAUSAL_TOP_LEFT, -1, 0, false, NAN},       /* diagonal tiles */
+        {300, 300, 150, 152, ATTN_CAUSAL_TOP_LEFT, -1, 0, false, INFINITY},
+        {300, 300, 100, 104, ATTN_CAUSAL_NONE, 32, 0, false, NAN},         /* a window */
+        {300, 300, 200, 203, ATTN_CAUSAL_TOP_LEFT, 50, 0, false, -INFINITY},
+        {100, 300, 220, 224, ATTN_CAUSAL_BOTTOM_RIGHT, -1, 0, false, NAN}, /* bottom-right */
+        {100, 300, 210, 212, ATTN_CAUSAL_BOTTOM_RIGHT, -1, 0, false, -INFINITY},
+        {200, 200, 60, 70, ATTN_CAUSAL_NONE, -1, 0, true, NAN},            /* a bool mask */
+        {200, 200, 130, 140, ATTN_CAUSAL_TOP_LEFT, -1, 0, true, INFINITY},
+        {1, 300, 250, 253, ATTN_CAUSAL_NONE, 100, 0, false, NAN},          /* decoding */
+        {3, 300, 280, 282, ATTN_CAUSAL_BOTTOM_RIGHT, 40, 0, false, INFINITY},
+        {1, 300, 10, 14, ATTN_CAUSAL_NONE, -1, 0, true, -INFINITY},
+    };
+    const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    for (int n = 0; n < ncases; ++n) {
+        const zw_case *c = &cases[n];
+        char desc[200];
+        zw_describe(c, desc, sizeof desc);
+        zw_data d;
+        nan_results ref;
+        attn_error err;
+        if (!zw_data_make(&d, c, opt->seed + 1031 * (uint64_t)n) ||
+            !zw_run(c, &d, ATTN_PATH_REFERENCE, ATTN_PRECISION_EXACT, &ref, &err)) {
+            tu_group_fail(&g, "case %d: setup or reference failed (%s)", n, desc);
+            nan_results_free(&ref);
+            zw_data_free(&d);
+            continue;
+        }
+        int64_t nan = 0, at = zw_unexpected(c, &d, ref.t[0], &nan);
+        tu_check(&g, at < 0 && nan > 0, "case %d: reference out[%" PRId64 "] = %g, %" PRId64
+                 " NaN expected (%s)", n, at, at >= 0 ? ref.t[0][at] : 0.0, nan, desc);
+        for (int x = 0; x < nvar; ++x) {
+            const attn_precision prec = fused_variant_use(&vars[x]);
+            nan_results got;
+            if (!zw_run(c, &d, ATTN_PATH_FUSED, prec, &got, &err)) {
+                tu_group_fail(&g, "case %d %s: %s (%s)", n, fused_variant_name(&vars[x]),
+                              err.message, desc);
+            } else {
+                at = zw_unexpected(c, &d, got.t[0], &nan);
+                tu_check(&g, at < 0, "case %d %s: out[%" PRId64 "] = %g (%s)", n,
+                         fused_variant_name(&vars[x]), at, at >= 0 ? got.t[0][at] : 0.0, desc);
+                check_like_reference(&g, &got, &ref, prec == ATTN_PRECISION_BF16 ? 5e-2 : 1e-3,
+                                     n, fused_variant_name(&vars[x]), desc);
+            }
+            nan_results_free(&got);
+        }
+        fused_variant_use(NULL);
+        nan_results_free(&ref);
+        zw_data_free(&d);
     }
     tu_group_end(&g);
 }
@@ -1390,5 +1628,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "rows_finite")) test_rows_finite(&s, &opt);
     if (tu_group_selected(&opt, "softmax_online")) test_softmax_paths(&s, &opt);
     if (tu_group_selected(&opt, "NaN")) test_nan_keys(&s, &opt);
+    if (tu_group_selected(&opt, "zero weights")) test_zero_weight_values(&s, &opt);
     return tu_suite_finish(&s);
 }

@@ -603,13 +603,34 @@ static void unit_dropout(const sdpa_problem *p, const sdpa_kernels *kern, int64_
     }
 }
 
-/* The P·V product of one band: the kernels' GEMM, or, when a zero
- * probability would meet a non-finite value of a key the row does not see,
- * the GEMM that skips zero probabilities (hidden keys never influence).
- * mode: SET on a unit's first tile (O need not be zeroed first), then
- * SCALE_ADD (O = alpha∘O + P·V). */
+/* After the GEMM that skips zero probabilities, the terms it left out of
+ * keys the rows see: a visible key's probability may be 0 (underflowed,
+ * dropped), and 0·v is NaN where v is not finite, as in the reference's
+ * sum over visible keys. vis: the rows' bounds and bias (-inf: masked). */
+static void add_visible_zero_terms(const sdpa_logits *vis, int64_t rows, int64_t dv, int64_t c0,
+                                   int64_t c1, const float *pb, int64_t ldp, const float *v,
+                                   int64_t ldv, float *o, int64_t ldo)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = vis->start[r] > c0 ? vis->start[r] : c0;
+        const int64_t hi = vis->end[r] < c1 ? vis->end[r] : c1;
+        for (int64_t c = lo; c < hi; ++c) {
+            if (pb[r * ldp + c] != 0.0f) continue;
+            if (vis->bias && vis->bias[r * vis->ldbias + c] == -INFINITY) continue;
+            for (int64_t x = 0; x < dv; ++x)
+                if (!isfinite(v[c * ldv + x])) o[r * ldo + x] += 0.0f * v[c * ldv + x];
+        }
+    }
+}
+
+/* The P·V product of one band (rows r0.. of the unit): the kernels' GEMM,
+ * or, when a zero probability would meet a non-finite value of a key the
+ * row does not see, the GEMM that skips zero probabilities (hidden keys
+ * never influence) and then the zero terms of visible keys. mode: SET on a
+ * unit's first tile (O need not be zeroed first), then SCALE_ADD
+ * (O = alpha∘O + P·V). */
 static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_tile *t,
-                    fwd_scratch *w, int64_t rows, int64_t n, int64_t c0, int64_t c1,
+                    fwd_scratch *w, int64_t r0, int64_t rows, int64_t n, int64_t c0, int64_t c1,
                     const float *pb, int64_t ldp, float *o, int64_t ldo, const float *alpha,
                     int64_t nj, sdpa_gemm_mode mode)
 {
@@ -635,8 +656,15 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
     }
     if (t->ragged && w->v_finite < 0)
         w->v_finite = kern->rows_finite(w->vop, w->ldv, nj, p->Dv);
-    const sdpa_gemm_fn gemm = t->ragged && !w->v_finite ? sdpa_gemm_skip_zeros : kern->gemm;
-    gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo, alpha, mode);
+    if (!t->ragged || w->v_finite) {
+        kern->gemm(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo,
+                   alpha, mode);
+        return;
+    }
+    sdpa_gemm_skip_zeros(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo,
+                         alpha, mode);
+    const sdpa_logits vis = sdpa_tile_logits(p, t, r0, w->start, w->end, w->bias);
+    add_visible_zero_terms(&vis, rows, p->Dv, c0, c1, pb, ldp, w->vop, w->ldv, o, ldo);
 }
 
 /* out, lse and stats of query row i of head h from its accumulated output
@@ -924,7 +952,7 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                     unit_dropout(p, kern, b, h, i0 + r0, rb, j0, band_c0[r0 / FWD_BAND],
                                  sdpa_round_up(c1, npad),
                                  w->s + r0 * d->bcp, d->bcp);
-                band_pv(kern, p, &t, w, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
+                band_pv(kern, p, &t, w, r0, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
                         o + r0 * d->dvp, d->dvp, alpha + r0, nj,
                         o_set[e] ? SDPA_GEMM_SCALE_ADD : SDPA_GEMM_SET);
             }
