@@ -95,8 +95,11 @@ static void load_queries(const decode_plan *p, const decode_task *t, float *q)
             const int64_t at = t->b * Q->stride[0] + (t->h * p->G + g) * Q->stride[1] +
                                i * Q->stride[2];
             float *dst = q + (g * p->a->Nq + i) * p->D;
-            for (int64_t d = 0; d < p->D; ++d)
-                dst[d] = attn_load_float(Q->data, Q->dtype, at + d * Q->stride[3]);
+            if (Q->dtype == ATTN_F32 && Q->stride[3] == 1) /* the common case, as one copy */
+                memcpy(dst, (const float *)Q->data + at, (size_t)p->D * sizeof *dst);
+            else
+                for (int64_t d = 0; d < p->D; ++d)
+                    dst[d] = attn_load_float(Q->data, Q->dtype, at + d * Q->stride[3]);
         }
 }
 
@@ -290,8 +293,9 @@ static void run_task(const decode_plan *p, const decode_task *t, const decode_ta
                              ? row_sees_nan(p, t, w, r, j0, j1, key_scale, w->s + r * LDS)
                              : w->rowmax[r] != w->rowmax[r] || sum != sum;
         const bool inf = !nan && w->rowmax[r] == INFINITY; /* out NaN, LSE +inf */
-        for (int64_t d = 0; d < Dv; ++d)
-            o[d] = nan || inf ? NAN : sum > 0.0f ? w->acc[r * Dv + d] * v_scale / sum : 0.0f;
+        const float *acc = w->acc + r * Dv;
+        const float f = v_scale / sum; /* one division per row, not per element */
+        for (int64_t d = 0; d < Dv; ++d) o[d] = nan || inf ? NAN : sum > 0.0f ? acc[d] * f : 0.0f;
         o[Dv] = nan ? NAN : sum > 0.0f || inf ? w->rowmax[r] : -INFINITY;
         o[Dv + 1] = nan || inf ? NAN : sum > 0.0f ? logf(sum) : 0.0f;
     }
