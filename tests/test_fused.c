@@ -15,7 +15,10 @@
  *   - a caller-provided workspace of the reported size works, a smaller one
  *     is refused;
  *   - the kernels' building blocks: GEMM instances, gemm_max, rows_finite,
- *     and softmax_online's fast paths against its general path, bitwise.
+ *     and softmax_online's fast paths against its general path, bitwise;
+ *   - keys whose logits are NaN make the rows that see them NaN (out, lse)
+ *     wherever they sit among a row's tiles, on every table and bfloat16
+ *     engine here.
  * The float64-oracle accuracy suite lives in test_sdpa.c.
  *
  * Usage: test_fused [--seed S] [--quick] [--group NAME] [-v]
@@ -1173,6 +1176,199 @@ static void test_rows_finite(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ NaN keys */
+
+/* A key whose logits are NaN makes the rows that see it NaN (out and lse),
+ * as on the reference path and in PyTorch, wherever the key sits among the
+ * tiles a row crosses: in the first tile the row sees (where its running
+ * max is still -inf, and a max that passes over NaN stays -inf), at the end
+ * of that tile, or in a middle tile reached through a window; and the
+ * gradients of a backward that recomputes the forward's statistics follow
+ * the reference's (a row of NaN logits alone must not read as a row that
+ * saw nothing). Rows that do not see the key stay finite and match the
+ * reference. Every kernel table, the bfloat16 engines of the AVX-512 one
+ * (forward), prefill and decoding shapes. */
+typedef struct {
+    int64_t Nq, Nk, nan_lo, nan_hi; /* keys [nan_lo, nan_hi) hold NaN in K */
+    attn_causal causal;
+    int64_t left, right; /* window; left < 0: none */
+} nan_case;
+
+enum { NAN_H = 2, NAN_D = 16 };
+
+/* The case's tensors, and the results of one path gathered contiguous:
+ * out, lse, dq, dk, dv (in this order in t[], n[] elements each). */
+typedef struct {
+    tu_tensor q, k, v, dout, out, lse, dq, dk, dv;
+} nan_data;
+typedef struct {
+    float *t[5];
+    int64_t n[5];
+} nan_results;
+static const char *const nan_name[5] = {"out", "lse", "dq", "dk", "dv"};
+
+static void nan_case_describe(const nan_case *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "Nq=%" PRId64 " Nk=%" PRId64 " NaN keys [%" PRId64 ", %" PRId64
+                     ") causal=%d window=(%" PRId64 ", %" PRId64 ")",
+             c->Nq, c->Nk, c->nan_lo, c->nan_hi, (int)c->causal, c->left, c->right);
+}
+
+static void nan_data_free(nan_data *d)
+{
+    tu_tensor *all[] = {&d->q, &d->k, &d->v, &d->dout, &d->out, &d->lse, &d->dq, &d->dk, &d->dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) tu_tensor_free(all[i]);
+}
+
+static bool nan_data_make(nan_data *d, const nan_case *c, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    const int64_t qs[4] = {1, NAN_H, c->Nq, NAN_D}, ks[4] = {1, NAN_H, c->Nk, NAN_D};
+    const int64_t ls[3] = {1, NAN_H, c->Nq};
+    if (!tu_tensor_alloc(&d->q, ATTN_F32, 4, qs, NULL) || !tu_tensor_alloc(&d->k, ATTN_F32, 4, ks, NULL) ||
+        !tu_tensor_alloc(&d->v, ATTN_F32, 4, ks, NULL) || !tu_tensor_alloc(&d->dout, ATTN_F32, 4, qs, NULL) ||
+        !tu_tensor_alloc(&d->out, ATTN_F32, 4, qs, NULL) || !tu_tensor_alloc(&d->lse, ATTN_F32, 3, ls, NULL) ||
+        !tu_tensor_alloc(&d->dq, ATTN_F32, 4, qs, NULL) || !tu_tensor_alloc(&d->dk, ATTN_F32, 4, ks, NULL) ||
+        !tu_tensor_alloc(&d->dv, ATTN_F32, 4, ks, NULL))
+        return false;
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    tu_fill_normal(&d->q.view, &r, 0.0, 1.0);
+    tu_fill_normal(&d->k.view, &r, 0.0, 1.0);
+    tu_fill_normal(&d->v.view, &r, 0.0, 1.0);
+    tu_fill_normal(&d->dout.view, &r, 0.0, 1.0);
+    for (int64_t h = 0; h < NAN_H; ++h)
+        for (int64_t j = c->nan_lo; j < c->nan_hi; ++j)
+            for (int64_t x = 0; x < NAN_D; ++x)
+                tu_set(&d->k.view, (h * c->Nk + j) * NAN_D + x, NAN);
+    return true;
+}
+
+/* Forward, then (with_grads) a backward that recomputes the statistics
+ * (no out or lse given), gathered into res (its buffers allocated here). */
+static bool nan_case_run(const nan_case *c, nan_data *d, attn_path path, attn_precision prec,
+                         bool with_grads, nan_results *res, attn_error *err)
+{
+    memset(res, 0, sizeof *res);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.path = path;
+    o.causal = c->causal;
+    o.precision = prec;
+    o.num_threads = 2;
+    if (c->left >= 0) o.window = (attn_window){true, c->left, c->right};
+    tu_tensor_poison(&d->out);
+    tu_tensor_poison(&d->dq);
+    if (attn_sdpa(&d->q.view, &d->k.view, &d->v.view, &d->out.view, &d->lse.view, NULL, &o, err) !=
+        ATTN_OK)
+        return false;
+    if (with_grads && attn_sdpa_backward(&d->q.view, &d->k.view, &d->v.view, NULL, NULL,
+                                         &d->dout.view, &d->dq.view, &d->dk.view, &d->dv.view,
+                                         &o, err) != ATTN_OK)
+        return false;
+    const attn_tensor *views[5] = {&d->out.view, &d->lse.view, &d->dq.view, &d->dk.view, &d->dv.view};
+    for (int i = 0; i < (with_grads ? 5 : 2); ++i) {
+        res->n[i] = tu_numel(views[i]);
+        res->t[i] = malloc(sizeof(float) * (size_t)res->n[i]);
+        if (!res->t[i]) return false;
+        tu_gather_bytes(views[i], res->t[i]);
+    }
+    return true;
+}
+
+static void nan_results_free(nan_results *r)
+{
+    for (int i = 0; i < 5; ++i) free(r->t[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* The first quantity with an element whose NaN-ness differs from the
+ * reference's, or whose finite value differs by more than
+ * tol·(1 + |ref|) (*at: the element); -1 if none. */
+static int nan_results_differ(const nan_results *got, const nan_results *ref, double tol,
+                              int64_t *at)
+{
+    for (int i = 0; i < 5; ++i)
+        for (int64_t e = 0; e < got->n[i]; ++e) {
+            const float g = got->t[i][e], w = ref->t[i][e];
+            if (isnan(g) != isnan(w) || (!isnan(w) && fabs(g - w) > tol * (1.0 + fabs(w)))) {
+                *at = e;
+                return i;
+            }
+        }
+    return -1;
+}
+
+static void test_nan_keys(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "NaN keys in a row's first tile");
+    isa_entry isas[3];
+    const int nisa = available_isas(isas);
+    const nan_case cases[] = {
+        {600, 600, 0, 64, ATTN_CAUSAL_NONE, -1, 0},            /* the first tile's first keys */
+        {600, 600, 64, 128, ATTN_CAUSAL_NONE, -1, 0},          /* the end of the first tile */
+        {600, 600, 0, 64, ATTN_CAUSAL_TOP_LEFT, -1, 0},        /* every row, diagonal tiles */
+        {600, 600, 256, 384, ATTN_CAUSAL_NONE, 100, 0},        /* a middle tile, some rows */
+        {600, 600, 300, 310, ATTN_CAUSAL_BOTTOM_RIGHT, 50, 0}, /* a few keys, a few rows */
+        {600, 600, 512, 600, ATTN_CAUSAL_TOP_LEFT, 30, 0},     /* the last rows' first tile */
+        {1, 600, 0, 64, ATTN_CAUSAL_NONE, -1, 0},              /* decoding, one row */
+        {3, 600, 0, 64, ATTN_CAUSAL_BOTTOM_RIGHT, -1, 0},      /* decoding, a few rows */
+        {1, 600, 500, 600, ATTN_CAUSAL_NONE, 80, 0},           /* decoding through a window */
+    };
+    const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    /* engines of ATTN_PRECISION_BF16 on the AVX-512 table (if it runs here) */
+    const char *const engines[] = {"avx512bf16", "amx-model"};
+    for (int n = 0; n < ncases; ++n) {
+        const nan_case *c = &cases[n];
+        char desc[160];
+        nan_case_describe(c, desc, sizeof desc);
+        nan_data d;
+        nan_results ref;
+        attn_error err;
+        set_arch(NULL);
+        if (!nan_data_make(&d, c, opt->seed + 977 * (uint64_t)n) ||
+            !nan_case_run(c, &d, ATTN_PATH_REFERENCE, ATTN_PRECISION_EXACT, true, &ref, &err)) {
+            tu_group_fail(&g, "case %d: setup or reference failed (%s)", n, desc);
+            nan_results_free(&ref);
+            nan_data_free(&d);
+            continue;
+        }
+        int64_t nan_rows = 0;
+        for (int64_t x = 0; x < ref.n[1]; ++x) nan_rows += isnan(ref.t[1][x]);
+        tu_check(&g, nan_rows > 0, "case %d: the reference has no NaN row (%s)", n, desc);
+        for (int x = 0; x < nisa; ++x) {
+            set_arch(isas[x].name);
+            const bool bf16 = sdpa_kernels_is_avx512(isas[x].kern);
+            for (int e = -1; e < (bf16 ? 2 : 0); ++e) {
+                if (e >= 0) {
+                    setenv("ATTN_ENGINE", engines[e], 1);
+                    if (strcmp(attn_engine(), engines[e]) != 0) continue; /* not here */
+                }
+                const char *what = e >= 0 ? engines[e] : isas[x].name;
+                nan_results got;
+                if (!nan_case_run(c, &d, ATTN_PATH_FUSED,
+                                  e >= 0 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT, e < 0, &got,
+                                  &err)) {
+                    tu_group_fail(&g, "case %d %s: %s (%s)", n, what, err.message, desc);
+                } else {
+                    int64_t at = 0;
+                    const int bad = nan_results_differ(&got, &ref, e >= 0 ? 5e-2 : 1e-3, &at);
+                    tu_check(&g, bad < 0, "case %d %s: %s[%" PRId64 "] = %g, reference %g (%s)",
+                             n, what, bad >= 0 ? nan_name[bad] : "", at,
+                             bad >= 0 ? got.t[bad][at] : 0.0, bad >= 0 ? ref.t[bad][at] : 0.0,
+                             desc);
+                }
+                nan_results_free(&got);
+            }
+            unsetenv("ATTN_ENGINE");
+        }
+        set_arch(NULL);
+        nan_results_free(&ref);
+        nan_data_free(&d);
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -1193,5 +1389,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "gemm_max")) test_gemm_max(&s, &opt);
     if (tu_group_selected(&opt, "rows_finite")) test_rows_finite(&s, &opt);
     if (tu_group_selected(&opt, "softmax_online")) test_softmax_paths(&s, &opt);
+    if (tu_group_selected(&opt, "NaN")) test_nan_keys(&s, &opt);
     return tu_suite_finish(&s);
 }

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_CHECK 1
 #endif
@@ -116,6 +117,13 @@ static uint16_t narrow1(attn_dtype t, float f)
 }
 
 #if HAVE_F16C_CHECK
+/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports knows no "f16c") */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 __attribute__((target("f16c"))) static uint16_t f16c_narrow(float f)
 {
     return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0);
@@ -136,7 +144,7 @@ static void check_narrow(tu_group *g, attn_dtype t, float f, int64_t *bad)
         tu_group_fail(g, "%s: %.9g (0x%08x) narrowed to 0x%04x, nearest-even is 0x%04x",
                       attn_dtype_name(t), (double)f, f32_bits(f), got, want);
 #if HAVE_F16C_CHECK
-    if (t == ATTN_F16 && __builtin_cpu_supports("f16c") && f16c_narrow(f) != got && (*bad)++ < 5)
+    if (t == ATTN_F16 && cpu_has_f16c() && f16c_narrow(f) != got && (*bad)++ < 5)
         tu_group_fail(g, "float16: %.9g narrowed to 0x%04x, F16C gives 0x%04x", (double)f, got,
                       f16c_narrow(f));
 #endif

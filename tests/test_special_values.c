@@ -82,23 +82,30 @@ static bool run_rule(const float *q, const float *k, const float *v, const float
     return attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, &dQ, &dK, &dV, &o, NULL) == ATTN_OK;
 }
 
+/* The ATTN_ARCH values, and whether this CPU runs archs[a]. */
+static const char *const archs[5] = {"reference", "generic", "avx2", "avx512", "neon"};
+
+static bool arch_available(int a)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (a == 2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (a == 3) return __builtin_cpu_supports("avx512f");
+    return a != 4; /* NEON */
+#elif defined(__aarch64__)
+    return a != 2 && a != 3; /* x86 kernels; every AArch64 CPU has NEON */
+#else
+    return a < 2; /* SIMD kernels */
+#endif
+}
+
 static void one_rule(tu_suite *suite, tu_rng *rng)
 {
     tu_group g;
     tu_group_begin(&g, suite, "one rule for NaN and inf on every path");
-    static const char *const archs[5] = {"reference", "generic", "avx2", "avx512", "neon"};
     static float q[RH * RNQ * RD], k[RH * RNK * RD], v[RH * RNK * RD], dout[RH * RNQ * RD];
     static rule_out r;
     for (int a = 0; a < 5; ++a) {
-#if defined(__x86_64__) || defined(__i386__)
-        if (a == 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) continue;
-        if (a == 3 && !__builtin_cpu_supports("avx512f")) continue;
-        if (a == 4) continue; /* NEON */
-#elif defined(__aarch64__)
-        if (a == 2 || a == 3) continue; /* x86 kernels; every AArch64 CPU has NEON */
-#else
-        if (a >= 2) continue; /* SIMD kernels */
-#endif
+        if (!arch_available(a)) continue;
         setenv("ATTN_ARCH", archs[a], 1);
         const char *an = archs[a];
         /* A. NaN in query row 2 of head 0, top-left causal (Nq 6, Nk 7): row 2
@@ -256,6 +263,197 @@ static void nan_value_underflow(tu_suite *suite)
                  "%s: out[5] %g (want NaN), out[0] %g (0.25), dq %g, dk %g (NaN)", path_names[pi],
                  (double)o[5], (double)o[0], (double)dq[0], (double)dk[0]);
     }
+    tu_group_end(&g);
+}
+
+/* ------------------------------------------------ non-finite values, backward
+ * Through the softmax dS_ij = P_ij (dP_ij - D_i), D_i = Σ_l P_il dP_il over
+ * the keys l row i sees, dP_il = dO_i·v_l. A NaN or inf in v_l makes dP_il
+ * non-finite and P_il dP_il with it even where P_il underflowed to 0
+ * (0·NaN): D_i is NaN, and so is every dS_ij of the row, P_ij = 1 included
+ * (1·(dP - NaN)). Hence dQ_i = Σ_j dS_ij k_j NaN, dK_j = Σ_i dS_ij q_i NaN
+ * for every key j the row sees, while dV_j = Σ_i P_ij dO_i stays finite; a
+ * key the row does not see is not in its softmax at all. (torch's
+ * softmax(Q·Kᵀ·scale)·V under autograd gives these NaN; README "NaN, inf
+ * and empty rows".) Every path, both precisions, O and its statistics
+ * given three ways (LSE, softmax_stats, recomputed), 1 and 2 threads. */
+
+typedef enum { GIVE_LSE, GIVE_STATS, RECOMPUTE } nv_given;
+static const char *const given_names[3] = {"lse", "stats", "recomputed"};
+
+typedef struct {
+    int64_t hq, hkv, nq, nk, d;
+    const float *q, *k, *v, *dout;
+    attn_sdpa_opts opts;
+    float *o, *lse, *stats, *dq, *dk, *dv;
+} nv_call;
+
+static bool nv_run(nv_call *c, nv_given given)
+{
+    attn_tensor Q = attn_tensor_4d((float *)c->q, 1, c->hq, c->nq, c->d),
+                K = attn_tensor_4d((float *)c->k, 1, c->hkv, c->nk, c->d),
+                V = attn_tensor_4d((float *)c->v, 1, c->hkv, c->nk, c->d),
+                dO = attn_tensor_4d((float *)c->dout, 1, c->hq, c->nq, c->d),
+                O = attn_tensor_4d(c->o, 1, c->hq, c->nq, c->d),
+                L = attn_tensor_3d(c->lse, 1, c->hq, c->nq),
+                St = attn_tensor_4d(c->stats, 1, c->hq, c->nq, 2),
+                dQ = attn_tensor_4d(c->dq, 1, c->hq, c->nq, c->d),
+                dK = attn_tensor_4d(c->dk, 1, c->hkv, c->nk, c->d),
+                dV = attn_tensor_4d(c->dv, 1, c->hkv, c->nk, c->d);
+    attn_sdpa_opts o = c->opts;
+    if (given == GIVE_STATS) o.softmax_stats = &St;
+    o.grad_mask = NULL, o.grad_sinks = NULL; /* the backward's */
+    if (attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o, NULL) != ATTN_OK) return false;
+    o.grad_mask = c->opts.grad_mask, o.grad_sinks = c->opts.grad_sinks;
+    const bool keep = given != RECOMPUTE;
+    return attn_sdpa_backward(&Q, &K, &V, keep ? &O : NULL, keep && given == GIVE_LSE ? &L : NULL,
+                              &dO, &dQ, &dK, &dV, &o, NULL) == ATTN_OK;
+}
+
+/* One query row, two keys, D = 8, scale 1: q = e0, k_0 = 100·e0, k_1 =
+ * -100·e0, so P = (1, exp(-200) = 0 in float32); v = 0.25, dO = 1, and
+ * v_1[5] = bad. */
+static void nv_two_keys(tu_group *g, const char *an, attn_sdpa_opts opts, float bad, bool hide_key1)
+{
+    enum { ND = 8 };
+    float q[ND] = {1.0f}, k[2 * ND] = {100.0f}, v[2 * ND], dout[ND], o[ND], lse, st[2], dq[ND],
+          dk[2 * ND], dv[2 * ND];
+    k[ND] = -100.0f;
+    for (int e = 0; e < 2 * ND; ++e) v[e] = 0.25f;
+    for (int e = 0; e < ND; ++e) dout[e] = 1.0f;
+    v[ND + 5] = bad;
+    uint8_t see0[2] = {1, 0};
+    attn_tensor M = attn_tensor_make(see0, ATTN_BOOL, 2, (const int64_t[]){1, 2});
+    if (hide_key1) opts.mask[0] = &M;
+    opts.scale = 1.0f;
+    const bool finite = isfinite(bad) || hide_key1;
+    for (int gv = 0; gv < 3; ++gv) {
+        nv_call c = {1, 1, 1, 2, ND, q, k, v, dout, opts, o, &lse, st, dq, dk, dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: call failed", an)) continue;
+        /* dV_0 = P_0·dO = dO, dV_1 = 0·dO = 0: exact either way */
+        bool dv_ok = true;
+        for (int e = 0; e < ND; ++e) dv_ok &= dv[e] == 1.0f && dv[ND + e] == 0.0f;
+        /* finite: P_0 = 1 and P_1 = 0 make the softmax constant: dQ = dK = 0 exactly */
+        const cls want = finite ? IS_ZERO : IS_NAN;
+        tu_check(g, rows_are(dq, 1, ND, 0, 0, 1, want) && rows_are(dk, 2, ND, 0, 0, 2, want) && dv_ok,
+                 "%s, %s, v_1[5] = %g%s: dQ, dK %s, dV (dO, 0) (got dq %g, dk_0 %g, dk_1 %g, dv %g %g)",
+                 an, given_names[gv], (double)bad, hide_key1 ? " hidden" : "",
+                 finite ? "0" : "NaN", (double)dq[0], (double)dk[0], (double)dk[ND], (double)dv[0],
+                 (double)dv[ND]);
+    }
+}
+
+/* One key: its softmax is 1 whatever the logit, and dS = 1·(dP - D) is 0
+ * with finite dP = D; NaN with a NaN v (dP = D = NaN) or a NaN dO. */
+static void nv_one_key(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { ND = 8 };
+    for (int bad_do = 0; bad_do < 2; ++bad_do) {
+        float q[ND], k[ND], v[ND], dout[ND], o[ND], lse, st[2], dq[ND], dk[ND], dv[ND];
+        for (int e = 0; e < ND; ++e) {
+            q[e] = 0.5f - 0.1f * (float)e, k[e] = 0.25f * (float)e;
+            v[e] = 1.0f, dout[e] = 2.0f;
+        }
+        if (bad_do) dout[3] = NAN;
+        else v[6] = NAN;
+        nv_call c = {1, 1, 1, 1, ND, q, k, v, dout, opts, o, &lse, st, dq, dk, dv};
+        if (!tu_check(g, nv_run(&c, GIVE_LSE), "%s: one key: call failed", an)) continue;
+        /* dV = P·dO = dO: NaN where dO is */
+        bool dv_ok = true;
+        for (int e = 0; e < ND; ++e) dv_ok &= bad_do && e == 3 ? isnan(dv[e]) : dv[e] == 2.0f;
+        tu_check(g, rows_are(dq, 1, ND, 0, 0, 1, IS_NAN) && rows_are(dk, 1, ND, 0, 0, 1, IS_NAN) && dv_ok,
+                 "%s: one key, NaN in %s: dQ, dK NaN, dV = dO (got dq %g, dk %g)", an,
+                 bad_do ? "dO" : "v", (double)dq[0], (double)dk[0]);
+    }
+}
+
+/* GQA 4/2, Nq 6, Nk 7, bottom-right causal with window (2, 0): row i sees
+ * keys i - 1 .. i + 1 (those there: ragged tiles). Row 5 of query heads 0, 1
+ * (kv head 0) sees keys 4..6: q_5 = e0, k_4[0] = 200, k_5[0] = k_6[0] =
+ * -200, so P = (1, 0, 0), and v_6 of kv head 0 holds a NaN; no other row
+ * sees key 6. Expected, from the rule above: dQ NaN in row 5 of heads 0,
+ * 1 only; dK NaN for keys 4..6 of kv head 0 only; dV finite. With a float
+ * mask of zeros its gradient (summed over the heads) is NaN on row 5's keys
+ * 4..6, 0 on the keys each row does not see, finite elsewhere; with sinks
+ * (d sink_h = -Σ_i P_sink D_i) the gradients of heads 0, 1 are NaN. */
+enum { GH = 4, GKV = 2, GNQ = 6, GNK = 7, GD = 8 };
+
+static void nv_window_gqa(tu_group *g, const char *an, attn_sdpa_opts opts, tu_rng *rng,
+                          bool with_mask, bool with_sinks)
+{
+    static float q[GH * GNQ * GD], k[GKV * GNK * GD], v[GKV * GNK * GD], dout[GH * GNQ * GD],
+        o[GH * GNQ * GD], lse[GH * GNQ], st[GH * GNQ * 2], dq[GH * GNQ * GD], dk[GKV * GNK * GD],
+        dv[GKV * GNK * GD], zeros[GNQ * GNK], dmask[GNQ * GNK];
+    fill(q, GH * GNQ * GD, rng), fill(k, GKV * GNK * GD, rng), fill(v, GKV * GNK * GD, rng);
+    fill(dout, GH * GNQ * GD, rng);
+    for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < GD; ++e) q[(h * GNQ + 5) * GD + e] = e == 0 ? 1.0f : 0.0f;
+    k[4 * GD] = 200.0f, k[5 * GD] = -200.0f, k[6 * GD] = -200.0f;
+    v[6 * GD + 3] = NAN;
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    opts.window = (attn_window){true, 2, 0};
+    attn_tensor M = attn_tensor_2d(zeros, GNQ, GNK), dM = attn_tensor_2d(dmask, GNQ, GNK);
+    if (with_mask) opts.mask[0] = &M, opts.grad_mask = &dM;
+    float sinks[GH] = {0.5f, -1.0f, 0.25f, 2.0f}, dsinks[GH];
+    attn_tensor S = attn_tensor_1d(sinks, GH), dS = attn_tensor_1d(dsinks, GH);
+    if (with_sinks) opts.sinks = &S, opts.grad_sinks = &dS;
+    for (int gv = 0; gv < 3; ++gv) {
+        nv_call c = {GH, GKV, GNQ, GNK, GD, q, k, v, dout, opts, o, lse, st, dq, dk, dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: window GQA: call failed", an)) continue;
+        const char *gn = given_names[gv];
+        tu_check(g, rows_are(dq, GNQ, GD, 0, 5, 6, IS_NAN) && rows_are(dq, GNQ, GD, 1, 5, 6, IS_NAN) &&
+                        rows_are(dq, GNQ, GD, 0, 0, 5, IS_FINITE) && rows_are(dq, GNQ, GD, 1, 0, 5, IS_FINITE) &&
+                        rows_are(dq, GNQ, GD, 2, 0, GNQ, IS_FINITE) && rows_are(dq, GNQ, GD, 3, 0, GNQ, IS_FINITE),
+                 "%s, %s: dQ NaN in row 5 of heads 0, 1 only (got %g, row 4: %g)", an, gn,
+                 (double)dq[5 * GD], (double)dq[4 * GD]);
+        tu_check(g, rows_are(dk, GNK, GD, 0, 4, 7, IS_NAN) && rows_are(dk, GNK, GD, 0, 0, 4, IS_FINITE) &&
+                        rows_are(dk, GNK, GD, 1, 0, GNK, IS_FINITE),
+                 "%s, %s: dK NaN for keys 4..6 of kv head 0 only (got key 4: %g, key 3: %g)", an, gn,
+                 (double)dk[4 * GD], (double)dk[3 * GD]);
+        tu_check(g, rows_are(dv, GNK, GD, 0, 0, GNK, IS_FINITE) && rows_are(dv, GNK, GD, 1, 0, GNK, IS_FINITE),
+                 "%s, %s: dV finite", an, gn);
+        if (with_sinks)
+            tu_check(g, isnan(dsinks[0]) && isnan(dsinks[1]) && isfinite(dsinks[2]) && isfinite(dsinks[3]),
+                     "%s, %s: sink gradients NaN for heads 0, 1 only (got %g %g %g %g)", an, gn,
+                     (double)dsinks[0], (double)dsinks[1], (double)dsinks[2], (double)dsinks[3]);
+        if (!with_mask) continue;
+        bool ok = true;
+        for (int i = 0; i < GNQ; ++i)
+            for (int j = 0; j < GNK; ++j) {
+                const bool seen = j >= i - 1 && j <= i + 1; /* i + Nk - Nq - 2 .. i + Nk - Nq */
+                ok &= is(dmask[i * GNK + j], !seen ? IS_ZERO : i == 5 ? IS_NAN : IS_FINITE);
+            }
+        tu_check(g, ok, "%s, %s: d mask NaN on row 5's keys, 0 where hidden, finite elsewhere", an, gn);
+    }
+}
+
+static void nan_value_backward(tu_suite *suite, tu_rng *rng)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "non-finite values in the backward: every dS of the row");
+    for (int a = 0; a < 5; ++a) {
+        if (!arch_available(a)) continue;
+        setenv("ATTN_ARCH", archs[a], 1);
+        for (int pr = 0; pr < (a == 0 ? 1 : 2); ++pr)
+            for (int threads = 1; threads <= 2; ++threads) {
+                char an[64];
+                snprintf(an, sizeof an, "%s%s, %d thread%s", archs[a], pr ? " bf16" : "", threads,
+                         threads > 1 ? "s" : "");
+                attn_sdpa_opts opts = attn_sdpa_opts_default();
+                opts.precision = pr ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+                opts.num_threads = threads;
+                nv_two_keys(&g, an, opts, NAN, false);
+                nv_two_keys(&g, an, opts, INFINITY, false);
+                nv_two_keys(&g, an, opts, -INFINITY, false);
+                nv_two_keys(&g, an, opts, NAN, true);   /* hidden: not in the softmax */
+                nv_two_keys(&g, an, opts, 0.5f, false); /* finite: the constant softmax */
+                nv_one_key(&g, an, opts);
+                nv_window_gqa(&g, an, opts, rng, false, false);
+                nv_window_gqa(&g, an, opts, rng, true, false);
+                nv_window_gqa(&g, an, opts, rng, false, true);
+            }
+    }
+    unsetenv("ATTN_ARCH");
     tu_group_end(&g);
 }
 
@@ -437,5 +635,6 @@ int main(int argc, char **argv)
     tu_check(&g, bad.ndim == -1, "attn_tensor_make with too many dimensions must be invalid");
     tu_group_end(&g);
     nan_value_underflow(&suite);
+    nan_value_backward(&suite, &rng);
     return tu_suite_finish(&suite);
 }

@@ -252,6 +252,7 @@ static void softmax_online_generic(int64_t m, int64_t c0, int64_t n, const sdpa_
         const float mx = row_logits(lg, br, r, c0, n, sr);
         const float old = rowmax[r], mnew = mx > old ? mx : old;
         if (mnew == -INFINITY) { /* nothing visible yet: p = 0, keep state */
+            sdpa_nan_logits_poison(sr, c0, n, 1.0f, &rowsum[r]); /* sr: the logits */
             for (int64_t c = c0; c < n; ++c) sr[c] = 0.0f;
             alpha[r] = 1.0f;
             continue;

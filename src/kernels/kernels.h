@@ -174,6 +174,24 @@ typedef void (*sdpa_alibi_row_fn)(float *bias, float slope, int32_t dist0, int64
 typedef int64_t (*sdpa_mask_row_fn)(float *bias, const void *src, int64_t cs, attn_dtype dtype,
                                     int64_t n, bool accumulate, bool *irregular);
 
+/* softmax_online's step for row r when its running max is still -inf
+ * after a tile: the max passed over nothing but hidden columns, -inf
+ * logits and NaN ones (x > max is false for NaN, and a SIMD max may even
+ * end a lane on NaN and drop the finite values before it). If one of the
+ * logits fl(scale·x[c]), c in [lo, hi), is NaN, the row's sum becomes NaN,
+ * which every later rescale keeps (NaN·alpha + sum): the row's out and lse
+ * are NaN, as on the reference path, wherever its NaN key sits. A cold
+ * path: rows reach it only before their first visible key. */
+static inline void sdpa_nan_logits_poison(const float *x, int64_t lo, int64_t hi, float scale,
+                                          float *rowsum)
+{
+    for (int64_t c = lo; c < hi; ++c)
+        if (isnan(x[c] * scale)) {
+            *rowsum = NAN;
+            return;
+        }
+}
+
 /* The scalar body of a mask row for columns [c, n), continuing the running
  * *last, *hidden and *nonzero: the generic kernel's whole loop and the SIMD
  * kernels' tail. */

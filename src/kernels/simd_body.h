@@ -479,6 +479,7 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
             uint16_t *pr = p16 ? p16 + (g + i) * lds : NULL;
             const float mx = rowmax[g + i];
             if (mx == -INFINITY) { /* nothing visible so far: p = 0 */
+                sdpa_nan_logits_poison(sr, 0, w, scale, &rowsum[g + i]);
                 SIMD(zero_probs)(sr, pr, 0, w);
                 continue;
             }
@@ -554,6 +555,8 @@ SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale, const int32_
 #undef MASKED_AT
 #undef SCALED_AT
                 acc[i] = V_ADD(sum, sum2);
+            } else {
+                sdpa_nan_logits_poison(sr, 0, e, scale, &rowsum[r]);
             }
             SIMD(zero_probs)(sr, pr, c, w);
         }
@@ -659,6 +662,13 @@ SIMD(softmax_any)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp, floa
             uint16_t *pr = p16 ? p16 + (g + i) * lds : NULL;
             const float mnew = rowmax[g + i];
             if (mnew == -INFINITY) { /* nothing visible so far: p = 0 */
+                if (plain) { /* the raw scores of the visible columns */
+                    const int64_t lo = lg->start[g + i], hi = lg->end[g + i];
+                    sdpa_nan_logits_poison(sr, lo > c0 ? lo : c0, hi < n ? hi : n, lg->scale,
+                                           &rowsum[g + i]);
+                } else { /* the logits, hidden columns -inf */
+                    sdpa_nan_logits_poison(sr, c0, n, 1.0f, &rowsum[g + i]);
+                }
                 SIMD(zero_probs)(sr, pr, c0, n);
                 continue;
             }

@@ -298,6 +298,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
+    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows seeing non-finite V */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -329,8 +330,9 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
 }
 
 /* Per query row, which of its Q and dO rows hold a non-finite value (found
- * once, not again for every key tile the row meets). */
-enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2 };
+ * once, not again for every key tile the row meets), and whether its D is
+ * NaN or inf (then so is every dS of the keys it sees: dsoftmax_band). */
+enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4 };
 
 /* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
  * its B operand (Q or dO of rows [0, rows): `which` in their flags) is not
@@ -450,6 +452,8 @@ typedef struct {
     /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
      * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
     uint32_t *qa, *da, *qr, *dr;
+    atomic_uchar *sees_bad_v; /* per row: it sees a value row holding NaN or inf
+                               * (mark_bad_values; any task may set it) */
 } bwd_rows;
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
@@ -462,6 +466,7 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+    if (!isfinite(*di)) *nf |= BWD_D_NONFINITE;
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
         *rll = rs->st[AT4(rs->ss, b, h, i, 1)];
@@ -563,13 +568,93 @@ static void dq_leftovers(const sdpa_problem *p, const bwd_dims *d, int64_t chunk
  * it over the mask's broadcast dimensions). */
 static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64_t i0,
                               int64_t rb, int64_t j0, int64_t c0, int64_t c1, const float *s,
-                              const float *dp, int64_t ld, const float *di)
+                              const float *dp, int64_t ld, const float *di, const uint8_t *nf)
 {
     for (int64_t r = 0; r < rb; ++r) {
         float *dst = p->dbias + AT4(p->dbs, b, h, i0 + r, j0);
+        const bool nonfinite = nf[r] & BWD_D_NONFINITE; /* as dsoftmax_band */
         for (int64_t c = c0; c < c1; ++c) {
             const float pc = s[r * ld + c];
-            dst[c * p->dbs[3]] = pc == 0.0f ? 0.0f : pc * (dp[r * ld + c] - di[r]);
+            const bool zero = nonfinite ? !sdpa_key_visible(p, b, h, i0 + r, j0 + c) : pc == 0.0f;
+            dst[c * p->dbs[3]] = zero ? 0.0f : pc * (dp[r * ld + c] - di[r]);
+        }
+    }
+}
+
+/* Softmax backward of a band's rows i + [0, rb) over columns [b0, bn) of
+ * the key tile at j0 (nj keys): kern->dsoftmax, whose exact zeros where
+ * P = 1 and P = 0 hold for a finite D only; a row whose D is NaN or inf
+ * gets dS = f·P(dP - D) on every key it sees, those included (0·NaN, as
+ * torch), and 0 elsewhere. A flag per row: the common band is one call. */
+static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
+                          int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t bn,
+                          const float *s, float *dp, int64_t ld, const float *di,
+                          const uint8_t *nf, const float *dfac, bool ragged)
+{
+    for (int64_t r = 0; r < rb;) {
+        int64_t e = r;
+        while (e < rb && !(nf[e] & BWD_D_NONFINITE)) ++e;
+        if (e > r)
+            kern->dsoftmax(e - r, b0, bn, p->scale, s + r * ld, ld, dp + r * ld, ld, di + r,
+                           dfac ? dfac + r * ld : NULL, ragged);
+        if (e == rb) break;
+        const float *pe = s + e * ld, *fe = dfac ? dfac + e * ld : NULL;
+        float *de = dp + e * ld;
+        for (int64_t c = b0; c < bn; ++c)
+            de[c] = c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
+                        ? pe[c] * (de[c] - di[e]) * (fe ? fe[c] : p->scale)
+                        : 0.0f;
+        r = e + 1;
+    }
+}
+
+/*
+ * D_i = Σ_j P_ij dP_ij over the keys row i sees is NaN or inf when one of
+ * its dP_ij = dO_i·v_j is, P_ij = 0 included (0·NaN), as in torch's softmax
+ * backward; then so is every dS_ij. The fused path takes D_i = dO_i·O_i,
+ * which shows it when O does (dsoftmax_band); an O that does not (one from
+ * elsewhere) is caught here instead, per key tile as its V is packed (a
+ * check of the packed tile, in cache): the rows that see a non-finite
+ * value row are marked, and nan_marked_rows gives them D_i's consequences
+ * at the end. vt: Vᵀ of keys j0 + [0, nj), rows ld apart.
+ */
+static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
+                            int64_t hk, int64_t j0, int64_t nj, const float *vt, int64_t ld,
+                            const bwd_rows *rs)
+{
+    if (kern->rows_finite(vt, ld, p->Dv, nj)) return;
+    for (int64_t c = 0; c < nj; ++c) {
+        if (sdpa_rows_finite(vt + c, 0, ld, 1, p->Dv)) continue;
+        int64_t first, last;
+        sdpa_key_rows(p, j0 + c, j0 + c + 1, &first, &last);
+        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
+            for (int64_t i = first; i < last; ++i)
+                if (sdpa_key_visible(p, b, h, i, j0 + c))
+                    atomic_store_explicit(&rs->sees_bad_v[(b * p->Hq + h) * p->Nq + i], 1,
+                                          memory_order_relaxed);
+    }
+}
+
+/* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
+ * j it sees, and with them dQ_i, dK_j, d mask_ij and its head's sink
+ * gradient (every term NaN, whatever the others). */
+static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
+{
+    for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row) {
+        if (!atomic_load_explicit(&rs->sees_bad_v[row], memory_order_relaxed) ||
+            !isfinite(rs->di[row]))
+            continue;
+        const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
+        float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
+        for (int64_t x = 0; dqi && x < p->D; ++x) dqi[x * p->dqs[3]] = NAN;
+        if (p->dsinks) p->dsinks[h * p->dsinks_s] = NAN;
+        int64_t lo, hi;
+        sdpa_row_keys(p, i, &lo, &hi);
+        for (int64_t j = lo; j < hi; ++j) {
+            if (!sdpa_key_visible(p, b, h, i, j)) continue;
+            float *dkj = p->dk ? p->dk + AT4(p->dks, b, h / p->group, j, 0) : NULL;
+            for (int64_t x = 0; dkj && x < p->D; ++x) dkj[x * p->dks[3]] = NAN;
+            if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = NAN;
         }
     }
 }
@@ -631,6 +716,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
                     }
                     packed = true;
+                    mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs);
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
@@ -707,11 +793,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
                     if (p->dbias)
                         store_logit_grads(p, b, h, i0 + r0, rb, j0, b0, b1, w->s + r0 * d->bcp,
-                                          db, d->bcp, rv.di + x0 + r0);
+                                          db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0);
                     /* Only ragged tiles hold hidden keys between visible ones. */
-                    kern->dsoftmax(rb, b0, bn, p->scale, w->s + r0 * d->bcp, d->bcp, db, d->bcp,
-                                   rv.di + x0 + r0, w->dfac ? w->dfac + r0 * d->bcp : NULL,
-                                   t.ragged);
+                    dsoftmax_band(p, kern, b, h, i0 + r0, j0, nj, rb, b0, bn, w->s + r0 * d->bcp,
+                                  db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0,
+                                  w->dfac ? w->dfac + r0 * d->bcp : NULL, t.ragged);
                     zero_outside(db, d->bcp, rb, c0, cn, b0, bn);
                     /* Forward S = Q·Kᵀ (f is inside dS): dQ_i += dS·K_j over the
                      * band's keys (its other dS are 0). */
@@ -824,6 +910,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
+    atomic_uchar *sees_bad_v = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
@@ -863,7 +950,9 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
-    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL};
+    bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
+                   sees_bad_v};
+    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0);
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
@@ -904,6 +993,7 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
     }
+    nan_marked_rows(p, &rs);
     free(owned);
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
     SDPA_PROF_CALL(SDPA_PROF_BACKWARD);

@@ -670,8 +670,13 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
     }
     *ll = empty ? (fill == 0.0f ? 0.0f : NAN) : logf(l);
     /* The row max may have passed over a NaN logit (max ignores NaN): a
-     * row of +inf and NaN logits is NaN, as on the reference path. */
-    const bool nan_max = empty ? fill != 0.0f : m == INFINITY && sdpa_row_sees_nan(p, b, h, i);
+     * row of +inf and NaN logits is NaN, as on the reference path; so is a
+     * row of NaN logits alone, whose max stayed -inf and sum became NaN
+     * (softmax_online): its statistics must not read as a row that saw
+     * nothing (the backward's P would be 0). */
+    const bool nan_max = empty ? fill != 0.0f
+                               : (m == INFINITY && sdpa_row_sees_nan(p, b, h, i)) ||
+                                     (m == -INFINITY && isnan(l));
     const float mx = nan_max ? NAN : sink_only ? sink : empty ? -INFINITY : m;
     /* an infinite logit: torch's logsumexp is +inf (its softmax NaN) */
     *lse = mx == INFINITY ? INFINITY : mx + *ll;
@@ -703,6 +708,16 @@ static int64_t band_run_end(const int64_t *band_c0, const int64_t *band_c1, int6
            sdpa_round_up(band_c1[r1 / FWD_BAND], round) == sdpa_round_up(band_c1[x], round))
         r1 += FWD_BAND;
     return r1 < mi ? r1 : mi;
+}
+
+/* The first key of the bands from band starts r0 to r1 that see one,
+ * rounded down to `round`. */
+static int64_t run_lo(const int64_t *band_lo, int64_t r0, int64_t r1, int64_t round)
+{
+    int64_t lo = INT64_MAX;
+    for (int64_t r = r0; r < r1; r += FWD_BAND)
+        lo = band_lo[r / FWD_BAND] < lo ? band_lo[r / FWD_BAND] : lo;
+    return lo - lo % round;
 }
 
 /* One task: units [u0, u0+nu) of kv head (b, hk) over the keys of split
@@ -795,10 +810,12 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
              * rows [c0, hi) only: rows past the tile's keys may hold
              * anything (poisoned memory, NaN). */
             int64_t band_c0[FWD_ROWS / FWD_BAND], band_c1[FWD_ROWS / FWD_BAND];
+            int64_t band_lo[FWD_ROWS / FWD_BAND]; /* the band's first key, unrounded */
             bool uniform = true;
             for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
                 const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND, x = r0 / FWD_BAND;
-                sdpa_band_cols(w->start + r0, w->end + r0, rb, npad, &band_c0[x], &band_c1[x]);
+                sdpa_band_cols(w->start + r0, w->end + r0, rb, 1, &band_lo[x], &band_c1[x]);
+                band_c0[x] = band_lo[x] - band_lo[x] % npad;
                 uniform &= band_c0[x] == band_c0[0] && band_c1[x] == band_c1[0];
             }
             /* One float32 score GEMM for a uniform unit also takes the rows'
@@ -814,7 +831,9 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
             SDPA_PROF_START(t_scores);
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
                 r1 = band_run_end(band_c0, band_c1, r0, mi, spad);
-                const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
+                /* from the half panel (spad) that holds the run's first key:
+                 * the softmax reads no vector before a row's first key */
+                const int64_t rb = r1 - r0, c0 = run_lo(band_lo, r0, r1, spad);
                 int64_t hi = 0; /* the run's last key (direct scores read no further) */
                 for (int64_t r = r0; r < r1; r += FWD_BAND)
                     hi = band_c1[r / FWD_BAND] > hi ? band_c1[r / FWD_BAND] : hi;
@@ -891,8 +910,10 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
              * ragged edge, adding exact zeros. */
             const int64_t pv_round = w->p16_set ? npad : 1;
             for (int64_t r0 = 0, r1; r0 < mi; r0 = r1) {
-                r1 = band_run_end(band_c0, band_c1, r0, mi, pv_round);
-                const int64_t rb = r1 - r0, c0 = band_c0[r0 / FWD_BAND];
+                r1 = band_run_end(pv_round > 1 ? band_c0 : band_lo, band_c1, r0, mi, pv_round);
+                /* from the run's first key (bfloat16: the pair that holds
+                 * it): the probabilities before it are zeros */
+                const int64_t rb = r1 - r0, c0 = run_lo(band_lo, r0, r1, w->p16_set ? 2 : 1);
                 int64_t c1 = band_c1[r0 / FWD_BAND];
                 if (c1 > c0 && pv_round > 1) {
                     c1 = sdpa_round_up(c1, pv_round);
@@ -900,7 +921,8 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
                 }
                 if (c1 == c0 && o_set[e]) continue;
                 if (p->dropout_p > 0.0f)
-                    unit_dropout(p, kern, b, h, i0 + r0, rb, j0, c0, sdpa_round_up(c1, npad),
+                    unit_dropout(p, kern, b, h, i0 + r0, rb, j0, band_c0[r0 / FWD_BAND],
+                                 sdpa_round_up(c1, npad),
                                  w->s + r0 * d->bcp, d->bcp);
                 band_pv(kern, p, &t, w, rb, dvn, c0, c1, w->s + r0 * d->bcp, d->bcp,
                         o + r0 * d->dvp, d->dvp, alpha + r0, nj,

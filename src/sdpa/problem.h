@@ -109,6 +109,12 @@ void sdpa_key_rows(const sdpa_problem *p, int64_t j0, int64_t j1, int64_t *first
  * mask hides the key. (Causality and the window: sdpa_row_keys.) */
 float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
 
+/* Whether row (b,h,i) sees key j: inside its sdpa_row_keys range and not
+ * hidden by a mask (a bias of -inf). A key it sees takes part in its
+ * softmax, also where its probability underflows to 0: a NaN in its value
+ * reaches the row (0·NaN). */
+bool sdpa_key_visible(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
+
 /* fl(1/softcap): the soft-capping tanh's argument is fl(scale·s)·this on
  * every path (a multiply per score, not a division). */
 static inline float sdpa_inv_softcap(const sdpa_problem *p)

@@ -172,10 +172,8 @@ static bool given_probs(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, 
 static void mark_hidden(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, bool sees_any,
                         float *x)
 {
-    int64_t lo, hi;
-    sdpa_row_keys(p, i, &lo, &hi);
     for (int64_t j = 0; j < p->Nk; ++j)
-        if (!sees_any || j < lo || j >= hi || sdpa_key_bias(p, b, h, i, j) == -INFINITY) x[j] = -1.0f;
+        if (!sees_any || !sdpa_key_visible(p, b, h, i, j)) x[j] = -1.0f;
 }
 
 /* The dropout factor of (b,h,i,j): 1 without dropout. */
@@ -324,6 +322,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                 /* Forward: O_i = Σ_j P_ij z_ij V_j, so dV_j += P_ij z_ij dO_i and
                  * dP_ij = z_ij dO_i · V_j. */
                 block_sum di_sum = {0};
+                bool dp_nonfinite = false; /* of a key the row sees */
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (prob[j] < 0.0f) {
                         dprob[j] = 0.0f;
@@ -337,6 +336,7 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                         dv_block[j * p->Dv + d] += prob[j] * z * dod;
                     }
                     dprob[j] = dpj * z;
+                    dp_nonfinite |= !isfinite(dprob[j]);
                     block_add(&di_sum, prob[j] * dprob[j]);
                 }
                 float di = block_value(&di_sum);
@@ -347,6 +347,10 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     di = 0.0f;
                     for (int64_t d = 0; d < p->Dv; ++d) di += doi[d * p->dos[3]] * oi[d * p->os[3]];
                 }
+                /* D_i = Σ_l P_il dP_il holds P_il·dP_il of every key the row
+                 * sees: a NaN or inf dP (NaN or inf in v_l or dO_i) makes it
+                 * NaN or inf even where P_il = 0 (0·NaN), whatever O says. */
+                if (dp_nonfinite && isfinite(di)) di = NAN;
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
                  * task, so this sum has a fixed order too.) */
@@ -358,9 +362,10 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * and dK_j += dS_ij q_i. */
                 for (int64_t j = 0; j < p->Nk; ++j) {
                     if (dqi && j % SUM_BLOCK == 0 && j > 0) flush_block(dqi, p->dqs[3], dq_block, p->D);
-                    /* P = 1: the softmax is this key alone, constant: dS = 0
-                     * exactly (dP - D would be one sum rounded two ways) */
-                    if (prob[j] < 0.0f || prob[j] == 1.0f) continue;
+                    /* P = 1 (the other keys' P 0): dS = dP - D = 0, exactly
+                     * (dP - D would be one sum rounded two ways), unless D is
+                     * NaN or inf: then dS = P (dP - D) is too, as in torch */
+                    if (prob[j] < 0.0f || (prob[j] == 1.0f && isfinite(di))) continue;
                     float f = p->scale;
                     if (p->softcap > 0.0f) {
                         const float tc = sdpa_softcap_tanh(p, row_dot(p, b, h, i, j));

@@ -52,6 +52,13 @@ float sdpa_key_bias(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int6
     return bias;
 }
 
+bool sdpa_key_visible(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    return j >= lo && j < hi && sdpa_key_bias(p, b, h, i, j) != -INFINITY;
+}
+
 float sdpa_softcap_tanh(const sdpa_problem *p, float s)
 {
     return tanhf(s * p->scale * sdpa_inv_softcap(p));
