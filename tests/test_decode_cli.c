@@ -13,7 +13,8 @@
  *            bit; bare --causal and --causal bottom-right agree; --causal
  *            top-left and a bad --cache-dtype are usage errors; --help
  *            prints no doubled percent sign;
- *   bench    both bench modes run on small shapes and print their figures.
+ *   bench    both bench modes run on small shapes and print their figures;
+ *            decode's errors are against float32 even when f32 is not listed.
  */
 #include "attn.h"
 #include "clirun.h"
@@ -291,6 +292,21 @@ static void group_bench(tu_suite *s)
     tu_check(&g, res.status == 0 && strstr(res.out, "int8") && strstr(res.out, "fp8") && strstr(res.out, "err max") &&
                      strstr(res.out, "LLC"),
              "bench --mode decode --cache-dtype: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
+    /* without f32 among the storages the errors are still against a float32
+     * cache: finite, and the same figures as with f32 listed */
+    char with_f32[256] = "", without_f32[256] = "";
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "100\x1f--heads\x1f" "4\x1f--kv-heads\x1f" "2\x1f"
+                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "f32,int8\x1f--stream-mib\x1f" "8\x1f--json");
+    const char *e = strstr(res.out, "\"cache_dtype\":\"int8\"");
+    if (e && (e = strstr(e, "\"err_max\""))) snprintf(with_f32, sizeof with_f32, "%.40s", e);
+    clirun_free(&res);
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "100\x1f--heads\x1f" "4\x1f--kv-heads\x1f" "2\x1f"
+                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "int8\x1f--stream-mib\x1f" "8\x1f--json");
+    if ((e = strstr(res.out, "\"err_max\""))) snprintf(without_f32, sizeof without_f32, "%.40s", e);
+    tu_check(&g, res.status == 0 && *with_f32 && !strstr(res.out, "nan") && !strcmp(with_f32, without_f32),
+             "bench --cache-dtype int8 (no f32): errors '%s' against '%s' with f32; exit %d, out '%s'",
+             without_f32, with_f32, res.status, res.out);
     clirun_free(&res);
     clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--cache-dtype\x1f" "q4");
     tu_check(&g, res.status == 2 && strstr(res.err, "--cache-dtype"), "bench --cache-dtype q4");

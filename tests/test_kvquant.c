@@ -19,7 +19,7 @@
  *            clamped or d saturated; a block with inf or NaN reads NaN.
  *   attend   random cases (int8, fp8 and q4_0; contiguous and paged, block sizes
  *            1..64, shuffled block tables; GQA; Nq 1..8; bottom-right
- *            causal, window, ALiBi, softcap, sinks; lengths up to 2500 so
+ *            causal, window, ALiBi, softcap, sinks; lengths up to 4500 so
  *            several decode splits merge): the output and LSE against the
  *            float64 oracle (tests/support/ref64_variants) over the
  *            dequantized cache, by the accuracy criterion; the same bits for
@@ -293,7 +293,7 @@ static qcase random_case(tu_rng *r)
         c.D = (c.D + 31) / 32 * 32;
         c.Dv = (c.Dv + 31) / 32 * 32;
     }
-    c.cap = tu_rng_chance(r, 0.3) ? tu_rng_int(r, 1000, 2500) : tu_rng_int(r, 1, 300);
+    c.cap = tu_rng_chance(r, 0.3) ? tu_rng_int(r, 1000, 4500) : tu_rng_int(r, 1, 300);
     c.Nq = tu_rng_int(r, 1, 8);
     static const int64_t blocks[] = {0, 0, 1, 3, 16, 64};
     c.block_size = tu_rng_pick(r, blocks, 6);
