@@ -519,7 +519,8 @@ static bool attend_small(attn_kv_quant quant, int64_t block_size, const float *s
     attn_tensor K = attn_tensor_4d((float *)k, 1, 1, RL, RD), V = attn_tensor_4d((float *)v, 1, 1, RL, RD);
     attn_tensor Q = attn_tensor_4d((float *)q, 1, 1, nq, RD), O = attn_tensor_4d(out, 1, 1, nq, RD);
     attn_tensor LS = attn_tensor_3d(lse, 1, 1, nq);
-    attn_tensor RK = attn_tensor_4d(read, 1, 1, RL, RD), RV = attn_tensor_4d(read + RL * RD, 1, 1, RL, RD);
+    attn_tensor RK = attn_tensor_4d(read, 1, 1, RL, RD),
+                RV = attn_tensor_4d(read ? read + RL * RD : NULL, 1, 1, RL, RD);
     bool ok = attn_kvcache_create(&cfg, &c, NULL) == ATTN_OK &&
               attn_kvcache_append(c, &K, &V, NULL, NULL) == ATTN_OK &&
               attn_kvcache_attend(c, &Q, &O, &LS, &o, NULL) == ATTN_OK &&

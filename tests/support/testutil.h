@@ -27,6 +27,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* TU_SANITIZED: built with AddressSanitizer or ThreadSanitizer (gcc's macros,
+ * clang's features). They reserve terabytes of shadow memory, so the tests
+ * that set an address-space limit (RLIMIT_AS) cannot run. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TU_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TU_SANITIZED 1
+#endif
+#endif
+
 #if defined(__GNUC__)
 #define ATTN_TU_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
