@@ -601,6 +601,35 @@ static void zt_sink_row(tu_group *g, const char *an, attn_sdpa_opts opts)
             }
 }
 
+/* One query row whose two keys a bool mask hides, sink 0.5, dO = (1, NaN,
+ * 1, ...): a row that sees no key (README): out 0, LSE = the sink, every
+ * gradient 0, the sink's included: D = Σ P·dP over no key is 0, whatever dO
+ * (torch keeps its masked keys in that sum, 0·NaN: NaN). */
+static void zt_sink_hidden(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    float q[ZD] = {1.0f}, k[SK * ZD] = {0}, v[SK * ZD], dout[ZD], o[ZD], lse, st[2], dq[ZD],
+          dk[SK * ZD], dv[SK * ZD], sink = 0.5f, dsink;
+    for (int e = 0; e < SK * ZD; ++e) v[e] = 0.25f;
+    for (int e = 0; e < ZD; ++e) dout[e] = e == 1 ? NAN : 1.0f;
+    uint8_t none[SK] = {0, 0};
+    attn_tensor M = attn_tensor_make(none, ATTN_BOOL, 2, (const int64_t[]){1, SK});
+    attn_tensor S = attn_tensor_1d(&sink, 1), dS = attn_tensor_1d(&dsink, 1);
+    opts.mask[0] = &M;
+    opts.sinks = &S, opts.grad_sinks = &dS;
+    for (int gv = 0; gv < 3; ++gv) {
+        dsink = 7.0f;
+        nv_call c = {1, 1, 1, SK, ZD, q, k, v, dout, opts, o, &lse, st, dq, dk, dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: hidden keys, sink: call failed", an)) continue;
+        tu_check(g, zt_row(o, 0, 0, 0, 0.0f) && lse == 0.5f && zt_row(dq, 0, 0, 0, 0.0f) &&
+                        zt_row(dk, 0, 0, 0, 0.0f) && zt_row(dk, 1, 0, 0, 0.0f) && zt_row(dv, 0, 0, 0, 0.0f) &&
+                        zt_row(dv, 1, 0, 0, 0.0f) && dsink == 0.0f,
+                 "%s, %s: every key hidden, sink 0.5, NaN in dO: out 0, LSE 0.5, gradients 0 (got "
+                 "out %g, lse %g, dq %g, dv %g, dsink %g)", an, given_names[gv], (double)o[0],
+                 (double)lse, (double)dq[0], (double)dv[0], (double)dsink);
+    }
+}
+
 static void zero_terms_backward(tu_suite *suite)
 {
     tu_group g;
@@ -623,6 +652,7 @@ static void zero_terms_backward(tu_suite *suite)
                 zt_inf_key(&g, an, opts);
                 zt_nan_dout(&g, an, opts);
                 zt_sink_row(&g, an, opts);
+                zt_sink_hidden(&g, an, opts);
             }
         }
         unsetenv("ATTN_ENGINE");

@@ -912,6 +912,9 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
                  * flows to its sink, whose statistics alone cannot tell
                  * that when the sink is ±inf or NaN. */
                 if (!isfinite(sink) && !sdpa_row_sees_key(p, b, h, i)) continue;
+                /* Nor does a row whose keys the masks all hide: its D is the
+                 * sum over no key, 0 (dO·O reads NaN·0 with a NaN in dO). */
+                if (!isfinite(di[row]) && !sdpa_row_has_keys(p, b, h, i)) continue;
                 acc -= (double)expf(sink - rm[row] - rll[row]) * di[row];
             }
         p->dsinks[h * p->dsinks_s] = (float)acc;
