@@ -630,6 +630,52 @@ static void zt_sink_hidden(tu_group *g, const char *an, attn_sdpa_opts opts)
     }
 }
 
+/* One query row, two keys: q = (1, 0.5, 0, ...), k_0 = e1, k_1 = e0, so
+ * P = (0.38, 0.62); v_0 = +inf·e0, v_1 = 0; dO = 1. With its O (out_0 =
+ * P_0·inf = +inf, D = dO·O = +inf, as torch's Σ P·dP): dS_0 = P_0 (inf -
+ * inf) = NaN, dS_1 = P_1 (0 - inf) = -inf, so dQ = NaN, dK_0 NaN, dK_1 =
+ * -inf·q = (-inf, -inf, NaN, ...) (torch's autograd: the same), dV = P·dO.
+ * With an O that contradicts V (finite: passed from elsewhere), D = dO·O
+ * is finite and cannot be trusted: the backward takes D NaN (README), so
+ * dK_1 is NaN too, where torch (which never reads O) gives -inf. */
+static void zt_inconsistent_out(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    float q[ZD] = {1.0f, 0.5f}, k[SK * ZD] = {0}, v[SK * ZD] = {0}, dout[ZD], o[ZD], lse, st[2],
+          dq[ZD], dk[SK * ZD], dv[SK * ZD];
+    k[1] = 1.0f, k[ZD] = 1.0f, v[0] = INFINITY;
+    for (int e = 0; e < ZD; ++e) dout[e] = 1.0f;
+    attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, ZD), K = attn_tensor_4d(k, 1, 1, SK, ZD),
+                V = attn_tensor_4d(v, 1, 1, SK, ZD), dO = attn_tensor_4d(dout, 1, 1, 1, ZD),
+                O = attn_tensor_4d(o, 1, 1, 1, ZD), L = attn_tensor_3d(&lse, 1, 1, 1),
+                St = attn_tensor_4d(st, 1, 1, 1, 2), dQ = attn_tensor_4d(dq, 1, 1, 1, ZD),
+                dK = attn_tensor_4d(dk, 1, 1, SK, ZD), dV = attn_tensor_4d(dv, 1, 1, SK, ZD);
+    opts.scale = 1.0f;
+    for (int fake = 0; fake < 2; ++fake)
+        for (int gv = 0; gv < 2; ++gv) {
+            attn_sdpa_opts o2 = opts;
+            if (gv == GIVE_STATS) o2.softmax_stats = &St;
+            bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o2, NULL) == ATTN_OK;
+            const float p0 = 1.0f / (1.0f + expf(0.5f)), p1 = 1.0f - p0;
+            if (fake)
+                for (int e = 0; e < ZD; ++e) o[e] = 0.25f;
+            ok = ok && attn_sdpa_backward(&Q, &K, &V, &O, gv == GIVE_LSE ? &L : NULL, &dO, &dQ, &dK,
+                                          &dV, &o2, NULL) == ATTN_OK;
+            if (!tu_check(g, ok, "%s: O from elsewhere: call failed", an)) continue;
+            bool dk1 = true, dv_ok = true;
+            for (int x = 0; x < ZD; ++x) {
+                const float e = dk[ZD + x];
+                dk1 &= fake || x >= 2 ? isnan(e) : e == -INFINITY;
+                dv_ok &= fabsf(dv[x] - p0) < 1e-2f && fabsf(dv[ZD + x] - p1) < 1e-2f;
+            }
+            tu_check(g, zt_row(dq, 0, 0, ZD, NAN) && zt_row(dk, 0, 0, ZD, NAN) && dk1 && dv_ok,
+                     "%s, %s, v_0 = +inf·e0, %s O: dQ, dK_0 NaN, dK_1 %s, dV = P·dO (got dk_1 %g "
+                     "%g %g, dv %g %g)", an, given_names[gv], fake ? "a finite (contradicting)" : "its",
+                     fake ? "NaN" : "(-inf, -inf, NaN...)", (double)dk[ZD], (double)dk[ZD + 1],
+                     (double)dk[ZD + 2], (double)dv[0], (double)dv[ZD]);
+        }
+}
+
 static void zero_terms_backward(tu_suite *suite)
 {
     tu_group g;
@@ -653,6 +699,7 @@ static void zero_terms_backward(tu_suite *suite)
                 zt_nan_dout(&g, an, opts);
                 zt_sink_row(&g, an, opts);
                 zt_sink_hidden(&g, an, opts);
+                zt_inconsistent_out(&g, an, opts);
             }
         }
         unsetenv("ATTN_ENGINE");
