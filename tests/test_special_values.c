@@ -676,6 +676,57 @@ static void zt_inconsistent_out(tu_group *g, const char *an, attn_sdpa_opts opts
         }
 }
 
+/* Finite inputs whose dP overflows: one query row, two keys, q = (1, 0.5,
+ * 0, ...), k_0 = e1, k_1 = e0 (P = (0.38, 0.62)), v_0 = s·2^127·(e0 + e1),
+ * v_1 = 0, dO = 1, scale 1, a float mask of zeros (and a sink 0.5). dP_0 =
+ * dO·v_0 = s·2^128 overflows to s·inf in any order, while O and dO·O stay
+ * finite. torch (which never reads O) takes D = Σ P·dP = s·inf: dS_0 =
+ * P_0 (s·inf - s·inf) = NaN, dS_1 = P_1 (0 - s·inf) = -s·inf, so dQ NaN,
+ * dK_0 NaN, dK_1 = -s·inf·q = (-s·inf, -s·inf, NaN, ...), d mask = (NaN,
+ * -s·inf), d sink = -P_sink·D = -s·inf; dV = P·dO finite (torch 1.13's
+ * autograd of softmax(q·kᵀ + mask)·v gives exactly these). */
+static void zt_overflow_dp(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    for (int sgn = 0; sgn < 2; ++sgn)
+        for (int with_sink = 0; with_sink < 2; ++with_sink) {
+            const float s = sgn ? -1.0f : 1.0f, big = s * 0x1p127f;
+            float q[ZD] = {1.0f, 0.5f}, k[SK * ZD] = {0}, v[SK * ZD] = {0}, dout[ZD], o[ZD], lse,
+                  st[2], dq[ZD], dk[SK * ZD], dv[SK * ZD], zeros[SK] = {0}, dmask[SK],
+                  sink = 0.5f, dsink = 7.0f;
+            k[1] = 1.0f, k[ZD] = 1.0f, v[0] = big, v[1] = big;
+            for (int e = 0; e < ZD; ++e) dout[e] = 1.0f;
+            attn_tensor M = attn_tensor_2d(zeros, 1, SK), dM = attn_tensor_2d(dmask, 1, SK);
+            attn_tensor S = attn_tensor_1d(&sink, 1), dS = attn_tensor_1d(&dsink, 1);
+            attn_sdpa_opts so = opts;
+            so.scale = 1.0f;
+            so.mask[0] = &M, so.grad_mask = &dM;
+            if (with_sink) so.sinks = &S, so.grad_sinks = &dS;
+            for (int gv = 0; gv < 3; ++gv) {
+                nv_call c = {1, 1, 1, SK, ZD, q, k, v, dout, so, o, &lse, st, dq, dk, dv};
+                if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: overflowing dP: call failed", an))
+                    continue;
+                const float p0 = with_sink ? 0.274f : 0.378f, p1 = with_sink ? 0.452f : 0.622f;
+                bool dk1 = true, dv_ok = true;
+                for (int x = 0; x < ZD; ++x) {
+                    dk1 &= x >= 2 ? isnan(dk[ZD + x]) : dk[ZD + x] == -s * INFINITY;
+                    dv_ok &= fabsf(dv[x] - p0) < 1e-2f && fabsf(dv[ZD + x] - p1) < 1e-2f;
+                }
+                tu_check(g, row_finite(o, 0, ZD) && zt_row(dq, 0, 0, ZD, NAN) &&
+                                zt_row(dk, 0, 0, ZD, NAN) && dk1 && dv_ok && isnan(dmask[0]) &&
+                                dmask[1] == -s * INFINITY && (!with_sink || dsink == -s * INFINITY),
+                         "%s, %s, v_0 = %g·(e0 + e1)%s: dQ, dK_0 NaN, dK_1 (%s, %s, NaN...), "
+                         "d mask (NaN, %s)%s, dV = P·dO (got dq %g, dk_0 %g, dk_1 %g %g %g, "
+                         "dmask %g %g, dsink %g, dv %g %g)", an, given_names[gv], (double)big,
+                         with_sink ? ", sink 0.5" : "", sgn ? "inf" : "-inf", sgn ? "inf" : "-inf",
+                         sgn ? "inf" : "-inf", with_sink ? (sgn ? ", d sink inf" : ", d sink -inf") : "",
+                         (double)dq[0], (double)dk[0], (double)dk[ZD], (double)dk[ZD + 1],
+                         (double)dk[ZD + 2], (double)dmask[0], (double)dmask[1], (double)dsink,
+                         (double)dv[0], (double)dv[ZD]);
+            }
+        }
+}
+
 static void zero_terms_backward(tu_suite *suite)
 {
     tu_group g;
@@ -700,6 +751,7 @@ static void zero_terms_backward(tu_suite *suite)
                 zt_sink_row(&g, an, opts);
                 zt_sink_hidden(&g, an, opts);
                 zt_inconsistent_out(&g, an, opts);
+                zt_overflow_dp(&g, an, opts);
             }
         }
         unsetenv("ATTN_ENGINE");
