@@ -358,7 +358,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     dp_nonfinite |= !isfinite(dprob[j]);
                     block_add(&di_sum, prob[j] * dprob[j]);
                 }
-                float di = block_value(&di_sum);
+                const float part = block_value(&di_sum);
+                float di = part;
                 /* D_i = Σ_l P_il dP_il over all keys: over the given keys
                  * alone it is a part; the caller's O gives the whole, dO·O. */
                 if (given) {
@@ -366,10 +367,12 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     di = 0.0f;
                     for (int64_t d = 0; d < p->Dv; ++d) di += doi[d * p->dos[3]] * oi[d * p->os[3]];
                 }
-                /* D_i = Σ_l P_il dP_il holds P_il·dP_il of every key the row
-                 * sees: a NaN or inf dP (NaN or inf in v_l or dO_i) makes it
-                 * NaN or inf even where P_il = 0 (0·NaN), whatever O says. */
-                if (dp_nonfinite && isfinite(di)) di = NAN;
+                /* torch's D_i = Σ_l P_il dP_il holds P_il·dP_il of every key
+                 * the row sees: a NaN or inf dP (NaN or inf in v_l or dO_i,
+                 * or dO_i·v_l overflowing) makes it NaN or ±inf, P_il = 0
+                 * included (0·inf), whatever O says; dO·O adds what the
+                 * other keys of given statistics bring (its class only). */
+                if (dp_nonfinite) di = given && !isfinite(di) ? di + part : part;
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
                  * task, so this sum has a fixed order too.) */
