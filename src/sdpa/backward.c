@@ -154,7 +154,7 @@ static int64_t row_blocks(const sdpa_problem *p)
 typedef struct {
     float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac, *z;
     int32_t *start, *end;
-    float *own_di, *own_rm, *own_rll; /* a block's row statistics (row_block) */
+    float *own_di, *own_rm, *own_rll, *own_dm; /* a block's row quantities (row_block) */
     uint8_t *own_nf;
     uint8_t *dq_zeroed; /* per head of the group and block of BWD_ROWS rows: its dQ
                          * partial rows zeroed by this task yet (dq_row) */
@@ -220,7 +220,7 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, p->dropout_p > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* z */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
-    sdpa_size_add(&s, BWD_ROWS, 3, sizeof(float));      /* own_di, own_rm, own_rll */
+    sdpa_size_add(&s, BWD_ROWS, 4, sizeof(float));      /* own_di, own_rm, own_rll, own_dm */
     sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
     sdpa_size_add(&s, p->group, row_tiles(p), 1);       /* dq_zeroed */
     sdpa_size_add(&s, p->bf16_products ? pair_words(p, d) : 0, 1, sizeof(uint32_t)); /* pairs */
@@ -248,8 +248,8 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.z = p->dropout_p > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
     w.start = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
-    w.own_di = sdpa_take(&base, 3 * BWD_ROWS, sizeof(float));
-    w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS;
+    w.own_di = sdpa_take(&base, 4 * BWD_ROWS, sizeof(float));
+    w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS, w.own_dm = w.own_rll + BWD_ROWS;
     w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
     w.dq_zeroed = sdpa_take(&base, p->group * row_tiles(p), 1);
     w.pairs = sdpa_take(&base, p->bf16_products ? pair_words(p, d) : 0, sizeof(uint32_t));
@@ -296,9 +296,11 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
 {
     sdpa_size s = {0, true};
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
+    sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* max |dO| */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
     sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows seeing non-finite V */
+    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* ... and dP (note_dp_class) */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -490,11 +492,14 @@ typedef struct {
     uint32_t *qa, *da, *qr, *dr;
     atomic_uchar *sees_bad_v; /* per row: it sees a value row holding NaN or inf
                                * (mark_bad_values; any task may set it) */
+    float *dm;                /* per row: max |dO_i| (inf when not finite) */
+    atomic_uchar *dp_class;   /* per row: the classes of its non-finite P·dP
+                               * (note_dp_class; any task may add to it) */
 } bwd_rows;
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
 static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
-                           int64_t i, float *di, float *rm, float *rll, uint8_t *nf)
+                           int64_t i, float *di, float *rm, float *rll, float *dm, uint8_t *nf)
 {
     const float *orow = rs->o + AT4(rs->os, b, h, i, 0);
     const float *drow = p->dout + AT4(p->dos, b, h, i, 0);
@@ -502,6 +507,12 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+    float top = 0.0f;
+    for (int64_t x = 0; x < p->Dv; ++x) {
+        const float a = fabsf(drow[x * p->dos[3]]);
+        top = a > top ? a : top;
+    }
+    *dm = *nf & BWD_DO_NONFINITE ? INFINITY : top;
     if (!isfinite(*di)) *nf |= BWD_D_NONFINITE;
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
@@ -522,7 +533,7 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
 /* The quantities of row block `it` (a multiple of BWD_ROWS) of head (b, h),
  * row it + x at index x: the shared ones, or this task's copy. */
 typedef struct {
-    const float *di, *rm, *rll;
+    const float *di, *rm, *rll, *dm;
     const uint8_t *nf;
     /* the block's Q and dO as pairs (bwd_rows), or NULL: the tiles pack them */
     const uint32_t *qa, *da, *qr, *dr;
@@ -551,8 +562,8 @@ static row_view row_block(const sdpa_problem *p, const bwd_dims *d, const bwd_ro
     const int64_t row = (b * p->Hq + h) * p->Nq + it;
     const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
     const int64_t blk = (b * p->Hq + h) * row_tiles(p) + it / BWD_ROWS;
-    row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row,
-                       NULL, NULL, NULL, NULL};
+    row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->dm + row,
+                       rs->nonfinite + row, NULL, NULL, NULL, NULL};
     if (rs->qa) { /* where the block's pairs are (once it is READY) */
         const int64_t prow = (b * p->Hq + h) * ((p->Nq + 1) / 2) + it / 2;
         shared.qa = rs->qa + row * ((p->D + 1) / 2), shared.da = rs->da + row * ((p->Dv + 1) / 2);
@@ -562,11 +573,11 @@ static row_view row_block(const sdpa_problem *p, const bwd_dims *d, const bwd_ro
     if (claim == SDPA_CLAIM_READY) return shared;
     const bool mine = claim == SDPA_CLAIM_MINE;
     float *di = mine ? rs->di + row : w->own_di, *rm = mine ? rs->rm + row : w->own_rm;
-    float *rll = mine ? rs->rll + row : w->own_rll;
+    float *rll = mine ? rs->rll + row : w->own_rll, *dm = mine ? rs->dm + row : w->own_dm;
     uint8_t *nf = mine ? rs->nonfinite + row : w->own_nf;
     for (int64_t x = 0; x < n; ++x)
-        row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &nf[x]);
-    if (!mine) return (row_view){di, rm, rll, nf, NULL, NULL, NULL, NULL};
+        row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &dm[x], &nf[x]);
+    if (!mine) return (row_view){di, rm, rll, dm, nf, NULL, NULL, NULL, NULL};
     if (rs->qa) row_pairs(p, d, rs, b, h, it, n, &shared);
     sdpa_item_done(&rs->state[blk]);
     return shared;
@@ -664,11 +675,11 @@ static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64
  * value row are marked, and nan_marked_rows gives them D_i's consequences
  * at the end. vt: Vᵀ of keys j0 + [0, nj), rows ld apart.
  */
-static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
+static bool mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
                             int64_t hk, int64_t j0, int64_t nj, const float *vt, int64_t ld,
                             const bwd_rows *rs)
 {
-    if (kern->rows_finite(vt, ld, p->Dv, nj)) return;
+    if (kern->rows_finite(vt, ld, p->Dv, nj)) return true;
     for (int64_t c = 0; c < nj; ++c) {
         if (sdpa_rows_finite(vt + c, 0, ld, 1, p->Dv)) continue;
         int64_t first, last;
@@ -679,6 +690,86 @@ static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int
                     atomic_store_explicit(&rs->sees_bad_v[(b * p->Hq + h) * p->Nq + i], 1,
                                           memory_order_relaxed);
     }
+    return false;
+}
+
+/* max |v| over the key tile's values (Vᵀ: Dv rows of nj, ld apart), all
+ * finite. */
+static float value_bound(const float *vt, int64_t ld, int64_t dv, int64_t nj)
+{
+    float top = 0.0f;
+    for (int64_t x = 0; x < dv; ++x)
+        for (int64_t c = 0; c < nj; ++c) {
+            const float a = fabsf(vt[x * ld + c]);
+            top = a > top ? a : top;
+        }
+    return top;
+}
+
+/* The bound below which no dP_ij = (dO_i·v_j)·z_ij can overflow, in any
+ * summation order, with or without fused multiply-adds or bfloat16
+ * rounding: max|dO_i| · max|v_j| < 2^126 / (Dv · max z) keeps every partial
+ * sum under 2^127(1 + 2^-7). */
+static float dp_risk(const sdpa_problem *p)
+{
+    const float zmax = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
+    return 0x1p126f / ((float)p->Dv * zmax);
+}
+
+/* The classes of a non-finite P_ij·dP_ij, whose sum torch's D_i is. */
+enum { DP_NAN = 1, DP_POS = 2, DP_NEG = 4 };
+
+/*
+ * torch's D_i = Σ_j P_ij dP_ij over the keys j row i sees is NaN or ±inf
+ * when one of its dP_ij is, whatever O says: dO_i·v_j may overflow while
+ * dO_i·O_i does not, or O may come from elsewhere. For the rows of a band
+ * whose bound (dp_risk: max|dO_i| in dm, max|v| of the tile in vmax) lets
+ * dP leave float's range, the classes of their non-finite P_ij·dP_ij (P_ij
+ * = 0 included: 0·inf) go to dp_class; torch_row_d reads them after the
+ * tasks. s: P, dp: dP∘Z of rows i + [0, rb), columns [b0, b1) of the key
+ * tile at j0 (nj keys).
+ */
+static void note_dp_class(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
+                          int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t b1,
+                          const float *s, const float *dp, int64_t ld, const float *dm,
+                          const uint8_t *nf, float vmax, float risk)
+{
+    for (int64_t r = 0; r < rb; ++r) {
+        if (dm[r] * vmax < risk || !has_softmax(nf[r])) continue;
+        uint8_t cls = 0;
+        for (int64_t c = b0; c < b1 && c < nj; ++c) {
+            const float x = dp[r * ld + c];
+            if (isfinite(x) || !sdpa_key_visible(p, b, h, i + r, j0 + c)) continue;
+            const float t = s[r * ld + c] * x;
+            cls |= isnan(t) ? DP_NAN : t > 0.0f ? DP_POS : DP_NEG;
+        }
+        if (cls)
+            atomic_fetch_or_explicit(&rs->dp_class[(b * p->Hq + h) * p->Nq + i + r], cls,
+                                     memory_order_relaxed);
+    }
+}
+
+/* Rows whose dP is not finite on a key they see take torch's D_i = Σ_j
+ * P_ij dP_ij, of which only the class counts (NaN, +inf, -inf); with the
+ * caller's O and statistics, dO·O adds what keys beyond these bring (as
+ * the reference). Returns whether a row's D changed: then the tasks run
+ * again, with these rows' dS = P(dP - D) (dsoftmax_band). */
+static bool torch_row_d(const bwd_dims *d, const bwd_rows *rs)
+{
+    bool changed = false;
+    for (int64_t row = 0; row < d->rows; ++row) {
+        const uint8_t cls = atomic_load_explicit(&rs->dp_class[row], memory_order_relaxed);
+        if (!cls || !has_softmax(rs->nonfinite[row])) continue;
+        const float part = cls & DP_NAN || (cls & DP_POS && cls & DP_NEG) ? NAN
+                           : cls & DP_POS                                 ? INFINITY
+                                                                          : -INFINITY;
+        const float old = rs->di[row], now = d->recompute || isfinite(old) ? part : old + part;
+        if (isnan(now) ? isnan(old) : now == old) continue;
+        rs->di[row] = now;
+        rs->nonfinite[row] |= BWD_D_NONFINITE;
+        changed = true;
+    }
+    return changed;
 }
 
 /* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
@@ -730,6 +821,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
     const bool want_ds = p->dk || p->dq || p->dbias, direct = sdpa_scores_direct(p, kern);
     const int64_t qkp = (p->D + 1) / 2, dkp = (p->Dv + 1) / 2; /* feature pairs */
+    const float risk = dp_risk(p);
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
@@ -738,6 +830,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
         const float *kr = NULL; /* K_j as rows (B operand of dQ += dS·K_j) */
         int64_t ldk = 0;
         int k_finite = -1;
+        float vmax = 0.0f; /* max |v| of the tile (inf: not all finite) */
         int64_t ifirst, ilast;
         sdpa_key_rows(p, j0, j0 + nj, &ifirst, &ilast);
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
@@ -763,7 +856,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
                     }
                     packed = true;
-                    mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs);
+                    vmax = mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs)
+                               ? value_bound(w->vt, d->bcp, p->Dv, nj)
+                               : INFINITY;
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
@@ -845,6 +940,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
+                    note_dp_class(p, rs, b, h, i0 + r0, j0, nj, rb, b0, b1, w->s + r0 * d->bcp, db,
+                                  d->bcp, rv.dm + x0 + r0, rv.nf + x0 + r0, vmax, risk);
                     if (p->dbias)
                         store_logit_grads(p, b, h, i0 + r0, rb, j0, b0, b1, w->s + r0 * d->bcp,
                                           db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0);
@@ -974,10 +1071,12 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     char *cursor;
     RETURN_IF_ERROR(sdpa_workspace(p, need.bytes, &owned, &cursor, err));
     float *di = sdpa_take(&cursor, d.rows, sizeof(float));
+    float *dm = sdpa_take(&cursor, d.rows, sizeof(float));
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
     atomic_uchar *sees_bad_v = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
+    atomic_uchar *dp_class = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
@@ -1018,8 +1117,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
     bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
-                   sees_bad_v};
-    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0);
+                   sees_bad_v, dm, dp_class};
+    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0), atomic_init(&dp_class[x], 0);
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
@@ -1033,24 +1132,30 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row)
             row_quantities(p, &rs, row / (p->Nq * p->Hq), (row / p->Nq) % p->Hq, row % p->Nq,
-                           &di[row], &rm[row], &rll[row], &nonfinite[row]);
+                           &di[row], &rm[row], &rll[row], &dm[row], &nonfinite[row]);
         sink_gradients(p, rm, rll, di);
     }
 
-    for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
     /* One thread, or one task: on this thread, without entering a parallel
      * region (whose set-up costs more than a tiny call). */
     const bool alone = threads == 1 || p->B * p->Hkv * d.chunks == 1;
     SDPA_PROF_START(t_loop);
-    if (alone) {
-        backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, 0, 1);
-    } else {
+    /* Twice when a row's D must be torch's Σ P·dP (torch_row_d): rare
+     * inputs (an overflowing dO·v, an O from elsewhere) pay for it. */
+    for (int run = 0; run < 2; ++run) {
+        for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
+        if (alone) {
+            backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, 0, 1);
+        } else {
 #pragma omp parallel num_threads(threads)
-        {
-            int me, team;
-            sdpa_team(&me, &team);
-            backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, me, team);
+            {
+                int me, team;
+                sdpa_team(&me, &team);
+                backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, me, team);
+            }
         }
+        if (run > 0 || !torch_row_d(&d, &rs)) break;
+        if (p->dsinks) sink_gradients(p, rm, rll, di);
     }
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
 
