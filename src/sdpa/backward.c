@@ -472,6 +472,27 @@ static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, i
            ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* max |a[c·as]| over c < n, the values finite (eight lanes: a select per
+ * lane vectorises where a running maximum would not). */
+static float max_abs(const float *a, int64_t as, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t c = 0;
+    if (as == 1)
+        for (; c + 8 <= n; c += 8)
+            for (int l = 0; l < 8; ++l) {
+                const float x = fabsf(a[c + l]);
+                lane[l] = x > lane[l] ? x : lane[l];
+            }
+    for (; c < n; ++c) {
+        const float x = fabsf(a[c * as]);
+        lane[c % 8] = x > lane[c % 8] ? x : lane[c % 8];
+    }
+    float top = 0.0f;
+    for (int l = 0; l < 8; ++l) top = lane[l] > top ? lane[l] : top;
+    return top;
+}
+
 /*
  * Per query row: D_i = rowsum(dO_i∘O_i), the statistics (m, ll) of its
  * softmax (the exact ones when known, else (lse, 0), whose P carries lse's
@@ -507,12 +528,7 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
-    float top = 0.0f;
-    for (int64_t x = 0; x < p->Dv; ++x) {
-        const float a = fabsf(drow[x * p->dos[3]]);
-        top = a > top ? a : top;
-    }
-    *dm = *nf & BWD_DO_NONFINITE ? INFINITY : top;
+    *dm = *nf & BWD_DO_NONFINITE ? INFINITY : max_abs(drow, p->dos[3], p->Dv);
     if (!isfinite(*di)) *nf |= BWD_D_NONFINITE;
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
@@ -698,11 +714,10 @@ static bool mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int
 static float value_bound(const float *vt, int64_t ld, int64_t dv, int64_t nj)
 {
     float top = 0.0f;
-    for (int64_t x = 0; x < dv; ++x)
-        for (int64_t c = 0; c < nj; ++c) {
-            const float a = fabsf(vt[x * ld + c]);
-            top = a > top ? a : top;
-        }
+    for (int64_t x = 0; x < dv; ++x) {
+        const float m = max_abs(vt + x * ld, 1, nj);
+        top = m > top ? m : top;
+    }
     return top;
 }
 
