@@ -727,10 +727,69 @@ static void zt_overflow_dp(tu_group *g, const char *an, attn_sdpa_opts opts)
         }
 }
 
+/* The class of x: NaN, +inf, -inf or finite. */
+static int fclass(float x)
+{
+    return isnan(x) ? 0 : x == INFINITY ? 1 : x == -INFINITY ? 2 : 3;
+}
+
+/* Overflowing dP in rows among many: GQA 4/2, Nq 130, Nk 200 (three key
+ * tiles, several tasks), bottom-right causal, D 16, N(0, 1) inputs; dO of
+ * row 100 of head 1 and row 7 of head 2 is 2^127·e0 and v_j[0] a multiple
+ * of 1/4 in [-4, 4] (exact in bfloat16), so dP_ij = 2^127·v_j[0] overflows
+ * exactly where |v_j[0]| >= 2, in any order. Every gradient has the class
+ * (NaN, ±inf, finite) of the float32 reference with the same inputs (torch's
+ * Σ P·dP), those rows' dQ is NaN, the others' finite, and 2 threads give
+ * the bits of 1. */
+static void zt_overflow_rows(tu_group *g, const char *an, const char *arch, attn_sdpa_opts opts,
+                             tu_rng *rng)
+{
+    enum { OH = 4, OKV = 2, ONQ = 130, ONK = 200, OD = 16 };
+    enum { NQO = OH * ONQ * OD, NKO = OKV * ONK * OD };
+    static float q[NQO], k[NKO], v[NKO], dout[NQO], o[NQO], lse[OH * ONQ], st[OH * ONQ * 2];
+    static float got[2][NQO + 2 * NKO], want[NQO + 2 * NKO];
+    fill(q, NQO, rng), fill(k, NKO, rng), fill(v, NKO, rng), fill(dout, NQO, rng);
+    for (int j = 0; j < OKV * ONK; ++j) v[j * OD] = (float)((int)(tu_rng_uniform(rng) * 33.0) - 16) / 4.0f;
+    const int rows[2][2] = {{1, 100}, {2, 7}};
+    for (int r = 0; r < 2; ++r)
+        for (int e = 0; e < OD; ++e) dout[(rows[r][0] * ONQ + rows[r][1]) * OD + e] = e ? 0.0f : 0x1p127f;
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    for (int gv = 0; gv < 3; ++gv) {
+        bool ok = true;
+        for (int t = 0; t < 3; ++t) { /* the reference, then 1 and 2 threads */
+            attn_sdpa_opts o2 = opts;
+            float *out = t ? got[t - 1] : want;
+            if (!t) o2.precision = ATTN_PRECISION_EXACT, setenv("ATTN_ARCH", "reference", 1);
+            o2.num_threads = t ? t : 1;
+            nv_call c = {OH, OKV, ONQ, ONK, OD, q, k, v, dout, o2, o, lse, st, out, out + NQO,
+                         out + NQO + NKO};
+            ok &= nv_run(&c, (nv_given)gv);
+            if (!t) setenv("ATTN_ARCH", arch, 1);
+        }
+        if (!tu_check(g, ok, "%s: overflow rows: call failed", an)) continue;
+        int differ = 0, first = -1;
+        for (int x = 0; x < NQO + 2 * NKO; ++x)
+            if (fclass(got[0][x]) != fclass(want[x]) && differ++ == 0) first = x;
+        bool dq_ok = true;
+        for (int h = 0; h < OH; ++h)
+            for (int i = 0; i < ONQ; ++i) {
+                const bool bad = (h == 1 && i == 100) || (h == 2 && i == 7);
+                dq_ok &= rows_are(got[0], ONQ, OD, h, i, i + 1, bad ? IS_NAN : IS_FINITE);
+            }
+        tu_check(g, differ == 0 && dq_ok && memcmp(got[0], got[1], sizeof got[0]) == 0,
+                 "%s, %s: overflowing dP in 2 of 520 rows: classes as the reference (%d differ, "
+                 "the first at %d: %g vs %g), dQ NaN in those rows only, 2 threads = 1", an,
+                 given_names[gv], differ, first, first < 0 ? 0.0 : (double)got[0][first],
+                 first < 0 ? 0.0 : (double)want[first]);
+    }
+}
+
 static void zero_terms_backward(tu_suite *suite)
 {
     tu_group g;
     tu_group_begin(&g, suite, "non-finite values in the backward: zero terms of visible keys");
+    tu_rng rng;
+    tu_rng_seed(&rng, 11);
     for (int a = 0; a < 5; ++a) {
         if (!arch_available(a)) continue;
         setenv("ATTN_ARCH", archs[a], 1);
@@ -752,6 +811,7 @@ static void zero_terms_backward(tu_suite *suite)
                 zt_sink_hidden(&g, an, opts);
                 zt_inconsistent_out(&g, an, opts);
                 zt_overflow_dp(&g, an, opts);
+                if (threads == 1) zt_overflow_rows(&g, an, archs[a], opts, &rng); /* runs both */
             }
         }
         unsetenv("ATTN_ENGINE");
