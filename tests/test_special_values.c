@@ -724,6 +724,19 @@ static void zt_overflow_dp(tu_group *g, const char *an, attn_sdpa_opts opts)
                          (double)dk[ZD + 2], (double)dmask[0], (double)dmask[1], (double)dsink,
                          (double)dv[0], (double)dv[ZD]);
             }
+            if (!with_sink) continue;
+            /* the sink's gradient alone (with dV): the same D */
+            attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, ZD), K = attn_tensor_4d(k, 1, 1, SK, ZD),
+                        V = attn_tensor_4d(v, 1, 1, SK, ZD), dO = attn_tensor_4d(dout, 1, 1, 1, ZD),
+                        O = attn_tensor_4d(o, 1, 1, 1, ZD), L = attn_tensor_3d(&lse, 1, 1, 1),
+                        dV = attn_tensor_4d(dv, 1, 1, SK, ZD);
+            so.grad_mask = NULL, so.grad_sinks = NULL;
+            bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &so, NULL) == ATTN_OK;
+            so.grad_sinks = &dS, dsink = 7.0f;
+            ok = ok && attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, NULL, NULL, &dV, &so, NULL) == ATTN_OK;
+            tu_check(g, ok && dsink == -s * INFINITY, "%s, v_0 = %g·(e0 + e1), sink 0.5, only dV and "
+                     "the sink's gradient: d sink %s (got %g)", an, (double)big,
+                     sgn ? "inf" : "-inf", (double)dsink);
         }
 }
 

@@ -834,7 +834,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     memset(w->dq_zeroed, 0, (size_t)(p->group * row_tiles(p)));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
-    const bool want_ds = p->dk || p->dq || p->dbias, direct = sdpa_scores_direct(p, kern);
+    /* dP also for a sink's gradient alone: its D may have to be torch's (torch_row_d) */
+    const bool want_ds = p->dk || p->dq || p->dbias || p->dsinks;
+    const bool direct = sdpa_scores_direct(p, kern);
     const int64_t qkp = (p->D + 1) / 2, dkp = (p->Dv + 1) / 2; /* feature pairs */
     const float risk = dp_risk(p);
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
