@@ -762,8 +762,11 @@ static int64_t run_lo(const int64_t *band_lo, int64_t r0, int64_t r1, int64_t ro
  * rescale), one P·V (float32: V in place; bfloat16: one per tile's
  * pairs), and its rows are done. */
 
-/* A band's columns: its rows of the score tile laid end to end. */
-enum { FWD_BAND_COLS = FWD_ROWS * FWD_KEYS / FWD_BAND };
+/* A band's columns: its rows of the score tile laid end to end, less two
+ * panels (rows 4 KiB apart would all fall in the same L1 sets: the
+ * 12-row products missed L1 on every row). */
+enum { FWD_BAND_COLS = FWD_ROWS * FWD_KEYS / FWD_BAND - 32 };
+_Static_assert(FWD_BAND_COLS % SDPA_MAX_NPAD == 0, "a band's rows start on panels");
 
 /* Whether the call's windowed rows take the bands (unit_bands): both
  * sides bounded, a band's keys within FWD_BAND_COLS (with a panel's
@@ -818,10 +821,12 @@ static float *ready_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, in
 }
 
 /* Unit e of kv head (b, hk) (head h, rows [i0, i0+mi)) band by band:
- * its accumulator rows, row maxima and sums, from their first values. */
+ * its accumulator rows, row maxima and sums, from their first values;
+ * meanwhile the shared tile from key `next` (-1: none) requested into L2
+ * a slice per band (prefetch_tile). */
 static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
                        int64_t b, int64_t hk, int64_t e, int64_t h, int64_t i0, int64_t mi,
-                       fwd_scratch *w)
+                       int64_t next, fwd_scratch *w)
 {
     const int64_t npad = kern->npad, lds = FWD_BAND_COLS, dvn = sdpa_round_up(p->Dv, npad);
     const int64_t spad = d->dot ? npad : npad / 2; /* score GEMMs: half panels (float32) */
@@ -830,6 +835,8 @@ static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fw
     for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
         const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND, x = e * FWD_ROWS + r0;
         float *o = w->o + x * d->dvp, *rowmax = w->rowmax + x, *rowsum = w->rowsum + x;
+        if (next >= 0) /* a slice per band */
+            prefetch_tile(p, d, w, b, hk, next, r0 / FWD_BAND, (mi + FWD_BAND - 1) / FWD_BAND);
         int64_t rlo[FWD_BAND], rhi[FWD_BAND], lo = INT64_MAX, hi = 0;
         for (int64_t r = 0; r < rb; ++r) {
             sdpa_row_keys(p, i0 + r0 + r, &rlo[r], &rhi[r]);
@@ -969,24 +976,35 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     if (kbeg < key0) kbeg = key0;
     if (kend > key1) kend = key1;
     w->kend = kend;
-    bool banded = false;
-    if (d->bands && kend > kbeg) {
-        SDPA_PROF_START(t_pack);
-        tiles_ready(p, kern, d, b, hk, kbeg, kend, w);
-        banded = keys_finite(p, kern, d, b, hk, kbeg, kend, w);
-        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_PACK, t_pack);
-    }
-    for (int64_t e = 0; banded && e < nu; ++e) {
-        int64_t h, i0, mi;
+    /* Windowed units band by band while the values they read are finite
+     * (checked as far as each unit reads); the rest by the tile loop. */
+    bool banded[FWD_UNITS] = {false};
+    int64_t units_banded = 0;
+    for (int64_t e = 0, finite_to = kbeg; d->bands && e < nu; ++e, ++units_banded) {
+        int64_t h, i0, mi, lo, hi, x;
         unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
-        unit_bands(p, kern, d, b, hk, e, h, i0, mi, w);
-        o_set[e] = true;
+        sdpa_row_keys(p, i0, &lo, &x);
+        sdpa_row_keys(p, i0 + mi - 1, &x, &hi);
+        if (hi > lo) {
+            SDPA_PROF_START(t_pack);
+            tiles_ready(p, kern, d, b, hk, lo, hi, w);
+            const int64_t from = lo > finite_to ? lo : finite_to;
+            const bool finite = hi <= from || keys_finite(p, kern, d, b, hk, from, hi, w);
+            finite_to = hi > finite_to ? hi : finite_to;
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_PACK, t_pack);
+            if (!finite) break;
+        }
+        /* the next tile, which the next units read, requested meanwhile */
+        const int64_t next = hi > lo ? (hi - 1) - (hi - 1) % d->keys + d->keys : -1;
+        unit_bands(p, kern, d, b, hk, e, h, i0, mi, next, w);
+        banded[e] = o_set[e] = true;
     }
-    for (int64_t j0 = kbeg - kbeg % d->keys; !banded && j0 < kend; j0 += d->keys) {
+    for (int64_t j0 = kbeg - kbeg % d->keys; units_banded < nu && j0 < kend; j0 += d->keys) {
         const int64_t nj = kend - j0 < d->keys ? kend - j0 : d->keys;
         bool packed = false;
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
+            if (banded[e]) continue;
             unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
             if (d->prepacked) prefetch_tile(p, d, w, b, hk, j0 + d->keys, e, nu);
             SDPA_PROF_START(t_plan);
