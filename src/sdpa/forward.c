@@ -390,7 +390,7 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_sc
         const char *kr = k + (ptrdiff_t)(j * p->ks[2]) * (ptrdiff_t)ke;
         const char *vr = v + (ptrdiff_t)(j * p->vs[2]) * (ptrdiff_t)ve;
         for (int64_t x = 0; x < p->D * (int64_t)ke; x += 64) __builtin_prefetch(kr + x, 0, 2);
-        for (int64_t x = 0; d->dot && x < p->Dv * (int64_t)ve; x += 64)
+        for (int64_t x = 0; (d->dot || d->bands) && x < p->Dv * (int64_t)ve; x += 64)
             __builtin_prefetch(vr + x, 0, 2);
     }
 #else
