@@ -376,7 +376,9 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_sc
                           int64_t b, int64_t hk, int64_t j0, int64_t part, int64_t parts)
 {
 #if defined(__GNUC__) || defined(__clang__) /* a hint: none without the builtin */
-    if (j0 >= w->kend || p->ks[3] != 1 || p->vs[3] != 1) return;
+    /* (the bands: also past the task's keys, which the kv head's next task,
+     * on this thread next, reads first) */
+    if (j0 >= (d->bands ? p->Nk : w->kend) || p->ks[3] != 1 || p->vs[3] != 1) return;
     if (atomic_load_explicit(&w->kstate[shared_tile(p, d, b, hk, j0)], memory_order_relaxed) !=
         SDPA_ITEM_FREE)
         return;
