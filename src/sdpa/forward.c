@@ -50,7 +50,6 @@
 
 #include <sched.h>
 
-
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
     FWD_KEYS = SDPA_KEY_TILE, /* keys per tile (multiple of SDPA_MAX_NPAD) */
