@@ -70,9 +70,6 @@ typedef struct {
 typedef struct {
     float *q, *s, *acc, *rowmax, *rowsum, *alpha;
     double *merged; /* (Dv) one row's merged output */
-    int8_t *limbs;     /* int8 keys, integer scores: the query rows' limbs */
-    kv_i8_query *qi8;  /* per group of KV_ROWS rows */
-    bool *qi8_ok;      /* per group: its limbs are usable (else float scores) */
     int32_t *start, *end;
     int64_t *lo, *hi;
 } decode_scratch;
@@ -80,7 +77,6 @@ typedef struct {
 typedef struct {
     const kv_attend_call *a;
     const kv_row_kernels *rows;
-    const kv_i8_kernels *i8; /* int8 keys' integer scores (NULL: the float ones) */
     const sdpa_kernels *sk;
     int64_t G, R, D;
     float *parts; /* per task: R × (Dv + 2): o, then m, ll */
@@ -218,10 +214,6 @@ static void run_task(const decode_plan *p, const decode_task *t, const decode_ta
     const float scale = logit_scale(a, D);
     const float key_scale = c->fmt == KV_E4M3 ? scale * (p->k_unit * c->k_hs[t->h]) : scale;
     load_queries(p, t, w->q);
-    for (int64_t r = 0; r < R && p->i8; r += KV_ROWS)
-        w->qi8_ok[r / KV_ROWS] = p->i8->prepare(
-            w->q + r * D, (int)(R - r < KV_ROWS ? R - r : KV_ROWS), D,
-            w->limbs + r * KV_I8_LIMBS * kv_i8_query_stride(D), &w->qi8[r / KV_ROWS]);
     for (int64_t i = 0; i < a->Nq; ++i) visible_range(a, L, i, &w->lo[i], &w->hi[i]);
     for (int64_t r = 0; r < R; ++r) {
         w->rowmax[r] = -INFINITY;
@@ -251,16 +243,10 @@ static void run_task(const decode_plan *p, const decode_task *t, const decode_ta
                 prefetch_line(c->k_rs + row1 + o), prefetch_line(c->v_rs + row1 + o);
         }
         const float *k_rs = c->fmt == KV_I8 ? c->k_rs + row0 : NULL;
-        for (int64_t r = 0; r < R; r += KV_ROWS) {
-            const void *next_v = r == 0 ? vrows : NULL;
-            if (p->i8 && w->qi8_ok[r / KV_ROWS])
-                p->i8->scores(krows, n, npad, D, &w->qi8[r / KV_ROWS], w->s + r * LDS, LDS, k_rs,
-                             next_v, n * (int64_t)vrow_bytes);
-            else
-                p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
-                                (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS, k_rs,
-                                next_v, n * (int64_t)vrow_bytes);
-        }
+        for (int64_t r = 0; r < R; r += KV_ROWS)
+            p->rows->scores(p->kfmt, krows, n, npad, D, w->q + r * D,
+                            (int)(R - r < KV_ROWS ? R - r : KV_ROWS), w->s + r * LDS, LDS, k_rs,
+                            r == 0 ? vrows : NULL, n * (int64_t)vrow_bytes);
         chunk_softmax(p, t, w, c0, n, key_scale);
         for (int64_t r = 0; r < R; ++r) /* keys seen, max -inf: were their logits NaN? */
             if (w->rowmax[r] == -INFINITY && w->start[r] < w->end[r]) {
@@ -336,8 +322,7 @@ static void free_scratch(decode_scratch *w, int n)
 {
     for (int i = 0; w && i < n; ++i)
         free(w[i].q), free(w[i].s), free(w[i].acc), free(w[i].rowmax), free(w[i].rowsum),
-            free(w[i].alpha), free(w[i].merged), free(w[i].start), free(w[i].end), free(w[i].lo), free(w[i].hi),
-            free(w[i].limbs), free(w[i].qi8), free(w[i].qi8_ok);
+            free(w[i].alpha), free(w[i].merged), free(w[i].start), free(w[i].end), free(w[i].lo), free(w[i].hi);
     free(w);
 }
 
@@ -349,7 +334,6 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
     p.G = a->Hq / g->kv_heads;
     p.R = p.G * a->Nq;
     p.D = g->head_dim;
-    if (c->fmt == KV_I8 && p.D <= KV_I8_MAX_D) p.i8 = kv_i8_kernels_select(p.rows);
     /* int8 keeps NaN in the row scale, applied to the keys each row sees */
     p.v_may_be_nan = c->fmt != KV_I8 && c->v_nonfinite;
     /* fp8 without NaN codes, scales that 2^8 keeps finite: the cheaper widening through float16 */
@@ -387,12 +371,8 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
         w->end = malloc((size_t)p.R * sizeof(int32_t));
         w->lo = malloc((size_t)a->Nq * sizeof(int64_t));
         w->hi = malloc((size_t)a->Nq * sizeof(int64_t));
-        const int64_t groups = (p.R + KV_ROWS - 1) / KV_ROWS;
-        w->limbs = malloc((size_t)(groups * KV_ROWS * KV_I8_LIMBS * kv_i8_query_stride(p.D)));
-        w->qi8 = malloc((size_t)groups * sizeof *w->qi8);
-        w->qi8_ok = malloc((size_t)groups * sizeof *w->qi8_ok);
         ok = w->q && w->s && w->acc && w->rowmax && w->rowsum && w->alpha && w->merged && w->start && w->end &&
-             w->lo && w->hi && w->limbs && w->qi8 && w->qi8_ok;
+             w->lo && w->hi;
     }
     if (!ok) {
         free(tasks), free(first), free(p.parts), free_scratch(ws, threads);

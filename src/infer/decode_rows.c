@@ -81,12 +81,3 @@ const kv_row_kernels *kv_row_kernels_select(void)
 #endif
     return &kv_rows_generic;
 }
-
-const kv_i8_kernels *kv_i8_kernels_select(const kv_row_kernels *rows)
-{
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    if (rows == &kv_rows_avx512 && __builtin_cpu_supports("avx512vnni")) return &kv_i8_vnni;
-#endif
-    (void)rows;
-    return NULL;
-}

@@ -76,47 +76,4 @@ static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i,
 /* The table for this CPU and ATTN_ARCH (as the SDPA kernels choose). */
 const kv_row_kernels *kv_row_kernels_select(void);
 
-/*
- * int8 keys' scores as integer dot products (AVX512-VNNI), for up to
- * KV_ROWS query rows each written as a fixed point relative to its largest
- * |q| (kv_i8_query_prepare):
- *   Q_d = rint(q_d · 2^(22-e))  (|q| < 2^e: |Q_d| <= 2^22, an error of at
- *         most 2^(e-23) per element: within float32's normwise bound
- *         γ_D·max|q|·Σ|k| of the float dot product, not its componentwise one)
- *       = Q0·2^16 + Q1·2^8 + Q2, each limb a signed byte
- *   s_t = (Σ_d Q_d·k_d)·2^(e-22)·row_scale[t]
- * Σ_d Q_d·k_d is exact: the kernel adds 128 to every key byte (u8 × s8
- * products, vpdpbusd) and subtracts 128·Σ_d Q_d per row, in int32. The
- * contract otherwise as decode_rows' scores (row_scale NULL: none).
- */
-enum { KV_I8_LIMBS = 3 };
-typedef struct {
-    const int8_t *limbs;           /* (m, KV_I8_LIMBS, stride) row r's limb l of feature d; 0 past D */
-    int64_t stride;                /* bytes per limb: D rounded up to 64 */
-    int m;                         /* rows, 1..KV_ROWS */
-    float unit[KV_ROWS];           /* 2^(e-22): the value of one unit of row r */
-    int32_t bias_hi[KV_ROWS];      /* 128·(Σ Q0·2^8 + Σ Q1) */
-    int32_t bias_lo[KV_ROWS];      /* 128·Σ Q2 */
-} kv_i8_query;
-
-typedef struct {
-    /* Fills *out from query rows q (m, D) into limbs (m·KV_I8_LIMBS·
-     * kv_i8_query_stride(D) bytes); false (score those rows in float) for a
-     * non-finite element or a max |q| below 2^-100. */
-    bool (*prepare)(const float *q, int m, int64_t D, int8_t *limbs, kv_i8_query *out);
-    void (*scores)(const void *rows, int64_t n, int64_t n_out, int64_t D, const kv_i8_query *q,
-                   float *s, int64_t lds, const float *row_scale, const void *next,
-                   int64_t next_bytes);
-} kv_i8_kernels;
-
-enum { KV_I8_MAX_D = 512 }; /* past it the int32 sums could wrap */
-static inline int64_t kv_i8_query_stride(int64_t D) { return (D + 63) / 64 * 64; }
-
-/* The integer kernels when `rows` is the AVX-512 table and the CPU has
- * AVX512-VNNI; NULL otherwise. */
-const kv_i8_kernels *kv_i8_kernels_select(const kv_row_kernels *rows);
-#if defined(__x86_64__) || defined(__i386__)
-extern const kv_i8_kernels kv_i8_vnni;
-#endif
-
 #endif /* ATTN_INFER_DECODE_ROWS_H */
