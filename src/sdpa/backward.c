@@ -332,18 +332,54 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
 /* Per query row, which of its Q and dO rows hold a non-finite value (found
  * once, not again for every key tile the row meets), and whether its D is
  * NaN or inf (then so is every dS of the keys it sees: dsoftmax_band). */
-enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4 };
+enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4, BWD_NO_SOFTMAX = 8 };
 
-/* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
- * its B operand (Q or dO of rows [0, rows): `which` in their flags) is not
- * all finite, the zeros must not multiply it. */
-static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const uint8_t *flags,
-                            int64_t rows, uint8_t which)
+/* A GEMM whose A operand holds the zeros of hidden keys or of rows that see
+ * no key (an empty softmax, in any tile): when its B operand (Q or dO of
+ * rows [0, rows): `which` in their flags) is not all finite, the zeros must
+ * not multiply it; add_zero_terms then adds those of visible keys. */
+static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const uint8_t *flags, int64_t rows,
+                            uint8_t which)
 {
     uint8_t any = 0;
-    if (t->ragged)
-        for (int64_t r = 0; r < rows; ++r) any |= flags[r];
+    for (int64_t r = 0; r < rows; ++r) any |= flags[r];
     return any & which ? sdpa_gemm_skip_zeros : kern->gemm;
+}
+
+/* Whether a row (its flags) has a softmax: not one that saw no key, whose
+ * output is the constant 0 and which adds nothing to any gradient. */
+static bool has_softmax(uint8_t nf)
+{
+    return !(nf & BWD_NO_SOFTMAX);
+}
+
+/*
+ * After a zero-skipping product C += A·B, the terms it left out that torch
+ * keeps: a zero of a visible key of a row with a softmax (P underflowed or
+ * dropped, dS = 0, e.g. P = 0 under a logit of -inf) times a non-finite B
+ * row value is NaN (0·inf, 0·NaN), as in the reference's sums over visible
+ * keys. A's entry (i, l) of m × k is query row r, key c of the tile: r =
+ * i0 + i, c = l0 + l for dQ += dS·K; r = l0 + l, c = i0 + i (by_key) for
+ * dK += dSᵀ·Q and dV += Pᵀ·dO. B: k rows of n values, ldb apart; vis: the
+ * tile's rows' bounds and bias (-inf: masked); nf: their flags.
+ */
+static void add_zero_terms(const sdpa_logits *vis, const uint8_t *nf, bool by_key, int64_t m,
+                           int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                           int64_t i0, int64_t l0, const float *b, int64_t ldb, float *c,
+                           int64_t ldc)
+{
+    for (int64_t l = 0; l < k; ++l) {
+        const float *bl = b + l * ldb;
+        if (sdpa_rows_finite(bl, 0, 1, 1, n)) continue;
+        for (int64_t i = 0; i < m; ++i) {
+            const int64_t r = by_key ? l0 + l : i0 + i, col = by_key ? i0 + i : l0 + l;
+            if (a[i * a_rs + l * a_cs] != 0.0f || !has_softmax(nf[r]) || col < vis->start[r] ||
+                col >= vis->end[r] || (vis->bias && vis->bias[r * vis->ldbias + col] == -INFINITY))
+                continue;
+            for (int64_t x = 0; x < n; ++x)
+                if (!isfinite(bl[x])) c[i * ldc + x] += 0.0f * bl[x];
+        }
+    }
 }
 
 /*
@@ -475,6 +511,12 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
         *rm = lse;
         *rll = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
     }
+    /* A row that saw no key: max -inf, or a sink of +inf or NaN in its
+     * statistics that a row which sees a key (NaN then) also has. */
+    const float sink = sdpa_sink(p, h);
+    if (*rm == -INFINITY ||
+        (!isfinite(sink) && sink != -INFINITY && !sdpa_row_sees_key(p, b, h, i)))
+        *nf |= BWD_NO_SOFTMAX;
 }
 
 /* The quantities of row block `it` (a multiple of BWD_ROWS) of head (b, h),
@@ -575,7 +617,9 @@ static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64
         const bool nonfinite = nf[r] & BWD_D_NONFINITE; /* as dsoftmax_band */
         for (int64_t c = c0; c < c1; ++c) {
             const float pc = s[r * ld + c];
-            const bool zero = nonfinite ? !sdpa_key_visible(p, b, h, i0 + r, j0 + c) : pc == 0.0f;
+            const bool zero = !nonfinite ? pc == 0.0f
+                                         : !has_softmax(nf[r]) ||
+                                               !sdpa_key_visible(p, b, h, i0 + r, j0 + c);
             dst[c * p->dbs[3]] = zero ? 0.0f : pc * (dp[r * ld + c] - di[r]);
         }
     }
@@ -585,7 +629,8 @@ static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64
  * the key tile at j0 (nj keys): kern->dsoftmax, whose exact zeros where
  * P = 1 and P = 0 hold for a finite D only; a row whose D is NaN or inf
  * gets dS = f·P(dP - D) on every key it sees, those included (0·NaN, as
- * torch), and 0 elsewhere. A flag per row: the common band is one call. */
+ * torch), and 0 elsewhere (everywhere in a row without a softmax). A
+ * flag per row: the common band is one call. */
 static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
                           int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t bn,
                           const float *s, float *dp, int64_t ld, const float *di,
@@ -593,15 +638,16 @@ static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64
 {
     for (int64_t r = 0; r < rb;) {
         int64_t e = r;
-        while (e < rb && !(nf[e] & BWD_D_NONFINITE)) ++e;
+        while (e < rb && !(nf[e] & BWD_D_NONFINITE) && has_softmax(nf[e])) ++e;
         if (e > r)
             kern->dsoftmax(e - r, b0, bn, p->scale, s + r * ld, ld, dp + r * ld, ld, di + r,
                            dfac ? dfac + r * ld : NULL, ragged);
         if (e == rb) break;
         const float *pe = s + e * ld, *fe = dfac ? dfac + e * ld : NULL;
         float *de = dp + e * ld;
+        const bool soft = has_softmax(nf[e]);
         for (int64_t c = b0; c < bn; ++c)
-            de[c] = c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
+            de[c] = soft && c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
                         ? pe[c] * (de[c] - di[e]) * (fe ? fe[c] : p->scale)
                         : 0.0f;
         r = e + 1;
@@ -637,12 +683,13 @@ static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int
 
 /* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
  * j it sees, and with them dQ_i, dK_j, d mask_ij and its head's sink
- * gradient (every term NaN, whatever the others). */
+ * gradient (every term NaN, whatever the others). Not a row without a
+ * softmax (has_softmax): it adds nothing. */
 static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
 {
     for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row) {
         if (!atomic_load_explicit(&rs->sees_bad_v[row], memory_order_relaxed) ||
-            !isfinite(rs->di[row]))
+            !isfinite(rs->di[row]) || !has_softmax(rs->nonfinite[row]))
             continue;
         const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
         float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
@@ -731,7 +778,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv =
-                    p->dv ? guarded(kern, &t, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
+                    p->dv ? guarded(kern, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
+                /* the tile's rows' visibility, for add_zero_terms */
+                const sdpa_logits vis = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
                  * by band over the columns each band's rows may see (zeros
@@ -766,18 +815,23 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const float *pz = w->z ? w->dps : w->s;
                 /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */
                 if (p->dv)
-                    for (int64_t e = 0; e < bd.nk; ++e)
-                        bwd_product(w, gemm_dv, bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
-                                    pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                    for (int64_t e = 0; e < bd.nk; ++e) {
+                        const int64_t kn = bd.k1[e] - bd.k0[e], rn = bd.r1[e] - bd.r0[e];
+                        const float *ae = pz + bd.r0[e] * d->bcp + bd.k0[e];
+                        bwd_product(w, gemm_dv, kn, dvn, rn, ae, 1, d->bcp, NULL, 0,
                                     dob + bd.r0[e] * lddo, lddo,
                                     row_pairs_at(p, rv.dr, d->dvp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dvp, w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
+                        if (gemm_dv == sdpa_gemm_skip_zeros)
+                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->Dv, rn, ae, 1, d->bcp,
+                                           bd.k0[e], bd.r0[e], dob + bd.r0[e] * lddo, lddo,
+                                           w->dv + bd.k0[e] * d->dvp, d->dvp);
+                    }
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
-                    p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
-                if (p->dq && t.ragged && k_finite < 0)
-                    k_finite = kern->rows_finite(kr, ldk, nj, p->D);
-                const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
+                    p->dk ? guarded(kern, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
+                if (p->dq && k_finite < 0) k_finite = kern->rows_finite(kr, ldk, nj, p->D);
+                const sdpa_gemm_fn gemm_dq = !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
                     const int64_t r0 = bd.r0b[e], rb = bd.r1b[e] - r0;
                     const int64_t b0 = bd.c0[e], b1 = bd.c1[e], bn = sdpa_round_up(b1, npad);
@@ -808,15 +862,25 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                      * tile's next key may hold anything */
                                     (b1 - b0) % 2 ? NULL : w->krp + b0 / 2 * d->dp, d->dp,
                                     dq_rows + r0 * d->dp, d->dp, SDPA_GEMM_ADD);
+                    if (p->dq && b1 > b0 && gemm_dq == sdpa_gemm_skip_zeros)
+                        add_zero_terms(&vis, rv.nf + x0, false, rb, p->D, b1 - b0, db + b0,
+                                       d->bcp, 1, r0, b0, kr + b0 * ldk, ldk,
+                                       dq_rows + r0 * d->dp, d->dp);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
-                    for (int64_t e = 0; e < bd.nk; ++e)
-                        bwd_product(w, gemm_dk, bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
-                                    w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                    for (int64_t e = 0; e < bd.nk; ++e) {
+                        const int64_t kn = bd.k1[e] - bd.k0[e], rn = bd.r1[e] - bd.r0[e];
+                        const float *ae = w->dps + bd.r0[e] * d->bcp + bd.k0[e];
+                        bwd_product(w, gemm_dk, kn, dn, rn, ae, 1, d->bcp, NULL, 0,
                                     qb + bd.r0[e] * ldq, ldq,
                                     row_pairs_at(p, rv.qr, d->dp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dp, w->dk + bd.k0[e] * d->dp, d->dp, SDPA_GEMM_ADD);
+                        if (gemm_dk == sdpa_gemm_skip_zeros)
+                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->D, rn, ae, 1, d->bcp,
+                                           bd.k0[e], bd.r0[e], qb + bd.r0[e] * ldq, ldq,
+                                           w->dk + bd.k0[e] * d->dp, d->dp);
+                    }
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
@@ -848,6 +912,9 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
                  * flows to its sink, whose statistics alone cannot tell
                  * that when the sink is ±inf or NaN. */
                 if (!isfinite(sink) && !sdpa_row_sees_key(p, b, h, i)) continue;
+                /* Nor does a row whose keys the masks all hide: its D is the
+                 * sum over no key, 0 (dO·O reads NaN·0 with a NaN in dO). */
+                if (!isfinite(di[row]) && !sdpa_row_has_keys(p, b, h, i)) continue;
                 acc -= (double)expf(sink - rm[row] - rll[row]) * di[row];
             }
         p->dsinks[h * p->dsinks_s] = (float)acc;

@@ -100,6 +100,24 @@ bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
     return false;
 }
 
+bool sdpa_row_has_keys(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; ++j)
+        if (sdpa_key_visible(p, b, h, i, j)) return true;
+    return false;
+}
+
+/* Whether row (b,h,i), whose logits are all -inf (`any`: one is not), has
+ * a softmax all the same: a finite sink makes it (0, ..., 0; 1), as torch's
+ * softmax over the sink's column, and the keys the row sees then multiply
+ * their P = 0 (0·NaN: NaN). Without one it is 0/0: a row that sees no key. */
+static bool row_has_softmax(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, bool any)
+{
+    return any || (isfinite(sdpa_sink(p, h)) && sdpa_row_has_keys(p, b, h, i));
+}
+
 /* Softmax probabilities of row (b,h,i) into prob[0..Nk) (a sink takes its
  * share of the denominator). Returns false when no key is visible (prob all
  * 0). *lse receives log(exp(sink) + Σ exp(logit)). */
@@ -196,7 +214,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
         float lse, stats[2];
-        const bool sees = row_probs(p, b, h, i, prob, &lse, stats);
+        const bool sees = row_has_softmax(p, b, h, i, row_probs(p, b, h, i, prob, &lse, stats));
         /* out_i = Σ_j P_ij z_ij v_j over the keys j the row sees, z the
          * dropout factor (0 for a row that sees nothing) */
         float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
@@ -311,8 +329,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * caller's statistics when given (they may cover more keys
                  * than these: the gradient is then the part of these keys). */
                 const bool given = p->stats || (p->lse && p->o);
-                bool visible = given ? given_probs(p, b, h, i, prob, &lse)
-                                     : row_probs(p, b, h, i, prob, &lse, stats);
+                const bool any = given ? given_probs(p, b, h, i, prob, &lse)
+                                       : row_probs(p, b, h, i, prob, &lse, stats);
+                const bool visible = row_has_softmax(p, b, h, i, any);
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
