@@ -299,8 +299,7 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* max |dO| */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
-    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows seeing non-finite V */
-    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* ... and dP (note_dp_class) */
+    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows' non-finite dP (note_dp_class) */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -511,8 +510,6 @@ typedef struct {
     /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
      * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
     uint32_t *qa, *da, *qr, *dr;
-    atomic_uchar *sees_bad_v; /* per row: it sees a value row holding NaN or inf
-                               * (mark_bad_values; any task may set it) */
     float *dm;                /* per row: max |dO_i| (inf when not finite) */
     atomic_uchar *dp_class;   /* per row: the classes of its non-finite P·dP
                                * (note_dp_class; any task may add to it) */
@@ -681,34 +678,6 @@ static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64
     }
 }
 
-/*
- * D_i = Σ_j P_ij dP_ij over the keys row i sees is NaN or inf when one of
- * its dP_ij = dO_i·v_j is, P_ij = 0 included (0·NaN), as in torch's softmax
- * backward; then so is every dS_ij. The fused path takes D_i = dO_i·O_i,
- * which shows it when O does (dsoftmax_band); an O that does not (one from
- * elsewhere) is caught here instead, per key tile as its V is packed (a
- * check of the packed tile, in cache): the rows that see a non-finite
- * value row are marked, and nan_marked_rows gives them D_i's consequences
- * at the end. vt: Vᵀ of keys j0 + [0, nj), rows ld apart.
- */
-static bool mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
-                            int64_t hk, int64_t j0, int64_t nj, const float *vt, int64_t ld,
-                            const bwd_rows *rs)
-{
-    if (kern->rows_finite(vt, ld, p->Dv, nj)) return true;
-    for (int64_t c = 0; c < nj; ++c) {
-        if (sdpa_rows_finite(vt + c, 0, ld, 1, p->Dv)) continue;
-        int64_t first, last;
-        sdpa_key_rows(p, j0 + c, j0 + c + 1, &first, &last);
-        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
-            for (int64_t i = first; i < last; ++i)
-                if (sdpa_key_visible(p, b, h, i, j0 + c))
-                    atomic_store_explicit(&rs->sees_bad_v[(b * p->Hq + h) * p->Nq + i], 1,
-                                          memory_order_relaxed);
-    }
-    return false;
-}
-
 /* max |v| over the key tile's values (Vᵀ: Dv rows of nj, ld apart), all
  * finite. */
 static float value_bound(const float *vt, int64_t ld, int64_t dv, int64_t nj)
@@ -787,31 +756,6 @@ static bool torch_row_d(const bwd_dims *d, const bwd_rows *rs)
     return changed;
 }
 
-/* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
- * j it sees, and with them dQ_i, dK_j, d mask_ij and its head's sink
- * gradient (every term NaN, whatever the others). Not a row without a
- * softmax (has_softmax): it adds nothing. */
-static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
-{
-    for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row) {
-        if (!atomic_load_explicit(&rs->sees_bad_v[row], memory_order_relaxed) ||
-            !isfinite(rs->di[row]) || !has_softmax(rs->nonfinite[row]))
-            continue;
-        const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-        float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
-        for (int64_t x = 0; dqi && x < p->D; ++x) dqi[x * p->dqs[3]] = NAN;
-        if (p->dsinks) p->dsinks[h * p->dsinks_s] = NAN;
-        int64_t lo, hi;
-        sdpa_row_keys(p, i, &lo, &hi);
-        for (int64_t j = lo; j < hi; ++j) {
-            if (!sdpa_key_visible(p, b, h, i, j)) continue;
-            float *dkj = p->dk ? p->dk + AT4(p->dks, b, h / p->group, j, 0) : NULL;
-            for (int64_t x = 0; dkj && x < p->D; ++x) dkj[x * p->dks[3]] = NAN;
-            if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = NAN;
-        }
-    }
-}
-
 /* The row pairs (ld apart) of the block's rows x0 + [r0, r1) (query rows
  * i0 + [r0, r1)) as a B operand, or NULL: a pair must not reach past them
  * into a row the product does not sum over (it may hold anything), so they
@@ -873,9 +817,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
                     }
                     packed = true;
-                    vmax = mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs)
+                    vmax = kern->rows_finite(w->vt, d->bcp, p->Dv, nj)
                                ? value_bound(w->vt, d->bcp, p->Dv, nj)
-                               : INFINITY;
+                               : INFINITY; /* a NaN or inf value: note_dp_class checks */
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
@@ -1092,7 +1036,6 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
-    atomic_uchar *sees_bad_v = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *dp_class = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
@@ -1134,8 +1077,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
     bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
-                   sees_bad_v, dm, dp_class};
-    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0), atomic_init(&dp_class[x], 0);
+                   dm, dp_class};
+    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&dp_class[x], 0);
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
@@ -1182,7 +1125,6 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
     }
-    nan_marked_rows(p, &rs);
     free(owned);
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
     SDPA_PROF_CALL(SDPA_PROF_BACKWARD);
