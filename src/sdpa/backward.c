@@ -338,7 +338,7 @@ enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4, BWD_NO_SO
 /* A GEMM whose A operand holds the zeros of hidden keys or of rows that see
  * no key (an empty softmax, in any tile): when its B operand (Q or dO of
  * rows [0, rows): `which` in their flags) is not all finite, the zeros must
- * not multiply it; add_zero_terms then adds those of visible keys. */
+ * not multiply it; sdpa_add_zero_terms then adds those of visible keys. */
 static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const uint8_t *flags, int64_t rows,
                             uint8_t which)
 {
@@ -352,35 +352,6 @@ static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const uint8_t *flags, int6
 static bool has_softmax(uint8_t nf)
 {
     return !(nf & BWD_NO_SOFTMAX);
-}
-
-/*
- * After a zero-skipping product C += A·B, the terms it left out that torch
- * keeps: a zero of a visible key of a row with a softmax (P underflowed or
- * dropped, dS = 0, e.g. P = 0 under a logit of -inf) times a non-finite B
- * row value is NaN (0·inf, 0·NaN), as in the reference's sums over visible
- * keys. A's entry (i, l) of m × k is query row r, key c of the tile: r =
- * i0 + i, c = l0 + l for dQ += dS·K; r = l0 + l, c = i0 + i (by_key) for
- * dK += dSᵀ·Q and dV += Pᵀ·dO. B: k rows of n values, ldb apart; vis: the
- * tile's rows' bounds and bias (-inf: masked); nf: their flags.
- */
-static void add_zero_terms(const sdpa_logits *vis, const uint8_t *nf, bool by_key, int64_t m,
-                           int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
-                           int64_t i0, int64_t l0, const float *b, int64_t ldb, float *c,
-                           int64_t ldc)
-{
-    for (int64_t l = 0; l < k; ++l) {
-        const float *bl = b + l * ldb;
-        if (sdpa_rows_finite(bl, 0, 1, 1, n)) continue;
-        for (int64_t i = 0; i < m; ++i) {
-            const int64_t r = by_key ? l0 + l : i0 + i, col = by_key ? i0 + i : l0 + l;
-            if (a[i * a_rs + l * a_cs] != 0.0f || !has_softmax(nf[r]) || col < vis->start[r] ||
-                col >= vis->end[r] || (vis->bias && vis->bias[r * vis->ldbias + col] == -INFINITY))
-                continue;
-            for (int64_t x = 0; x < n; ++x)
-                if (!isfinite(bl[x])) c[i * ldc + x] += 0.0f * bl[x];
-        }
-    }
 }
 
 /*
@@ -835,7 +806,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv =
                     p->dv ? guarded(kern, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
-                /* the tile's rows' visibility, for add_zero_terms */
+                /* the tile's rows' visibility, for sdpa_add_zero_terms */
                 const sdpa_logits vis = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
@@ -879,9 +850,10 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                     row_pairs_at(p, rv.dr, d->dvp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dvp, w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
                         if (gemm_dv == sdpa_gemm_skip_zeros)
-                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->Dv, rn, ae, 1, d->bcp,
-                                           bd.k0[e], bd.r0[e], dob + bd.r0[e] * lddo, lddo,
-                                           w->dv + bd.k0[e] * d->dvp, d->dvp);
+                            sdpa_add_zero_terms(&vis, rv.nf + x0, BWD_NO_SOFTMAX, true, kn,
+                                                p->Dv, rn, ae, 1, d->bcp, bd.k0[e], bd.r0[e],
+                                                dob + bd.r0[e] * lddo, lddo,
+                                                w->dv + bd.k0[e] * d->dvp, d->dvp);
                     }
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
@@ -921,9 +893,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                     (b1 - b0) % 2 ? NULL : w->krp + b0 / 2 * d->dp, d->dp,
                                     dq_rows + r0 * d->dp, d->dp, SDPA_GEMM_ADD);
                     if (p->dq && b1 > b0 && gemm_dq == sdpa_gemm_skip_zeros)
-                        add_zero_terms(&vis, rv.nf + x0, false, rb, p->D, b1 - b0, db + b0,
-                                       d->bcp, 1, r0, b0, kr + b0 * ldk, ldk,
-                                       dq_rows + r0 * d->dp, d->dp);
+                        sdpa_add_zero_terms(&vis, rv.nf + x0, BWD_NO_SOFTMAX, false, rb, p->D,
+                                            b1 - b0, db + b0, d->bcp, 1, r0, b0, kr + b0 * ldk,
+                                            ldk, dq_rows + r0 * d->dp, d->dp);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
@@ -935,9 +907,10 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                     row_pairs_at(p, rv.qr, d->dp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dp, w->dk + bd.k0[e] * d->dp, d->dp, SDPA_GEMM_ADD);
                         if (gemm_dk == sdpa_gemm_skip_zeros)
-                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->D, rn, ae, 1, d->bcp,
-                                           bd.k0[e], bd.r0[e], qb + bd.r0[e] * ldq, ldq,
-                                           w->dk + bd.k0[e] * d->dp, d->dp);
+                            sdpa_add_zero_terms(&vis, rv.nf + x0, BWD_NO_SOFTMAX, true, kn,
+                                                p->D, rn, ae, 1, d->bcp, bd.k0[e], bd.r0[e],
+                                                qb + bd.r0[e] * ldq, ldq, w->dk + bd.k0[e] * d->dp,
+                                                d->dp);
                     }
             }
         }

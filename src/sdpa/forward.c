@@ -607,26 +607,6 @@ static void unit_dropout(const sdpa_problem *p, const sdpa_kernels *kern, int64_
     }
 }
 
-/* After the GEMM that skips zero probabilities, the terms it left out of
- * keys the rows see: a visible key's probability may be 0 (underflowed,
- * dropped), and 0·v is NaN where v is not finite, as in the reference's
- * sum over visible keys. vis: the rows' bounds and bias (-inf: masked). */
-static void add_visible_zero_terms(const sdpa_logits *vis, int64_t rows, int64_t dv, int64_t c0,
-                                   int64_t c1, const float *pb, int64_t ldp, const float *v,
-                                   int64_t ldv, float *o, int64_t ldo)
-{
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lo = vis->start[r] > c0 ? vis->start[r] : c0;
-        const int64_t hi = vis->end[r] < c1 ? vis->end[r] : c1;
-        for (int64_t c = lo; c < hi; ++c) {
-            if (pb[r * ldp + c] != 0.0f) continue;
-            if (vis->bias && vis->bias[r * vis->ldbias + c] == -INFINITY) continue;
-            for (int64_t x = 0; x < dv; ++x)
-                if (!isfinite(v[c * ldv + x])) o[r * ldo + x] += 0.0f * v[c * ldv + x];
-        }
-    }
-}
-
 /* The P·V product of one band (rows r0.. of the unit): the kernels' GEMM,
  * or, when a zero probability would meet a non-finite value of a key the
  * row does not see, the GEMM that skips zero probabilities (hidden keys
@@ -668,7 +648,8 @@ static void band_pv(const sdpa_kernels *kern, const sdpa_problem *p, const sdpa_
     sdpa_gemm_skip_zeros(rows, n, c1 - c0, pb + c0, ldp, 1, w->vop + c0 * w->ldv, w->ldv, o, ldo,
                          alpha, mode);
     const sdpa_logits vis = sdpa_tile_logits(p, t, r0, w->start, w->end, w->bias);
-    add_visible_zero_terms(&vis, rows, p->Dv, c0, c1, pb, ldp, w->vop, w->ldv, o, ldo);
+    sdpa_add_zero_terms(&vis, NULL, 0, false, rows, p->Dv, c1 - c0, pb + c0, ldp, 1, 0, c0,
+                        w->vop + c0 * w->ldv, w->ldv, o, ldo);
 }
 
 /* out, lse and stats of query row i of head h from its accumulated output

@@ -262,4 +262,20 @@ static inline void sdpa_direct_scores(const sdpa_kernels *kern, attn_dtype kt, c
     }
 }
 
+/*
+ * After a product C += A·B that skipped A's zeros (sdpa_gemm_skip_zeros),
+ * the terms it left out that torch keeps: a zero of a key the row sees
+ * (P underflowed or dropped, dS = 0) times a non-finite B value is NaN
+ * (0·inf, 0·NaN), as in the reference's sums over visible keys. A's entry
+ * (i, l) of m × k is query row r, key column c of the tile: r = i0 + i,
+ * c = l0 + l (O += P·V, dQ += dS·K); r = l0 + l, c = i0 + i with by_key
+ * (dK += dSᵀ·Q, dV += Pᵀ·dO). B: k rows of n values, ldb apart; vis: the
+ * rows' bounds and bias (-inf: masked); rows whose flags (or NULL) hold a
+ * bit of `skip` add nothing. Defined in visibility.c.
+ */
+void sdpa_add_zero_terms(const sdpa_logits *vis, const uint8_t *flags, uint8_t skip, bool by_key,
+                         int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                         int64_t a_cs, int64_t i0, int64_t l0, const float *b, int64_t ldb,
+                         float *c, int64_t ldc);
+
 #endif

@@ -1,6 +1,6 @@
 /* Which keys a query row sees and what is added to their scores, for every
  * path: the reference asks per element, the fused path per tile. */
-#include "problem.h"
+#include "fused_util.h"
 
 #include "../core/philox.h"
 
@@ -244,4 +244,24 @@ attn_status attn_alibi_slopes(int64_t heads, float *out, attn_error *err)
         out[n + j] = (float)exp2(-8.0 * (double)(2 * j + 1) / (double)(2 * n));
     attn_ok(err);
     return ATTN_OK;
+}
+
+void sdpa_add_zero_terms(const sdpa_logits *vis, const uint8_t *flags, uint8_t skip, bool by_key,
+                         int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                         int64_t a_cs, int64_t i0, int64_t l0, const float *b, int64_t ldb,
+                         float *c, int64_t ldc)
+{
+    for (int64_t l = 0; l < k; ++l) {
+        const float *bl = b + l * ldb;
+        if (sdpa_rows_finite(bl, 0, 1, 1, n)) continue;
+        for (int64_t i = 0; i < m; ++i) {
+            const int64_t r = by_key ? l0 + l : i0 + i, col = by_key ? i0 + i : l0 + l;
+            if (a[i * a_rs + l * a_cs] != 0.0f || (flags && flags[r] & skip) ||
+                col < vis->start[r] || col >= vis->end[r] ||
+                (vis->bias && vis->bias[r * vis->ldbias + col] == -INFINITY))
+                continue;
+            for (int64_t x = 0; x < n; ++x)
+                if (!isfinite(bl[x])) c[i * ldc + x] += 0.0f * bl[x];
+        }
+    }
 }
