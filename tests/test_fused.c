@@ -1607,6 +1607,121 @@ static void test_zero_weight_values(tu_suite *s, const tu_options *opt)
     tu_group_end(&g);
 }
 
+/* ------------------------------------------------------------ window bands */
+
+/* Windows bounded on both sides over enough rows to share key tiles (more
+ * than 576 per kv head) take their rows a band at a time over each band's
+ * keys (forward.c, unit_bands) instead of tile by tile: against the
+ * reference (out, lse; NaN where it is NaN), bit for bit over 1, 2 and 3
+ * threads, on every kernel table and bfloat16 engine; with ALiBi, softcap
+ * and sinks; and with a NaN value in V, which sends the units that read it
+ * to the tile loop (a band's zero probabilities of keys some of its rows
+ * do not see must not meet it). */
+enum { WB_H = 2, WB_D = 64 };
+
+typedef struct {
+    int64_t Nq, Nk, left, right;
+    attn_causal causal;
+    bool variants;   /* ALiBi, softcap and sinks */
+    int64_t nan_key; /* a NaN in V's row of this key; -1: none */
+} wb_case;
+
+static bool wb_run(const wb_case *c, float *q, float *k, float *v, attn_path path,
+                   attn_precision prec, int threads, float *out, float *lse, attn_error *err)
+{
+    static float slopes[WB_H] = {0.5f, 0.125f}, sinks[WB_H] = {0.5f, -1.0f};
+    const attn_tensor tq = attn_tensor_4d(q, 1, WB_H, c->Nq, WB_D);
+    const attn_tensor tk = attn_tensor_4d(k, 1, WB_H, c->Nk, WB_D);
+    const attn_tensor tv = attn_tensor_4d(v, 1, WB_H, c->Nk, WB_D);
+    const attn_tensor ts = attn_tensor_1d(slopes, WB_H), tsk = attn_tensor_1d(sinks, WB_H);
+    attn_tensor to = attn_tensor_4d(out, 1, WB_H, c->Nq, WB_D);
+    attn_tensor tl = attn_tensor_3d(lse, 1, WB_H, c->Nq);
+    attn_sdpa_opts o = attn_sdpa_opts_default();
+    o.path = path;
+    o.precision = prec;
+    o.num_threads = threads;
+    o.causal = c->causal;
+    o.window = (attn_window){true, c->left, c->right};
+    if (c->variants) {
+        o.alibi_slopes = &ts;
+        o.softcap = 5.0f;
+        o.sinks = &tsk;
+    }
+    return attn_sdpa(&tq, &tk, &tv, &to, &tl, NULL, &o, err) == ATTN_OK;
+}
+
+static void test_window_bands(tu_suite *s, const tu_options *opt)
+{
+    tu_group g;
+    tu_group_begin(&g, s, "window bands");
+    fused_variant vars[8];
+    const int nvar = fused_variants(vars);
+    const wb_case cases[] = {
+        {700, 700, 100, 0, ATTN_CAUSAL_NONE, false, -1},
+        {650, 900, 37, 20, ATTN_CAUSAL_BOTTOM_RIGHT, true, -1},
+        {800, 800, 300, 300, ATTN_CAUSAL_TOP_LEFT, false, -1},
+        {700, 700, 50, 5, ATTN_CAUSAL_NONE, false, 300},
+    };
+    for (int n = 0; n < (int)(sizeof cases / sizeof cases[0]); ++n) {
+        const wb_case *c = &cases[n];
+        const size_t nq = (size_t)(WB_H * c->Nq * WB_D), nk = (size_t)(WB_H * c->Nk * WB_D);
+        const size_t nl = (size_t)(WB_H * c->Nq);
+        float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float));
+        float *v = malloc(nk * sizeof(float)), *ref = malloc(nq * sizeof(float));
+        float *lref = malloc(nl * sizeof(float)), *out[3], *lse[3];
+        bool ok = q && k && v && ref && lref;
+        for (int t = 0; t < 3; ++t) {
+            out[t] = malloc(nq * sizeof(float));
+            lse[t] = malloc(nl * sizeof(float));
+            ok &= out[t] && lse[t];
+        }
+        tu_rng r;
+        tu_rng_seed(&r, opt->seed + 31 * (uint64_t)n);
+        for (size_t x = 0; ok && x < nq; ++x) q[x] = (float)(2.0 * tu_rng_uniform(&r) - 1.0);
+        for (size_t x = 0; ok && x < nk; ++x) k[x] = (float)(2.0 * tu_rng_uniform(&r) - 1.0);
+        for (size_t x = 0; ok && x < nk; ++x) v[x] = (float)(tu_rng_uniform(&r) - 0.5);
+        if (ok && c->nan_key >= 0) v[c->nan_key * WB_D + 3] = NAN;
+        attn_error err;
+        set_arch(NULL);
+        unsetenv("ATTN_ENGINE");
+        if (!ok || !wb_run(c, q, k, v, ATTN_PATH_REFERENCE, ATTN_PRECISION_EXACT, 2, ref, lref,
+                           &err)) {
+            tu_group_fail(&g, "case %d: setup or reference failed", n);
+        } else {
+            for (int x = 0; x < nvar; ++x) {
+                const attn_precision prec = fused_variant_use(&vars[x]);
+                const double tol = prec == ATTN_PRECISION_BF16 ? 3e-2 : 1e-4;
+                bool ran = true;
+                for (int t = 0; t < 3 && ran; ++t)
+                    ran = wb_run(c, q, k, v, ATTN_PATH_FUSED, prec, t + 1, out[t], lse[t], &err);
+                if (!tu_check(&g, ran, "case %d %s: %s", n, fused_variant_name(&vars[x]),
+                              err.message))
+                    continue;
+                int64_t bad = -1;
+                for (size_t e = 0; e < nq && bad < 0; ++e)
+                    if (isnan(out[0][e]) != isnan(ref[e]) ||
+                        (!isnan(ref[e]) && fabs(out[0][e] - ref[e]) > tol))
+                        bad = (int64_t)e;
+                for (size_t e = 0; e < nl && bad < 0; ++e)
+                    if (isnan(lse[0][e]) != isnan(lref[e]) ||
+                        (!isnan(lref[e]) && fabs(lse[0][e] - lref[e]) > tol))
+                        bad = (int64_t)(nq + e);
+                tu_check(&g, bad < 0, "case %d %s: element %" PRId64 " differs from the reference",
+                         n, fused_variant_name(&vars[x]), bad);
+                for (int t = 1; t < 3; ++t)
+                    tu_check(&g, !memcmp(out[0], out[t], nq * sizeof(float)) &&
+                                     !memcmp(lse[0], lse[t], nl * sizeof(float)),
+                             "case %d %s: %d threads differ from 1", n,
+                             fused_variant_name(&vars[x]), t + 1);
+            }
+            fused_variant_use(NULL);
+        }
+        free(q), free(k), free(v), free(ref), free(lref);
+        for (int t = 0; t < 3; ++t) free(out[t]), free(lse[t]);
+    }
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -1629,5 +1744,6 @@ int main(int argc, char **argv)
     if (tu_group_selected(&opt, "softmax_online")) test_softmax_paths(&s, &opt);
     if (tu_group_selected(&opt, "NaN")) test_nan_keys(&s, &opt);
     if (tu_group_selected(&opt, "zero weights")) test_zero_weight_values(&s, &opt);
+    if (tu_group_selected(&opt, "window bands")) test_window_bands(&s, &opt);
     return tu_suite_finish(&s);
 }

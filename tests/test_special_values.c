@@ -457,6 +457,382 @@ static void nan_value_backward(tu_suite *suite, tu_rng *rng)
     tu_group_end(&g);
 }
 
+/* ------------------------------- zero terms of visible keys, backward
+ * Where a product's zero meets a non-finite operand (0·inf, 0·NaN: NaN in
+ * torch), a key the row sees is in the sum and a hidden key is not; a row
+ * that sees no key adds nothing. The fused products skip zeros around
+ * hidden keys and empty rows; these cases check that the zeros of visible
+ * keys still multiply. Nq = Nk = 3, top-left causal (row i sees keys
+ * 0..i), D = 8, scale 1, q_i = e0, v = 0.25, dO = 1 unless said. */
+enum { ZN = 3, ZD = 8 };
+
+typedef struct {
+    float q[ZN * ZD], k[ZN * ZD], v[ZN * ZD], dout[ZN * ZD], o[ZN * ZD], lse[ZN], st[2 * ZN],
+        dq[ZN * ZD], dk[ZN * ZD], dv[ZN * ZD];
+} zt_case;
+
+static void zt_init(zt_case *z)
+{
+    memset(z, 0, sizeof *z);
+    for (int e = 0; e < ZN * ZD; ++e) z->v[e] = 0.25f, z->dout[e] = 1.0f;
+    for (int i = 0; i < ZN; ++i) z->q[i * ZD] = 1.0f;
+}
+
+/* Row r of a (ZN, ZD) array: feature x NaN for x in [x0, x1), finite (and
+ * equal to want where want is not NaN) elsewhere. */
+static bool zt_row(const float *a, int r, int x0, int x1, float want)
+{
+    for (int x = 0; x < ZD; ++x) {
+        const float e = a[r * ZD + x];
+        if (x >= x0 && x < x1 ? !isnan(e) : isnan(want) ? !isfinite(e) : e != want) return false;
+    }
+    return true;
+}
+
+/* k_0 = k_2 = 2·e0, k_1 = -inf·e0: the logits of row i are (2, -inf, 2)
+ * on the keys it sees, P_i1 = 0, and dP_ij = dO·v_j = 2 = D_i, so every
+ * dS_ij = P_ij (dP_ij - D_i) is 0. torch: dQ_i = Σ_j dS_ij k_j holds
+ * 0·(-inf) = NaN in feature 0 for rows 1 and 2 (they see key 1), 0
+ * elsewhere; row 0 does not see key 1: dQ_0 = 0 (torch's masked key stays
+ * in its product: NaN; README). dK_j = Σ_i dS_ij q_i = 0; dV_j = Σ_i P_ij
+ * dO_i: 1 + 1 + 0.5, 0, 0.5. */
+static void zt_inf_key(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    static zt_case z;
+    zt_init(&z);
+    z.k[0] = 2.0f, z.k[ZD] = -INFINITY, z.k[2 * ZD] = 2.0f;
+    opts.causal = ATTN_CAUSAL_TOP_LEFT;
+    opts.scale = 1.0f;
+    for (int gv = 0; gv < 3; ++gv) {
+        nv_call c = {1, 1, ZN, ZN, ZD, z.q, z.k, z.v, z.dout, opts, z.o, z.lse, z.st, z.dq, z.dk, z.dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: inf key: call failed", an)) continue;
+        tu_check(g, zt_row(z.dq, 0, 0, 0, 0.0f) && zt_row(z.dq, 1, 0, 1, 0.0f) && zt_row(z.dq, 2, 0, 1, 0.0f),
+                 "%s, %s, k_1 = -inf·e0: dQ rows 1, 2 NaN in feature 0 only, 0 elsewhere, row 0 "
+                 "0 (got row 0: %g, row 1: %g %g, row 2: %g)", an, given_names[gv],
+                 (double)z.dq[0], (double)z.dq[ZD], (double)z.dq[ZD + 1], (double)z.dq[2 * ZD]);
+        tu_check(g, zt_row(z.dk, 0, 0, 0, 0.0f) && zt_row(z.dk, 1, 0, 0, 0.0f) && zt_row(z.dk, 2, 0, 0, 0.0f) &&
+                        zt_row(z.dv, 0, 0, 0, 2.5f) && zt_row(z.dv, 1, 0, 0, 0.0f) && zt_row(z.dv, 2, 0, 0, 0.5f),
+                 "%s, %s, k_1 = -inf·e0: dK 0, dV (2.5, 0, 0.5) (got dk_1 %g, dv %g %g %g)", an,
+                 given_names[gv], (double)z.dk[ZD], (double)z.dv[0], (double)z.dv[ZD], (double)z.dv[2 * ZD]);
+    }
+}
+
+/* k_0 = 100·e0, k_1 = k_2 = -100·e0: P = (1, 0, 0) on the keys each row
+ * sees (exp(-200) = 0 in float32); dO_1[2] = NaN. torch: dV_j = Σ_i P_ij
+ * dO_i is NaN in feature 2 for the keys row 1 sees, P_11 = 0 included
+ * (0·NaN): dV_0 = (3, 3, NaN, ...), dV_1 = (0, 0, NaN, ...); dV_2 = 0 (row
+ * 1 does not see key 2; torch: NaN, its masked key). D_1 = dO_1·O_1 is
+ * NaN, so dS_1j is for j = 0, 1: dQ_1 NaN, dK_0 and dK_1 NaN, the rest 0. */
+static void zt_nan_dout(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    static zt_case z;
+    zt_init(&z);
+    z.k[0] = 100.0f, z.k[ZD] = -100.0f, z.k[2 * ZD] = -100.0f;
+    z.dout[ZD + 2] = NAN;
+    opts.causal = ATTN_CAUSAL_TOP_LEFT;
+    opts.scale = 1.0f;
+    for (int gv = 0; gv < 3; ++gv) {
+        nv_call c = {1, 1, ZN, ZN, ZD, z.q, z.k, z.v, z.dout, opts, z.o, z.lse, z.st, z.dq, z.dk, z.dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: NaN dO: call failed", an)) continue;
+        tu_check(g, zt_row(z.dv, 0, 2, 3, 3.0f) && zt_row(z.dv, 1, 2, 3, 0.0f) && zt_row(z.dv, 2, 0, 0, 0.0f),
+                 "%s, %s, dO_1[2] NaN: dV_0, dV_1 NaN in feature 2 (P_11 = 0 included), dV_2 0 "
+                 "(got %g %g %g)", an, given_names[gv], (double)z.dv[2], (double)z.dv[ZD + 2],
+                 (double)z.dv[2 * ZD + 2]);
+        tu_check(g, zt_row(z.dq, 0, 0, 0, 0.0f) && zt_row(z.dq, 1, 0, ZD, NAN) && zt_row(z.dq, 2, 0, 0, 0.0f) &&
+                        zt_row(z.dk, 0, 0, ZD, NAN) && zt_row(z.dk, 1, 0, ZD, NAN) && zt_row(z.dk, 2, 0, 0, 0.0f),
+                 "%s, %s, dO_1[2] NaN: dQ_1, dK_0, dK_1 NaN, the rest 0", an, given_names[gv]);
+    }
+}
+
+/* One query row, two keys whose logits are both -inf: k_j = -inf·e0
+ * (q = e0), or an overflow (q = 1e20·e0, k_j = -1e20·e0); v_0[3] = NaN or
+ * 0.25. With a finite sink s the softmax over (-inf, -inf, s) is (0, 0, 1)
+ * (torch: cat the sink logit, softmax, drop its column): out = 0·v_0 +
+ * 0·v_1, NaN in feature 3 with the NaN, else 0; LSE = s. Backward: dP_j =
+ * dO·v_j, D = Σ_j P_j dP_j (NaN with the NaN, else 0), dS_j = P_j (dP_j - D)
+ * (NaN, else 0), dQ = Σ_j dS_j k_j (NaN; else 0·(-inf) = NaN in feature 0
+ * for the infinite keys, 0 for the overflow), dK_j = dS_j q (NaN, else 0),
+ * dV_j = P_j dO = 0, d sink = -P_s D (NaN, else 0). Without a sink, or a
+ * sink of -inf, +inf or NaN, the row's softmax is 0/0 (torch: NaN): attn's
+ * row that sees no key, out 0, LSE the sink or -inf, gradients 0. */
+static void zt_sink_row(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    static const float sinks[5] = {0.5f, 0.0f, -INFINITY, INFINITY, NAN};
+    for (int kind = 0; kind < 2; ++kind)
+        for (int bad = 0; bad < 2; ++bad)
+            for (int sv = 0; sv < 5; ++sv) {
+                float q[ZD] = {kind ? 1e20f : 1.0f}, k[SK * ZD] = {0}, v[SK * ZD], dout[ZD], o[ZD],
+                      lse, st[2], dq[ZD], dk[SK * ZD], dv[SK * ZD], sink = sinks[sv], dsink;
+                for (int j = 0; j < SK; ++j) k[j * ZD] = kind ? -1e20f : -INFINITY;
+                for (int e = 0; e < SK * ZD; ++e) v[e] = 0.25f;
+                for (int e = 0; e < ZD; ++e) dout[e] = 1.0f;
+                if (bad) v[3] = NAN;
+                attn_tensor S = attn_tensor_1d(&sink, 1), dS = attn_tensor_1d(&dsink, 1);
+                attn_sdpa_opts so = opts;
+                so.scale = 1.0f;
+                if (sv != 1) so.sinks = &S, so.grad_sinks = &dS;
+                const bool soft = isfinite(sink) && sv != 1; /* the row has a softmax */
+                char cn[160];
+                snprintf(cn, sizeof cn, "%s, logits -inf by %s, v_0[3] %s, sink %s", an,
+                         kind ? "overflow" : "k = -inf", bad ? "NaN" : "0.25",
+                         sv == 1 ? "none" : sv == 0 ? "0.5" : sv == 2 ? "-inf" : sv == 3 ? "+inf" : "NaN");
+                for (int gv = 0; gv < 3; ++gv) {
+                    dsink = 7.0f;
+                    nv_call c = {1, 1, 1, SK, ZD, q, k, v, dout, so, o, &lse, st, dq, dk, dv};
+                    if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: call failed", cn)) continue;
+                    const bool nan_row = soft && bad;
+                    const float want_lse = sv == 1 ? -INFINITY : sink;
+                    tu_check(g, zt_row(o, 0, 3, nan_row ? 4 : 3, 0.0f) &&
+                                    (isnan(want_lse) ? isnan(lse) : lse == want_lse),
+                             "%s, %s: out 0%s, LSE %g (got out[3] %g, out[0] %g, lse %g)", cn,
+                             given_names[gv], nan_row ? " with NaN in feature 3" : "",
+                             (double)want_lse, (double)o[3], (double)o[0], (double)lse);
+                    const int dq_nan = nan_row ? ZD : soft && kind == 0 ? 1 : 0;
+                    tu_check(g, zt_row(dq, 0, 0, dq_nan, 0.0f) && zt_row(dk, 0, 0, nan_row ? ZD : 0, 0.0f) &&
+                                    zt_row(dk, 1, 0, nan_row ? ZD : 0, 0.0f) && zt_row(dv, 0, 0, 0, 0.0f) &&
+                                    zt_row(dv, 1, 0, 0, 0.0f) &&
+                                    (sv == 1 || (nan_row ? isnan(dsink) : dsink == 0.0f)),
+                             "%s, %s: dQ NaN in %d features, dK %s, dV 0, d sink %s (got dq %g %g, "
+                             "dk %g, dv %g, dsink %g)", cn, given_names[gv], dq_nan,
+                             nan_row ? "NaN" : "0", nan_row ? "NaN" : "0", (double)dq[0],
+                             (double)dq[1], (double)dk[0], (double)dv[0], (double)dsink);
+                }
+            }
+}
+
+/* One query row whose two keys a bool mask hides, sink 0.5, dO = (1, NaN,
+ * 1, ...): a row that sees no key (README): out 0, LSE = the sink, every
+ * gradient 0, the sink's included: D = Σ P·dP over no key is 0, whatever dO
+ * (torch keeps its masked keys in that sum, 0·NaN: NaN). */
+static void zt_sink_hidden(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    float q[ZD] = {1.0f}, k[SK * ZD] = {0}, v[SK * ZD], dout[ZD], o[ZD], lse, st[2], dq[ZD],
+          dk[SK * ZD], dv[SK * ZD], sink = 0.5f, dsink;
+    for (int e = 0; e < SK * ZD; ++e) v[e] = 0.25f;
+    for (int e = 0; e < ZD; ++e) dout[e] = e == 1 ? NAN : 1.0f;
+    uint8_t none[SK] = {0, 0};
+    attn_tensor M = attn_tensor_make(none, ATTN_BOOL, 2, (const int64_t[]){1, SK});
+    attn_tensor S = attn_tensor_1d(&sink, 1), dS = attn_tensor_1d(&dsink, 1);
+    opts.mask[0] = &M;
+    opts.sinks = &S, opts.grad_sinks = &dS;
+    for (int gv = 0; gv < 3; ++gv) {
+        dsink = 7.0f;
+        nv_call c = {1, 1, 1, SK, ZD, q, k, v, dout, opts, o, &lse, st, dq, dk, dv};
+        if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: hidden keys, sink: call failed", an)) continue;
+        tu_check(g, zt_row(o, 0, 0, 0, 0.0f) && lse == 0.5f && zt_row(dq, 0, 0, 0, 0.0f) &&
+                        zt_row(dk, 0, 0, 0, 0.0f) && zt_row(dk, 1, 0, 0, 0.0f) && zt_row(dv, 0, 0, 0, 0.0f) &&
+                        zt_row(dv, 1, 0, 0, 0.0f) && dsink == 0.0f,
+                 "%s, %s: every key hidden, sink 0.5, NaN in dO: out 0, LSE 0.5, gradients 0 (got "
+                 "out %g, lse %g, dq %g, dv %g, dsink %g)", an, given_names[gv], (double)o[0],
+                 (double)lse, (double)dq[0], (double)dv[0], (double)dsink);
+    }
+}
+
+/* One query row, two keys: q = (1, 0.5, 0, ...), k_0 = e1, k_1 = e0, so
+ * P = (0.38, 0.62); v_0 = +inf·e0, v_1 = 0; dO = 1. With its O (out_0 =
+ * P_0·inf = +inf, D = dO·O = +inf, as torch's Σ P·dP): dS_0 = P_0 (inf -
+ * inf) = NaN, dS_1 = P_1 (0 - inf) = -inf, so dQ = NaN, dK_0 NaN, dK_1 =
+ * -inf·q = (-inf, -inf, NaN, ...) (torch's autograd: the same), dV = P·dO.
+ * With an O that contradicts V (finite: passed from elsewhere), D = dO·O
+ * is finite and cannot be trusted: the backward takes torch's D = Σ P·dP
+ * (torch never reads O), +inf, and the gradients are the same. */
+static void zt_inconsistent_out(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    float q[ZD] = {1.0f, 0.5f}, k[SK * ZD] = {0}, v[SK * ZD] = {0}, dout[ZD], o[ZD], lse, st[2],
+          dq[ZD], dk[SK * ZD], dv[SK * ZD];
+    k[1] = 1.0f, k[ZD] = 1.0f, v[0] = INFINITY;
+    for (int e = 0; e < ZD; ++e) dout[e] = 1.0f;
+    attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, ZD), K = attn_tensor_4d(k, 1, 1, SK, ZD),
+                V = attn_tensor_4d(v, 1, 1, SK, ZD), dO = attn_tensor_4d(dout, 1, 1, 1, ZD),
+                O = attn_tensor_4d(o, 1, 1, 1, ZD), L = attn_tensor_3d(&lse, 1, 1, 1),
+                St = attn_tensor_4d(st, 1, 1, 1, 2), dQ = attn_tensor_4d(dq, 1, 1, 1, ZD),
+                dK = attn_tensor_4d(dk, 1, 1, SK, ZD), dV = attn_tensor_4d(dv, 1, 1, SK, ZD);
+    opts.scale = 1.0f;
+    for (int fake = 0; fake < 2; ++fake)
+        for (int gv = 0; gv < 2; ++gv) {
+            attn_sdpa_opts o2 = opts;
+            if (gv == GIVE_STATS) o2.softmax_stats = &St;
+            bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &o2, NULL) == ATTN_OK;
+            const float p0 = 1.0f / (1.0f + expf(0.5f)), p1 = 1.0f - p0;
+            if (fake)
+                for (int e = 0; e < ZD; ++e) o[e] = 0.25f;
+            ok = ok && attn_sdpa_backward(&Q, &K, &V, &O, gv == GIVE_LSE ? &L : NULL, &dO, &dQ, &dK,
+                                          &dV, &o2, NULL) == ATTN_OK;
+            if (!tu_check(g, ok, "%s: O from elsewhere: call failed", an)) continue;
+            bool dk1 = true, dv_ok = true;
+            for (int x = 0; x < ZD; ++x) {
+                const float e = dk[ZD + x];
+                dk1 &= x >= 2 ? isnan(e) : e == -INFINITY;
+                dv_ok &= fabsf(dv[x] - p0) < 1e-2f && fabsf(dv[ZD + x] - p1) < 1e-2f;
+            }
+            tu_check(g, zt_row(dq, 0, 0, ZD, NAN) && zt_row(dk, 0, 0, ZD, NAN) && dk1 && dv_ok,
+                     "%s, %s, v_0 = +inf·e0, %s O: dQ, dK_0 NaN, dK_1 %s, dV = P·dO (got dk_1 %g "
+                     "%g %g, dv %g %g)", an, given_names[gv], fake ? "a finite (contradicting)" : "its",
+                     "(-inf, -inf, NaN...)", (double)dk[ZD], (double)dk[ZD + 1],
+                     (double)dk[ZD + 2], (double)dv[0], (double)dv[ZD]);
+        }
+}
+
+/* Finite inputs whose dP overflows: one query row, two keys, q = (1, 0.5,
+ * 0, ...), k_0 = e1, k_1 = e0 (P = (0.38, 0.62)), v_0 = s·2^127·(e0 + e1),
+ * v_1 = 0, dO = 1, scale 1, a float mask of zeros (and a sink 0.5). dP_0 =
+ * dO·v_0 = s·2^128 overflows to s·inf in any order, while O and dO·O stay
+ * finite. torch (which never reads O) takes D = Σ P·dP = s·inf: dS_0 =
+ * P_0 (s·inf - s·inf) = NaN, dS_1 = P_1 (0 - s·inf) = -s·inf, so dQ NaN,
+ * dK_0 NaN, dK_1 = -s·inf·q = (-s·inf, -s·inf, NaN, ...), d mask = (NaN,
+ * -s·inf), d sink = -P_sink·D = -s·inf; dV = P·dO finite (torch 1.13's
+ * autograd of softmax(q·kᵀ + mask)·v gives exactly these). */
+static void zt_overflow_dp(tu_group *g, const char *an, attn_sdpa_opts opts)
+{
+    enum { SK = 2 };
+    for (int sgn = 0; sgn < 2; ++sgn)
+        for (int with_sink = 0; with_sink < 2; ++with_sink) {
+            const float s = sgn ? -1.0f : 1.0f, big = s * 0x1p127f;
+            float q[ZD] = {1.0f, 0.5f}, k[SK * ZD] = {0}, v[SK * ZD] = {0}, dout[ZD], o[ZD], lse,
+                  st[2], dq[ZD], dk[SK * ZD], dv[SK * ZD], zeros[SK] = {0}, dmask[SK],
+                  sink = 0.5f, dsink = 7.0f;
+            k[1] = 1.0f, k[ZD] = 1.0f, v[0] = big, v[1] = big;
+            for (int e = 0; e < ZD; ++e) dout[e] = 1.0f;
+            attn_tensor M = attn_tensor_2d(zeros, 1, SK), dM = attn_tensor_2d(dmask, 1, SK);
+            attn_tensor S = attn_tensor_1d(&sink, 1), dS = attn_tensor_1d(&dsink, 1);
+            attn_sdpa_opts so = opts;
+            so.scale = 1.0f;
+            so.mask[0] = &M, so.grad_mask = &dM;
+            if (with_sink) so.sinks = &S, so.grad_sinks = &dS;
+            for (int gv = 0; gv < 3; ++gv) {
+                nv_call c = {1, 1, 1, SK, ZD, q, k, v, dout, so, o, &lse, st, dq, dk, dv};
+                if (!tu_check(g, nv_run(&c, (nv_given)gv), "%s: overflowing dP: call failed", an))
+                    continue;
+                const float p0 = with_sink ? 0.274f : 0.378f, p1 = with_sink ? 0.452f : 0.622f;
+                bool dk1 = true, dv_ok = true;
+                for (int x = 0; x < ZD; ++x) {
+                    dk1 &= x >= 2 ? isnan(dk[ZD + x]) : dk[ZD + x] == -s * INFINITY;
+                    dv_ok &= fabsf(dv[x] - p0) < 1e-2f && fabsf(dv[ZD + x] - p1) < 1e-2f;
+                }
+                tu_check(g, row_finite(o, 0, ZD) && zt_row(dq, 0, 0, ZD, NAN) &&
+                                zt_row(dk, 0, 0, ZD, NAN) && dk1 && dv_ok && isnan(dmask[0]) &&
+                                dmask[1] == -s * INFINITY && (!with_sink || dsink == -s * INFINITY),
+                         "%s, %s, v_0 = %g·(e0 + e1)%s: dQ, dK_0 NaN, dK_1 (%s, %s, NaN...), "
+                         "d mask (NaN, %s)%s, dV = P·dO (got dq %g, dk_0 %g, dk_1 %g %g %g, "
+                         "dmask %g %g, dsink %g, dv %g %g)", an, given_names[gv], (double)big,
+                         with_sink ? ", sink 0.5" : "", sgn ? "inf" : "-inf", sgn ? "inf" : "-inf",
+                         sgn ? "inf" : "-inf", with_sink ? (sgn ? ", d sink inf" : ", d sink -inf") : "",
+                         (double)dq[0], (double)dk[0], (double)dk[ZD], (double)dk[ZD + 1],
+                         (double)dk[ZD + 2], (double)dmask[0], (double)dmask[1], (double)dsink,
+                         (double)dv[0], (double)dv[ZD]);
+            }
+            if (!with_sink) continue;
+            /* the sink's gradient alone (with dV): the same D */
+            attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, ZD), K = attn_tensor_4d(k, 1, 1, SK, ZD),
+                        V = attn_tensor_4d(v, 1, 1, SK, ZD), dO = attn_tensor_4d(dout, 1, 1, 1, ZD),
+                        O = attn_tensor_4d(o, 1, 1, 1, ZD), L = attn_tensor_3d(&lse, 1, 1, 1),
+                        dV = attn_tensor_4d(dv, 1, 1, SK, ZD);
+            so.grad_mask = NULL, so.grad_sinks = NULL;
+            bool ok = attn_sdpa(&Q, &K, &V, &O, &L, NULL, &so, NULL) == ATTN_OK;
+            so.grad_sinks = &dS, dsink = 7.0f;
+            ok = ok && attn_sdpa_backward(&Q, &K, &V, &O, &L, &dO, NULL, NULL, &dV, &so, NULL) == ATTN_OK;
+            tu_check(g, ok && dsink == -s * INFINITY, "%s, v_0 = %g·(e0 + e1), sink 0.5, only dV and "
+                     "the sink's gradient: d sink %s (got %g)", an, (double)big,
+                     sgn ? "inf" : "-inf", (double)dsink);
+        }
+}
+
+/* The class of x: NaN, +inf, -inf or finite. */
+static int fclass(float x)
+{
+    return isnan(x) ? 0 : x == INFINITY ? 1 : x == -INFINITY ? 2 : 3;
+}
+
+/* Overflowing dP in rows among many: GQA 4/2, Nq 130, Nk 200 (three key
+ * tiles, several tasks), bottom-right causal, D 16, N(0, 1) inputs; dO of
+ * row 100 of head 1 and row 7 of head 2 is 2^127·e0 and v_j[0] a multiple
+ * of 1/4 in [-4, 4] (exact in bfloat16), so dP_ij = 2^127·v_j[0] overflows
+ * exactly where |v_j[0]| >= 2, in any order. Every gradient has the class
+ * (NaN, ±inf, finite) of the float32 reference with the same inputs (torch's
+ * Σ P·dP), those rows' dQ is NaN, the others' finite, and 2 threads give
+ * the bits of 1. */
+static void zt_overflow_rows(tu_group *g, const char *an, const char *arch, attn_sdpa_opts opts,
+                             tu_rng *rng)
+{
+    enum { OH = 4, OKV = 2, ONQ = 130, ONK = 200, OD = 16 };
+    enum { NQO = OH * ONQ * OD, NKO = OKV * ONK * OD };
+    static float q[NQO], k[NKO], v[NKO], dout[NQO], o[NQO], lse[OH * ONQ], st[OH * ONQ * 2];
+    static float got[2][NQO + 2 * NKO], want[NQO + 2 * NKO];
+    fill(q, NQO, rng), fill(k, NKO, rng), fill(v, NKO, rng), fill(dout, NQO, rng);
+    for (int j = 0; j < OKV * ONK; ++j) v[j * OD] = (float)((int)(tu_rng_uniform(rng) * 33.0) - 16) / 4.0f;
+    const int rows[2][2] = {{1, 100}, {2, 7}};
+    for (int r = 0; r < 2; ++r)
+        for (int e = 0; e < OD; ++e) dout[(rows[r][0] * ONQ + rows[r][1]) * OD + e] = e ? 0.0f : 0x1p127f;
+    opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    for (int gv = 0; gv < 3; ++gv) {
+        bool ok = true;
+        for (int t = 0; t < 3; ++t) { /* the reference, then 1 and 2 threads */
+            attn_sdpa_opts o2 = opts;
+            float *out = t ? got[t - 1] : want;
+            if (!t) o2.precision = ATTN_PRECISION_EXACT, setenv("ATTN_ARCH", "reference", 1);
+            o2.num_threads = t ? t : 1;
+            nv_call c = {OH, OKV, ONQ, ONK, OD, q, k, v, dout, o2, o, lse, st, out, out + NQO,
+                         out + NQO + NKO};
+            ok &= nv_run(&c, (nv_given)gv);
+            if (!t) setenv("ATTN_ARCH", arch, 1);
+        }
+        if (!tu_check(g, ok, "%s: overflow rows: call failed", an)) continue;
+        int differ = 0, first = -1;
+        for (int x = 0; x < NQO + 2 * NKO; ++x)
+            if (fclass(got[0][x]) != fclass(want[x]) && differ++ == 0) first = x;
+        bool dq_ok = true;
+        for (int h = 0; h < OH; ++h)
+            for (int i = 0; i < ONQ; ++i) {
+                const bool bad = (h == 1 && i == 100) || (h == 2 && i == 7);
+                dq_ok &= rows_are(got[0], ONQ, OD, h, i, i + 1, bad ? IS_NAN : IS_FINITE);
+            }
+        tu_check(g, differ == 0 && dq_ok && memcmp(got[0], got[1], sizeof got[0]) == 0,
+                 "%s, %s: overflowing dP in 2 of 520 rows: classes as the reference (%d differ, "
+                 "the first at %d: %g vs %g), dQ NaN in those rows only, 2 threads = 1", an,
+                 given_names[gv], differ, first, first < 0 ? 0.0 : (double)got[0][first],
+                 first < 0 ? 0.0 : (double)want[first]);
+    }
+}
+
+static void zero_terms_backward(tu_suite *suite)
+{
+    tu_group g;
+    tu_group_begin(&g, suite, "non-finite values in the backward: zero terms of visible keys");
+    tu_rng rng;
+    tu_rng_seed(&rng, 11);
+    for (int a = 0; a < 5; ++a) {
+        if (!arch_available(a)) continue;
+        setenv("ATTN_ARCH", archs[a], 1);
+        /* exact; bfloat16 on the default engine; bfloat16 on the AMX model */
+        for (int e = 0; e < (a == 0 ? 1 : 3); ++e) {
+            if (e == 2) setenv("ATTN_ENGINE", "amx-model", 1);
+            if (e == 2 && strcmp(attn_engine(), "amx-model") != 0) continue;
+            const char *engine = e ? attn_engine() : "exact";
+            for (int threads = 1; threads <= 2; ++threads) {
+                char an[64];
+                snprintf(an, sizeof an, "%s %s%s, %d thread%s", archs[a], e ? "bf16 " : "", engine,
+                         threads, threads > 1 ? "s" : "");
+                attn_sdpa_opts opts = attn_sdpa_opts_default();
+                opts.precision = e ? ATTN_PRECISION_BF16 : ATTN_PRECISION_EXACT;
+                opts.num_threads = threads;
+                zt_inf_key(&g, an, opts);
+                zt_nan_dout(&g, an, opts);
+                zt_sink_row(&g, an, opts);
+                zt_sink_hidden(&g, an, opts);
+                zt_inconsistent_out(&g, an, opts);
+                zt_overflow_dp(&g, an, opts);
+                if (threads == 1) zt_overflow_rows(&g, an, archs[a], opts, &rng); /* runs both */
+            }
+        }
+        unsetenv("ATTN_ENGINE");
+    }
+    unsetenv("ATTN_ARCH");
+    tu_group_end(&g);
+}
+
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -636,5 +1012,6 @@ int main(int argc, char **argv)
     tu_group_end(&g);
     nan_value_underflow(&suite);
     nan_value_backward(&suite, &rng);
+    zero_terms_backward(&suite);
     return tu_suite_finish(&suite);
 }

@@ -223,7 +223,10 @@ attn_status attn_sdpa(const attn_tensor *q, const attn_tensor *k, const attn_ten
  * hold (ring attention, split-KV): the result is then the part of the
  * gradients that flows through these keys (dq to be summed over the key
  * blocks), since P = exp(x - m - ll) and D = rowsum(dO∘O) use the caller's
- * statistics on every path. dq, dk or dv may be NULL if not wanted.
+ * statistics on every path. An out that contradicts q, k, v (finite where
+ * a row sees a non-finite value) makes that row's D NaN, hence its
+ * gradients (README "NaN, inf and empty rows"). dq, dk or dv may be NULL
+ * if not wanted.
  */
 attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_tensor *out, const attn_tensor *lse,

@@ -154,7 +154,7 @@ static int64_t row_blocks(const sdpa_problem *p)
 typedef struct {
     float *kt, *kr, *vt, *dk, *dv, *qb, *dob, *s, *dps, *bias, *dfac, *z;
     int32_t *start, *end;
-    float *own_di, *own_rm, *own_rll; /* a block's row statistics (row_block) */
+    float *own_di, *own_rm, *own_rll, *own_dm; /* a block's row quantities (row_block) */
     uint8_t *own_nf;
     uint8_t *dq_zeroed; /* per head of the group and block of BWD_ROWS rows: its dQ
                          * partial rows zeroed by this task yet (dq_row) */
@@ -220,7 +220,7 @@ static sdpa_size backward_thread_bytes(const sdpa_problem *p, const bwd_dims *d)
     sdpa_size_add(&s, p->dropout_p > 0.0f ? BWD_ROWS : 0, d->bcp, sizeof(float)); /* z */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* start */
     sdpa_size_add(&s, BWD_ROWS, 1, sizeof(int32_t));    /* end */
-    sdpa_size_add(&s, BWD_ROWS, 3, sizeof(float));      /* own_di, own_rm, own_rll */
+    sdpa_size_add(&s, BWD_ROWS, 4, sizeof(float));      /* own_di, own_rm, own_rll, own_dm */
     sdpa_size_add(&s, BWD_ROWS, 1, 1);                  /* own_nf */
     sdpa_size_add(&s, p->group, row_tiles(p), 1);       /* dq_zeroed */
     sdpa_size_add(&s, p->bf16_products ? pair_words(p, d) : 0, 1, sizeof(uint32_t)); /* pairs */
@@ -248,8 +248,8 @@ static bwd_scratch carve_scratch(const sdpa_problem *p, const bwd_dims *d, char 
     w.z = p->dropout_p > 0.0f ? sdpa_take(&base, BWD_ROWS * d->bcp, sizeof(float)) : NULL;
     w.start = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
     w.end = sdpa_take(&base, BWD_ROWS, sizeof(int32_t));
-    w.own_di = sdpa_take(&base, 3 * BWD_ROWS, sizeof(float));
-    w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS;
+    w.own_di = sdpa_take(&base, 4 * BWD_ROWS, sizeof(float));
+    w.own_rm = w.own_di + BWD_ROWS, w.own_rll = w.own_rm + BWD_ROWS, w.own_dm = w.own_rll + BWD_ROWS;
     w.own_nf = sdpa_take(&base, BWD_ROWS, 1);
     w.dq_zeroed = sdpa_take(&base, p->group * row_tiles(p), 1);
     w.pairs = sdpa_take(&base, p->bf16_products ? pair_words(p, d) : 0, sizeof(uint32_t));
@@ -296,9 +296,10 @@ static sdpa_size backward_bytes(const sdpa_problem *p, const bwd_dims *d, bool b
 {
     sdpa_size s = {0, true};
     sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* di */
+    sdpa_size_add(&s, d->rows, 1, sizeof(float)); /* max |dO| */
     sdpa_size_add(&s, d->rows, 2, sizeof(float)); /* row statistics (m, ll) */
     sdpa_size_add(&s, d->rows, 1, 1);             /* non-finite Q / dO rows */
-    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows seeing non-finite V */
+    sdpa_size_add(&s, d->rows, 1, sizeof(atomic_uchar)); /* rows' non-finite dP (note_dp_class) */
     sdpa_size_add(&s, row_blocks(p), 1, sizeof(atomic_uchar)); /* their blocks' states */
     sdpa_size_add(&s, p->threads, 1, sizeof(sdpa_cursor));     /* the task cursors */
     sdpa_size_add(&s, bound ? partial_floats_bound(p, d) : p->dq ? d->part_at[d->chunks] : 0, 1,
@@ -332,18 +333,54 @@ bool sdpa_fused_backward_workspace(const sdpa_problem *p, size_t *bytes)
 /* Per query row, which of its Q and dO rows hold a non-finite value (found
  * once, not again for every key tile the row meets), and whether its D is
  * NaN or inf (then so is every dS of the keys it sees: dsoftmax_band). */
-enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4 };
+enum { BWD_Q_NONFINITE = 1, BWD_DO_NONFINITE = 2, BWD_D_NONFINITE = 4, BWD_NO_SOFTMAX = 8 };
 
-/* A GEMM whose A operand holds the zeros of hidden keys or empty rows: when
- * its B operand (Q or dO of rows [0, rows): `which` in their flags) is not
- * all finite, the zeros must not multiply it. */
-static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const sdpa_tile *t, const uint8_t *flags,
-                            int64_t rows, uint8_t which)
+/* A GEMM whose A operand holds the zeros of hidden keys or of rows that see
+ * no key (an empty softmax, in any tile): when its B operand (Q or dO of
+ * rows [0, rows): `which` in their flags) is not all finite, the zeros must
+ * not multiply it; add_zero_terms then adds those of visible keys. */
+static sdpa_gemm_fn guarded(const sdpa_kernels *kern, const uint8_t *flags, int64_t rows,
+                            uint8_t which)
 {
     uint8_t any = 0;
-    if (t->ragged)
-        for (int64_t r = 0; r < rows; ++r) any |= flags[r];
+    for (int64_t r = 0; r < rows; ++r) any |= flags[r];
     return any & which ? sdpa_gemm_skip_zeros : kern->gemm;
+}
+
+/* Whether a row (its flags) has a softmax: not one that saw no key, whose
+ * output is the constant 0 and which adds nothing to any gradient. */
+static bool has_softmax(uint8_t nf)
+{
+    return !(nf & BWD_NO_SOFTMAX);
+}
+
+/*
+ * After a zero-skipping product C += A·B, the terms it left out that torch
+ * keeps: a zero of a visible key of a row with a softmax (P underflowed or
+ * dropped, dS = 0, e.g. P = 0 under a logit of -inf) times a non-finite B
+ * row value is NaN (0·inf, 0·NaN), as in the reference's sums over visible
+ * keys. A's entry (i, l) of m × k is query row r, key c of the tile: r =
+ * i0 + i, c = l0 + l for dQ += dS·K; r = l0 + l, c = i0 + i (by_key) for
+ * dK += dSᵀ·Q and dV += Pᵀ·dO. B: k rows of n values, ldb apart; vis: the
+ * tile's rows' bounds and bias (-inf: masked); nf: their flags.
+ */
+static void add_zero_terms(const sdpa_logits *vis, const uint8_t *nf, bool by_key, int64_t m,
+                           int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                           int64_t i0, int64_t l0, const float *b, int64_t ldb, float *c,
+                           int64_t ldc)
+{
+    for (int64_t l = 0; l < k; ++l) {
+        const float *bl = b + l * ldb;
+        if (sdpa_rows_finite(bl, 0, 1, 1, n)) continue;
+        for (int64_t i = 0; i < m; ++i) {
+            const int64_t r = by_key ? l0 + l : i0 + i, col = by_key ? i0 + i : l0 + l;
+            if (a[i * a_rs + l * a_cs] != 0.0f || !has_softmax(nf[r]) || col < vis->start[r] ||
+                col >= vis->end[r] || (vis->bias && vis->bias[r * vis->ldbias + col] == -INFINITY))
+                continue;
+            for (int64_t x = 0; x < n; ++x)
+                if (!isfinite(bl[x])) c[i * ldc + x] += 0.0f * bl[x];
+        }
+    }
 }
 
 /*
@@ -434,6 +471,27 @@ static float dot_fixed(const float *a, int64_t as, const float *b, int64_t bs, i
            ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* max |a[c·as]| over c < n, the values finite (eight lanes: a select per
+ * lane vectorises where a running maximum would not). */
+static float max_abs(const float *a, int64_t as, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t c = 0;
+    if (as == 1)
+        for (; c + 8 <= n; c += 8)
+            for (int l = 0; l < 8; ++l) {
+                const float x = fabsf(a[c + l]);
+                lane[l] = x > lane[l] ? x : lane[l];
+            }
+    for (; c < n; ++c) {
+        const float x = fabsf(a[c * as]);
+        lane[c % 8] = x > lane[c % 8] ? x : lane[c % 8];
+    }
+    float top = 0.0f;
+    for (int l = 0; l < 8; ++l) top = lane[l] > top ? lane[l] : top;
+    return top;
+}
+
 /*
  * Per query row: D_i = rowsum(dO_i∘O_i), the statistics (m, ll) of its
  * softmax (the exact ones when known, else (lse, 0), whose P carries lse's
@@ -452,13 +510,14 @@ typedef struct {
     /* a bfloat16 backward's Q and dO as pairs (row_pair_words), or NULL:
      * feature pairs per row (b, h, i), row pairs per (b, h, i/2) */
     uint32_t *qa, *da, *qr, *dr;
-    atomic_uchar *sees_bad_v; /* per row: it sees a value row holding NaN or inf
-                               * (mark_bad_values; any task may set it) */
+    float *dm;                /* per row: max |dO_i| (inf when not finite) */
+    atomic_uchar *dp_class;   /* per row: the classes of its non-finite P·dP
+                               * (note_dp_class; any task may add to it) */
 } bwd_rows;
 
 /* Row i of head (b, h) into di[x], rm[x], rll[x], nf[x]. */
 static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
-                           int64_t i, float *di, float *rm, float *rll, uint8_t *nf)
+                           int64_t i, float *di, float *rm, float *rll, float *dm, uint8_t *nf)
 {
     const float *orow = rs->o + AT4(rs->os, b, h, i, 0);
     const float *drow = p->dout + AT4(p->dos, b, h, i, 0);
@@ -466,6 +525,7 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
     const float *qrow = p->q + AT4(p->qs, b, h, i, 0);
     *nf = (sdpa_rows_finite(qrow, 0, p->qs[3], 1, p->D) ? 0 : BWD_Q_NONFINITE) |
           (sdpa_rows_finite(drow, 0, p->dos[3], 1, p->Dv) ? 0 : BWD_DO_NONFINITE);
+    *dm = *nf & BWD_DO_NONFINITE ? INFINITY : max_abs(drow, p->dos[3], p->Dv);
     if (!isfinite(*di)) *nf |= BWD_D_NONFINITE;
     if (rs->st) {
         *rm = rs->st[AT4(rs->ss, b, h, i, 0)];
@@ -475,12 +535,18 @@ static void row_quantities(const sdpa_problem *p, const bwd_rows *rs, int64_t b,
         *rm = lse;
         *rll = lse == INFINITY ? NAN : 0.0f; /* an infinite logit: NaN, as torch */
     }
+    /* A row that saw no key: max -inf, or a sink of +inf or NaN in its
+     * statistics that a row which sees a key (NaN then) also has. */
+    const float sink = sdpa_sink(p, h);
+    if (*rm == -INFINITY ||
+        (!isfinite(sink) && sink != -INFINITY && !sdpa_row_sees_key(p, b, h, i)))
+        *nf |= BWD_NO_SOFTMAX;
 }
 
 /* The quantities of row block `it` (a multiple of BWD_ROWS) of head (b, h),
  * row it + x at index x: the shared ones, or this task's copy. */
 typedef struct {
-    const float *di, *rm, *rll;
+    const float *di, *rm, *rll, *dm;
     const uint8_t *nf;
     /* the block's Q and dO as pairs (bwd_rows), or NULL: the tiles pack them */
     const uint32_t *qa, *da, *qr, *dr;
@@ -509,8 +575,8 @@ static row_view row_block(const sdpa_problem *p, const bwd_dims *d, const bwd_ro
     const int64_t row = (b * p->Hq + h) * p->Nq + it;
     const int64_t n = p->Nq - it < BWD_ROWS ? p->Nq - it : BWD_ROWS;
     const int64_t blk = (b * p->Hq + h) * row_tiles(p) + it / BWD_ROWS;
-    row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->nonfinite + row,
-                       NULL, NULL, NULL, NULL};
+    row_view shared = {rs->di + row, rs->rm + row, rs->rll + row, rs->dm + row,
+                       rs->nonfinite + row, NULL, NULL, NULL, NULL};
     if (rs->qa) { /* where the block's pairs are (once it is READY) */
         const int64_t prow = (b * p->Hq + h) * ((p->Nq + 1) / 2) + it / 2;
         shared.qa = rs->qa + row * ((p->D + 1) / 2), shared.da = rs->da + row * ((p->Dv + 1) / 2);
@@ -520,11 +586,11 @@ static row_view row_block(const sdpa_problem *p, const bwd_dims *d, const bwd_ro
     if (claim == SDPA_CLAIM_READY) return shared;
     const bool mine = claim == SDPA_CLAIM_MINE;
     float *di = mine ? rs->di + row : w->own_di, *rm = mine ? rs->rm + row : w->own_rm;
-    float *rll = mine ? rs->rll + row : w->own_rll;
+    float *rll = mine ? rs->rll + row : w->own_rll, *dm = mine ? rs->dm + row : w->own_dm;
     uint8_t *nf = mine ? rs->nonfinite + row : w->own_nf;
     for (int64_t x = 0; x < n; ++x)
-        row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &nf[x]);
-    if (!mine) return (row_view){di, rm, rll, nf, NULL, NULL, NULL, NULL};
+        row_quantities(p, rs, b, h, it + x, &di[x], &rm[x], &rll[x], &dm[x], &nf[x]);
+    if (!mine) return (row_view){di, rm, rll, dm, nf, NULL, NULL, NULL, NULL};
     if (rs->qa) row_pairs(p, d, rs, b, h, it, n, &shared);
     sdpa_item_done(&rs->state[blk]);
     return shared;
@@ -575,7 +641,9 @@ static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64
         const bool nonfinite = nf[r] & BWD_D_NONFINITE; /* as dsoftmax_band */
         for (int64_t c = c0; c < c1; ++c) {
             const float pc = s[r * ld + c];
-            const bool zero = nonfinite ? !sdpa_key_visible(p, b, h, i0 + r, j0 + c) : pc == 0.0f;
+            const bool zero = !nonfinite ? pc == 0.0f
+                                         : !has_softmax(nf[r]) ||
+                                               !sdpa_key_visible(p, b, h, i0 + r, j0 + c);
             dst[c * p->dbs[3]] = zero ? 0.0f : pc * (dp[r * ld + c] - di[r]);
         }
     }
@@ -585,7 +653,8 @@ static void store_logit_grads(const sdpa_problem *p, int64_t b, int64_t h, int64
  * the key tile at j0 (nj keys): kern->dsoftmax, whose exact zeros where
  * P = 1 and P = 0 hold for a finite D only; a row whose D is NaN or inf
  * gets dS = f·P(dP - D) on every key it sees, those included (0·NaN, as
- * torch), and 0 elsewhere. A flag per row: the common band is one call. */
+ * torch), and 0 elsewhere (everywhere in a row without a softmax). A
+ * flag per row: the common band is one call. */
 static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b, int64_t h,
                           int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t bn,
                           const float *s, float *dp, int64_t ld, const float *di,
@@ -593,70 +662,98 @@ static void dsoftmax_band(const sdpa_problem *p, const sdpa_kernels *kern, int64
 {
     for (int64_t r = 0; r < rb;) {
         int64_t e = r;
-        while (e < rb && !(nf[e] & BWD_D_NONFINITE)) ++e;
+        while (e < rb && !(nf[e] & BWD_D_NONFINITE) && has_softmax(nf[e])) ++e;
         if (e > r)
             kern->dsoftmax(e - r, b0, bn, p->scale, s + r * ld, ld, dp + r * ld, ld, di + r,
                            dfac ? dfac + r * ld : NULL, ragged);
         if (e == rb) break;
         const float *pe = s + e * ld, *fe = dfac ? dfac + e * ld : NULL;
         float *de = dp + e * ld;
+        const bool soft = has_softmax(nf[e]);
         for (int64_t c = b0; c < bn; ++c)
-            de[c] = c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
+            de[c] = soft && c < nj && sdpa_key_visible(p, b, h, i + e, j0 + c)
                         ? pe[c] * (de[c] - di[e]) * (fe ? fe[c] : p->scale)
                         : 0.0f;
         r = e + 1;
     }
 }
 
-/*
- * D_i = Σ_j P_ij dP_ij over the keys row i sees is NaN or inf when one of
- * its dP_ij = dO_i·v_j is, P_ij = 0 included (0·NaN), as in torch's softmax
- * backward; then so is every dS_ij. The fused path takes D_i = dO_i·O_i,
- * which shows it when O does (dsoftmax_band); an O that does not (one from
- * elsewhere) is caught here instead, per key tile as its V is packed (a
- * check of the packed tile, in cache): the rows that see a non-finite
- * value row are marked, and nan_marked_rows gives them D_i's consequences
- * at the end. vt: Vᵀ of keys j0 + [0, nj), rows ld apart.
- */
-static void mark_bad_values(const sdpa_problem *p, const sdpa_kernels *kern, int64_t b,
-                            int64_t hk, int64_t j0, int64_t nj, const float *vt, int64_t ld,
-                            const bwd_rows *rs)
+/* max |v| over the key tile's values (Vᵀ: Dv rows of nj, ld apart), all
+ * finite. */
+static float value_bound(const float *vt, int64_t ld, int64_t dv, int64_t nj)
 {
-    if (kern->rows_finite(vt, ld, p->Dv, nj)) return;
-    for (int64_t c = 0; c < nj; ++c) {
-        if (sdpa_rows_finite(vt + c, 0, ld, 1, p->Dv)) continue;
-        int64_t first, last;
-        sdpa_key_rows(p, j0 + c, j0 + c + 1, &first, &last);
-        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
-            for (int64_t i = first; i < last; ++i)
-                if (sdpa_key_visible(p, b, h, i, j0 + c))
-                    atomic_store_explicit(&rs->sees_bad_v[(b * p->Hq + h) * p->Nq + i], 1,
-                                          memory_order_relaxed);
+    float top = 0.0f;
+    for (int64_t x = 0; x < dv; ++x) {
+        const float m = max_abs(vt + x * ld, 1, nj);
+        top = m > top ? m : top;
+    }
+    return top;
+}
+
+/* The bound below which no dP_ij = (dO_i·v_j)·z_ij can overflow, in any
+ * summation order, with or without fused multiply-adds or bfloat16
+ * rounding: max|dO_i| · max|v_j| < 2^126 / (Dv · max z) keeps every partial
+ * sum under 2^127(1 + 2^-7). */
+static float dp_risk(const sdpa_problem *p)
+{
+    const float zmax = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
+    return 0x1p126f / ((float)p->Dv * zmax);
+}
+
+/* The classes of a non-finite P_ij·dP_ij, whose sum torch's D_i is. */
+enum { DP_NAN = 1, DP_POS = 2, DP_NEG = 4 };
+
+/*
+ * torch's D_i = Σ_j P_ij dP_ij over the keys j row i sees is NaN or ±inf
+ * when one of its dP_ij is, whatever O says: dO_i·v_j may overflow while
+ * dO_i·O_i does not, or O may come from elsewhere. For the rows of a band
+ * whose bound (dp_risk: max|dO_i| in dm, max|v| of the tile in vmax) lets
+ * dP leave float's range, the classes of their non-finite P_ij·dP_ij (P_ij
+ * = 0 included: 0·inf) go to dp_class; torch_row_d reads them after the
+ * tasks. s: P, dp: dP∘Z of rows i + [0, rb), columns [b0, b1) of the key
+ * tile at j0 (nj keys).
+ */
+static void note_dp_class(const sdpa_problem *p, const bwd_rows *rs, int64_t b, int64_t h,
+                          int64_t i, int64_t j0, int64_t nj, int64_t rb, int64_t b0, int64_t b1,
+                          const float *s, const float *dp, int64_t ld, const float *dm,
+                          const uint8_t *nf, float vmax, float risk)
+{
+    for (int64_t r = 0; r < rb; ++r) {
+        if (dm[r] * vmax < risk || !has_softmax(nf[r])) continue;
+        uint8_t cls = 0;
+        for (int64_t c = b0; c < b1 && c < nj; ++c) {
+            const float x = dp[r * ld + c];
+            if (isfinite(x) || !sdpa_key_visible(p, b, h, i + r, j0 + c)) continue;
+            const float t = s[r * ld + c] * x;
+            cls |= isnan(t) ? DP_NAN : t > 0.0f ? DP_POS : DP_NEG;
+        }
+        if (cls)
+            atomic_fetch_or_explicit(&rs->dp_class[(b * p->Hq + h) * p->Nq + i + r], cls,
+                                     memory_order_relaxed);
     }
 }
 
-/* A marked row whose D was finite: its D is NaN, so are dS_ij for the keys
- * j it sees, and with them dQ_i, dK_j, d mask_ij and its head's sink
- * gradient (every term NaN, whatever the others). */
-static void nan_marked_rows(const sdpa_problem *p, const bwd_rows *rs)
+/* Rows whose dP is not finite on a key they see take torch's D_i = Σ_j
+ * P_ij dP_ij, of which only the class counts (NaN, +inf, -inf); with the
+ * caller's O and statistics, dO·O adds what keys beyond these bring (as
+ * the reference). Returns whether a row's D changed: then the tasks run
+ * again, with these rows' dS = P(dP - D) (dsoftmax_band). */
+static bool torch_row_d(const bwd_dims *d, const bwd_rows *rs)
 {
-    for (int64_t row = 0; row < p->B * p->Hq * p->Nq; ++row) {
-        if (!atomic_load_explicit(&rs->sees_bad_v[row], memory_order_relaxed) ||
-            !isfinite(rs->di[row]))
-            continue;
-        const int64_t i = row % p->Nq, h = (row / p->Nq) % p->Hq, b = row / (p->Nq * p->Hq);
-        float *dqi = p->dq ? p->dq + AT4(p->dqs, b, h, i, 0) : NULL;
-        for (int64_t x = 0; dqi && x < p->D; ++x) dqi[x * p->dqs[3]] = NAN;
-        if (p->dsinks) p->dsinks[h * p->dsinks_s] = NAN;
-        int64_t lo, hi;
-        sdpa_row_keys(p, i, &lo, &hi);
-        for (int64_t j = lo; j < hi; ++j) {
-            if (!sdpa_key_visible(p, b, h, i, j)) continue;
-            float *dkj = p->dk ? p->dk + AT4(p->dks, b, h / p->group, j, 0) : NULL;
-            for (int64_t x = 0; dkj && x < p->D; ++x) dkj[x * p->dks[3]] = NAN;
-            if (p->dbias) p->dbias[AT4(p->dbs, b, h, i, j)] = NAN;
-        }
+    bool changed = false;
+    for (int64_t row = 0; row < d->rows; ++row) {
+        const uint8_t cls = atomic_load_explicit(&rs->dp_class[row], memory_order_relaxed);
+        if (!cls || !has_softmax(rs->nonfinite[row])) continue;
+        const float part = cls & DP_NAN || (cls & DP_POS && cls & DP_NEG) ? NAN
+                           : cls & DP_POS                                 ? INFINITY
+                                                                          : -INFINITY;
+        const float old = rs->di[row], now = d->recompute || isfinite(old) ? part : old + part;
+        if (isnan(now) ? isnan(old) : now == old) continue;
+        rs->di[row] = now;
+        rs->nonfinite[row] |= BWD_D_NONFINITE;
+        changed = true;
     }
+    return changed;
 }
 
 /* The row pairs (ld apart) of the block's rows x0 + [r0, r1) (query rows
@@ -681,8 +778,11 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
     memset(w->dq_zeroed, 0, (size_t)(p->group * row_tiles(p)));
     const int64_t npad = kern->npad;
     const int64_t dn = sdpa_round_up(p->D, npad), dvn = sdpa_round_up(p->Dv, npad);
-    const bool want_ds = p->dk || p->dq || p->dbias, direct = sdpa_scores_direct(p, kern);
+    /* dP also for a sink's gradient alone: its D may have to be torch's (torch_row_d) */
+    const bool want_ds = p->dk || p->dq || p->dbias || p->dsinks;
+    const bool direct = sdpa_scores_direct(p, kern);
     const int64_t qkp = (p->D + 1) / 2, dkp = (p->Dv + 1) / 2; /* feature pairs */
+    const float risk = dp_risk(p);
     for (int64_t kb = d->first[chunk]; kb < d->first[chunk + 1]; ++kb) {
         const int64_t j0 = kb * BWD_KEYS, nj = p->Nk - j0 < BWD_KEYS ? p->Nk - j0 : BWD_KEYS;
         memset(w->dk, 0, (size_t)(nj * d->dp) * sizeof(float));
@@ -691,6 +791,7 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
         const float *kr = NULL; /* K_j as rows (B operand of dQ += dS·K_j) */
         int64_t ldk = 0;
         int k_finite = -1;
+        float vmax = 0.0f; /* max |v| of the tile (inf: not all finite) */
         int64_t ifirst, ilast;
         sdpa_key_rows(p, j0, j0 + nj, &ifirst, &ilast);
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
@@ -716,7 +817,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         sdpa_pairs_keys_f32(kr, ldk, nj, dn, w->krp, d->dp);
                     }
                     packed = true;
-                    mark_bad_values(p, kern, b, hk, j0, nj, w->vt, d->bcp, rs);
+                    vmax = kern->rows_finite(w->vt, d->bcp, p->Dv, nj)
+                               ? value_bound(w->vt, d->bcp, p->Dv, nj)
+                               : INFINITY; /* a NaN or inf value: note_dp_class checks */
                 }
                 /* Q_i and dO_i serve as A and as B operands: rows, unit stride. */
                 int64_t ldq, lddo;
@@ -731,7 +834,9 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const int64_t c0 = t.c0 - t.c0 % npad, cn = sdpa_round_up(t.cols, npad);
                 const bwd_bands bd = backward_bands(w, mi, c0, t.cols, npad);
                 const sdpa_gemm_fn gemm_dv =
-                    p->dv ? guarded(kern, &t, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
+                    p->dv ? guarded(kern, rv.nf + x0, mi, BWD_DO_NONFINITE) : NULL;
+                /* the tile's rows' visibility, for add_zero_terms */
+                const sdpa_logits vis = sdpa_tile_logits(p, &t, 0, w->start, w->end, w->bias);
 
                 /* In the forward pass P = exp(X - m - ll); recompute it, band
                  * by band over the columns each band's rows may see (zeros
@@ -766,18 +871,23 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                 const float *pz = w->z ? w->dps : w->s;
                 /* Forward O = (P∘Z)·V, so dV_j += (P∘Z)ᵀ·dO_i. */
                 if (p->dv)
-                    for (int64_t e = 0; e < bd.nk; ++e)
-                        bwd_product(w, gemm_dv, bd.k1[e] - bd.k0[e], dvn, bd.r1[e] - bd.r0[e],
-                                    pz + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                    for (int64_t e = 0; e < bd.nk; ++e) {
+                        const int64_t kn = bd.k1[e] - bd.k0[e], rn = bd.r1[e] - bd.r0[e];
+                        const float *ae = pz + bd.r0[e] * d->bcp + bd.k0[e];
+                        bwd_product(w, gemm_dv, kn, dvn, rn, ae, 1, d->bcp, NULL, 0,
                                     dob + bd.r0[e] * lddo, lddo,
                                     row_pairs_at(p, rv.dr, d->dvp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dvp, w->dv + bd.k0[e] * d->dvp, d->dvp, SDPA_GEMM_ADD);
+                        if (gemm_dv == sdpa_gemm_skip_zeros)
+                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->Dv, rn, ae, 1, d->bcp,
+                                           bd.k0[e], bd.r0[e], dob + bd.r0[e] * lddo, lddo,
+                                           w->dv + bd.k0[e] * d->dvp, d->dvp);
+                    }
                 if (!want_ds) continue;
                 const sdpa_gemm_fn gemm_dk =
-                    p->dk ? guarded(kern, &t, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
-                if (p->dq && t.ragged && k_finite < 0)
-                    k_finite = kern->rows_finite(kr, ldk, nj, p->D);
-                const sdpa_gemm_fn gemm_dq = t.ragged && !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
+                    p->dk ? guarded(kern, rv.nf + x0, mi, BWD_Q_NONFINITE) : NULL;
+                if (p->dq && k_finite < 0) k_finite = kern->rows_finite(kr, ldk, nj, p->D);
+                const sdpa_gemm_fn gemm_dq = !k_finite ? sdpa_gemm_skip_zeros : kern->gemm;
                 for (int64_t e = 0; e < bd.n; ++e) {
                     const int64_t r0 = bd.r0b[e], rb = bd.r1b[e] - r0;
                     const int64_t b0 = bd.c0[e], b1 = bd.c1[e], bn = sdpa_round_up(b1, npad);
@@ -791,6 +901,8 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                         for (int64_t r = 0; r < rb; ++r)
                             for (int64_t c = b0; c < bn; ++c)
                                 db[r * d->bcp + c] *= w->z[(r0 + r) * d->bcp + c];
+                    note_dp_class(p, rs, b, h, i0 + r0, j0, nj, rb, b0, b1, w->s + r0 * d->bcp, db,
+                                  d->bcp, rv.dm + x0 + r0, rv.nf + x0 + r0, vmax, risk);
                     if (p->dbias)
                         store_logit_grads(p, b, h, i0 + r0, rb, j0, b0, b1, w->s + r0 * d->bcp,
                                           db, d->bcp, rv.di + x0 + r0, rv.nf + x0 + r0);
@@ -808,15 +920,25 @@ static void backward_task(const sdpa_problem *p, const sdpa_kernels *kern, const
                                      * tile's next key may hold anything */
                                     (b1 - b0) % 2 ? NULL : w->krp + b0 / 2 * d->dp, d->dp,
                                     dq_rows + r0 * d->dp, d->dp, SDPA_GEMM_ADD);
+                    if (p->dq && b1 > b0 && gemm_dq == sdpa_gemm_skip_zeros)
+                        add_zero_terms(&vis, rv.nf + x0, false, rb, p->D, b1 - b0, db + b0,
+                                       d->bcp, 1, r0, b0, kr + b0 * ldk, ldk,
+                                       dq_rows + r0 * d->dp, d->dp);
                 }
                 /* ... and dK_j += dSᵀ·Q_i. */
                 if (p->dk)
-                    for (int64_t e = 0; e < bd.nk; ++e)
-                        bwd_product(w, gemm_dk, bd.k1[e] - bd.k0[e], dn, bd.r1[e] - bd.r0[e],
-                                    w->dps + bd.r0[e] * d->bcp + bd.k0[e], 1, d->bcp, NULL, 0,
+                    for (int64_t e = 0; e < bd.nk; ++e) {
+                        const int64_t kn = bd.k1[e] - bd.k0[e], rn = bd.r1[e] - bd.r0[e];
+                        const float *ae = w->dps + bd.r0[e] * d->bcp + bd.k0[e];
+                        bwd_product(w, gemm_dk, kn, dn, rn, ae, 1, d->bcp, NULL, 0,
                                     qb + bd.r0[e] * ldq, ldq,
                                     row_pairs_at(p, rv.qr, d->dp, i0, x0, bd.r0[e], bd.r1[e]),
                                     d->dp, w->dk + bd.k0[e] * d->dp, d->dp, SDPA_GEMM_ADD);
+                        if (gemm_dk == sdpa_gemm_skip_zeros)
+                            add_zero_terms(&vis, rv.nf + x0, true, kn, p->D, rn, ae, 1, d->bcp,
+                                           bd.k0[e], bd.r0[e], qb + bd.r0[e] * ldq, ldq,
+                                           w->dk + bd.k0[e] * d->dp, d->dp);
+                    }
             }
         }
         for (int64_t r = 0; r < nj; ++r) {
@@ -848,6 +970,9 @@ static void sink_gradients(const sdpa_problem *p, const float *rm, const float *
                  * flows to its sink, whose statistics alone cannot tell
                  * that when the sink is ±inf or NaN. */
                 if (!isfinite(sink) && !sdpa_row_sees_key(p, b, h, i)) continue;
+                /* Nor does a row whose keys the masks all hide: its D is the
+                 * sum over no key, 0 (dO·O reads NaN·0 with a NaN in dO). */
+                if (!isfinite(di[row]) && !sdpa_row_has_keys(p, b, h, i)) continue;
                 acc -= (double)expf(sink - rm[row] - rll[row]) * di[row];
             }
         p->dsinks[h * p->dsinks_s] = (float)acc;
@@ -907,10 +1032,11 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     char *cursor;
     RETURN_IF_ERROR(sdpa_workspace(p, need.bytes, &owned, &cursor, err));
     float *di = sdpa_take(&cursor, d.rows, sizeof(float));
+    float *dm = sdpa_take(&cursor, d.rows, sizeof(float));
     float *stats = sdpa_take(&cursor, 2 * d.rows, sizeof(float));
     float *rm = stats, *rll = stats + d.rows;
     uint8_t *nonfinite = sdpa_take(&cursor, d.rows, 1);
-    atomic_uchar *sees_bad_v = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
+    atomic_uchar *dp_class = sdpa_take(&cursor, d.rows, sizeof(atomic_uchar));
     atomic_uchar *row_state = sdpa_take(&cursor, row_blocks(p), sizeof(atomic_uchar));
     sdpa_cursor *next = sdpa_take(&cursor, p->threads, sizeof(sdpa_cursor));
     float *part = sdpa_take(&cursor, p->dq ? d.part_at[d.chunks] : 0, sizeof(float));
@@ -951,8 +1077,8 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
     /* The per-row quantities: computed by the tasks as they need them, or
      * all up front when the sinks' gradients need every row's. */
     bwd_rows rs = {di, rm, rll, nonfinite, row_state, o, st, {0}, {0}, NULL, NULL, NULL, NULL,
-                   sees_bad_v};
-    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&sees_bad_v[x], 0);
+                   dm, dp_class};
+    for (int64_t x = 0; x < d.rows; ++x) atomic_init(&dp_class[x], 0);
     if (eng && row_pair_words(p, &d) > 0 && p->qs[3] == 1 && p->dos[3] == 1) {
         rs.qa = pairs, rs.da = rs.qa + d.rows * ((p->D + 1) / 2);
         rs.qr = rs.da + d.rows * ((p->Dv + 1) / 2);
@@ -966,24 +1092,30 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row)
             row_quantities(p, &rs, row / (p->Nq * p->Hq), (row / p->Nq) % p->Hq, row % p->Nq,
-                           &di[row], &rm[row], &rll[row], &nonfinite[row]);
+                           &di[row], &rm[row], &rll[row], &dm[row], &nonfinite[row]);
         sink_gradients(p, rm, rll, di);
     }
 
-    for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
     /* One thread, or one task: on this thread, without entering a parallel
      * region (whose set-up costs more than a tiny call). */
     const bool alone = threads == 1 || p->B * p->Hkv * d.chunks == 1;
     SDPA_PROF_START(t_loop);
-    if (alone) {
-        backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, 0, 1);
-    } else {
+    /* Twice when a row's D must be torch's Σ P·dP (torch_row_d): rare
+     * inputs (an overflowing dO·v, an O from elsewhere) pay for it. */
+    for (int run = 0; run < 2; ++run) {
+        for (int x = 0; x < threads; ++x) atomic_init(&next[x].next, 0);
+        if (alone) {
+            backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, 0, 1);
+        } else {
 #pragma omp parallel num_threads(threads)
-        {
-            int me, team;
-            sdpa_team(&me, &team);
-            backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, me, team);
+            {
+                int me, team;
+                sdpa_team(&me, &team);
+                backward_team(p, kern, &d, eng, scratch, per_thread, &rs, part, next, me, team);
+            }
         }
+        if (run > 0 || !torch_row_d(&d, &rs)) break;
+        if (p->dsinks) sink_gradients(p, rm, rll, di);
     }
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_LOOP, t_loop);
 
@@ -993,7 +1125,6 @@ attn_status sdpa_fused_backward(const sdpa_problem *p, const sdpa_kernels *kern,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, BWD_ROW_CHUNK)
         for (int64_t row = 0; row < d.rows; ++row) sum_dq_row(p, &d, part, row);
     }
-    nan_marked_rows(p, &rs);
     free(owned);
     SDPA_PROF_STOP(SDPA_PROF_BACKWARD, SDPA_PROF_WHOLE, SDPA_PROF_CALL, t_call);
     SDPA_PROF_CALL(SDPA_PROF_BACKWARD);

@@ -48,6 +48,7 @@
 #include "../kernels/bf16_engine.h"
 #include "../kernels/bf16dot.h"
 
+#include <sched.h>
 
 enum {
     FWD_ROWS = 96,            /* query rows per unit (multiple of every MR) */
@@ -75,6 +76,7 @@ typedef struct {
     const sdpa_bf16_engine *eng;
     bool p16;         /* dot: the softmax writes P as bfloat16 itself (softmax_online_p16) */
     bool prepacked;   /* every key tile packed once per call, shared by all tasks */
+    bool bands;       /* windowed rows a band at a time over their keys (window_bands) */
     int64_t keys;     /* keys per tile: FWD_KEYS, or FWD_DIRECT_KEYS (direct) */
     int64_t q_rs;     /* Q's row stride within a unit */
     int64_t units;    /* units per kv head */
@@ -101,7 +103,7 @@ static fwd_dims forward_dims(const sdpa_problem *p)
     /* Stacked rows need one row stride across the group's heads. */
     d.stacked = decode && p->group > 1 && (p->Nq == 1 || p->qs[1] == p->Nq * p->qs[2]);
     d.q_rs = d.stacked && p->Nq == 1 ? p->qs[1] : p->qs[2];
-    d.direct = d.dot = false; /* set by the caller, which knows the kernels */
+    d.direct = d.dot = d.bands = false; /* set by the caller, which knows the kernels */
     d.eng = NULL;
     d.keys = FWD_KEYS;
     d.units = d.stacked ? (p->group * p->Nq + FWD_ROWS - 1) / FWD_ROWS
@@ -373,7 +375,9 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_sc
                           int64_t b, int64_t hk, int64_t j0, int64_t part, int64_t parts)
 {
 #if defined(__GNUC__) || defined(__clang__) /* a hint: none without the builtin */
-    if (j0 >= w->kend || p->ks[3] != 1 || p->vs[3] != 1) return;
+    /* (the bands: also past the task's keys, which the kv head's next task,
+     * on this thread next, reads first) */
+    if (j0 >= (d->bands ? p->Nk : w->kend) || p->ks[3] != 1 || p->vs[3] != 1) return;
     if (atomic_load_explicit(&w->kstate[shared_tile(p, d, b, hk, j0)], memory_order_relaxed) !=
         SDPA_ITEM_FREE)
         return;
@@ -387,7 +391,7 @@ static void prefetch_tile(const sdpa_problem *p, const fwd_dims *d, const fwd_sc
         const char *kr = k + (ptrdiff_t)(j * p->ks[2]) * (ptrdiff_t)ke;
         const char *vr = v + (ptrdiff_t)(j * p->vs[2]) * (ptrdiff_t)ve;
         for (int64_t x = 0; x < p->D * (int64_t)ke; x += 64) __builtin_prefetch(kr + x, 0, 2);
-        for (int64_t x = 0; d->dot && x < p->Dv * (int64_t)ve; x += 64)
+        for (int64_t x = 0; (d->dot || d->bands) && x < p->Dv * (int64_t)ve; x += 64)
             __builtin_prefetch(vr + x, 0, 2);
     }
 #else
@@ -748,6 +752,169 @@ static int64_t run_lo(const int64_t *band_lo, int64_t r0, int64_t r1, int64_t ro
     return lo - lo % round;
 }
 
+/* ------------------------------------------------------------------
+ * Windowed rows a band at a time. A window's row sees a few hundred keys
+ * across 3 or 4 key tiles, and per tile each unit planned its rows, took
+ * a softmax step (with rescales) and products per band: a fixed cost per
+ * row that the few products did not hide. When all the tiles of a task's
+ * keys are packed and shared, each 12-row band instead takes its keys as
+ * one range: its scores (one GEMM per tile the range crosses, into one
+ * row buffer), one softmax pass from the rows' first statistics (no
+ * rescale), one P·V (float32: V in place; bfloat16: one per tile's
+ * pairs), and its rows are done. */
+
+/* A band's columns: its rows of the score tile laid end to end, less two
+ * panels (rows 4 KiB apart would all fall in the same L1 sets: the
+ * 12-row products missed L1 on every row). */
+enum { FWD_BAND_COLS = FWD_ROWS * FWD_KEYS / FWD_BAND - 32 };
+_Static_assert(FWD_BAND_COLS % SDPA_MAX_NPAD == 0, "a band's rows start on panels");
+
+/* Whether the call's windowed rows take the bands (unit_bands): both
+ * sides bounded, a band's keys within FWD_BAND_COLS (with a panel's
+ * rounding at each end), the key tiles shared, and none of what the tile
+ * loop alone does (masks, dropout, decoding's shapes, V packed per tile). */
+static bool window_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d)
+{
+    if (!p->window || p->window_left < 0 || p->window_right < 0 || !d->prepacked ||
+        d->stacked || d->direct || d->split > 1 || p->nmask > 0 || p->dropout_p > 0.0f ||
+        d->bcp != FWD_KEYS)
+        return false;
+    if (!d->dot && (p->vt != ATTN_F32 || p->vs[3] != 1 || p->Dv % kern->npad != 0 ||
+                    p->vs[2] < p->Dv)) /* float32 P·V reads V in place */
+        return false;
+    const int64_t room = FWD_BAND_COLS - (FWD_BAND - 1) - 2 * SDPA_MAX_NPAD;
+    return p->window_left < room && p->window_right < room &&
+           p->window_left + p->window_right + 1 <= room;
+}
+
+/* The shared tiles of keys [k0, k1) of kv head (b, hk) packed: by this
+ * task where no other claimed them, else waited for (another task is
+ * packing one, which depends on nothing: a bounded wait). Waiting, not a
+ * private copy, as a band reads several tiles at once. */
+static void tiles_ready(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                        int64_t b, int64_t hk, int64_t k0, int64_t k1, fwd_scratch *w)
+{
+    const int64_t first = k0 - k0 % d->keys;
+    for (int64_t j0 = first; j0 < k1; j0 += d->keys) pack_if_free(p, kern, d, b, hk, j0, w);
+    for (int64_t j0 = first; j0 < k1; j0 += d->keys)
+        while (pack_if_free(p, kern, d, b, hk, j0, w) == SDPA_CLAIM_BUSY) sched_yield();
+}
+
+/* Whether the values of keys [k0, k1) are all finite (bfloat16: of the
+ * tiles holding them): else a band's zero probabilities of keys a row
+ * does not see could meet inf or NaN, and the task takes the tile loop. */
+static bool keys_finite(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                        int64_t b, int64_t hk, int64_t k0, int64_t k1, const fwd_scratch *w)
+{
+    if (!d->dot)
+        return kern->rows_finite((const float *)p->v + AT4(p->vs, b, hk, k0, 0), p->vs[2], k1 - k0,
+                                 p->Dv);
+    for (int64_t j0 = k0 - k0 % d->keys; j0 < k1; j0 += d->keys)
+        if (!w->kfinite[shared_tile(p, d, b, hk, j0)]) return false;
+    return true;
+}
+
+/* The shared tile from key j0 of kv head (b, hk) (ready: tiles_ready). */
+static float *ready_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
+                         int64_t j0, const fwd_scratch *w)
+{
+    return w->kpack + shared_tile(p, d, b, hk, j0) * shared_words(p, d);
+}
+
+/* Unit e of kv head (b, hk) (head h, rows [i0, i0+mi)) band by band:
+ * its accumulator rows, row maxima and sums, from their first values;
+ * meanwhile the shared tile from key `next` (-1: none) requested into L2
+ * a slice per band (prefetch_tile). */
+static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
+                       int64_t b, int64_t hk, int64_t e, int64_t h, int64_t i0, int64_t mi,
+                       int64_t next, fwd_scratch *w)
+{
+    const int64_t npad = kern->npad, lds = FWD_BAND_COLS, dvn = sdpa_round_up(p->Dv, npad);
+    const int64_t spad = d->dot ? npad : npad / 2; /* score GEMMs: half panels (float32) */
+    int64_t q_rs, q_cs;
+    const float *qu = unit_q(p, d, w, e, b, h, i0, &q_rs, &q_cs);
+    for (int64_t r0 = 0; r0 < mi; r0 += FWD_BAND) {
+        const int64_t rb = mi - r0 < FWD_BAND ? mi - r0 : FWD_BAND, x = e * FWD_ROWS + r0;
+        float *o = w->o + x * d->dvp, *rowmax = w->rowmax + x, *rowsum = w->rowsum + x;
+        if (next >= 0) /* a slice per band */
+            prefetch_tile(p, d, w, b, hk, next, r0 / FWD_BAND, (mi + FWD_BAND - 1) / FWD_BAND);
+        int64_t rlo[FWD_BAND], rhi[FWD_BAND], lo = INT64_MAX, hi = 0;
+        for (int64_t r = 0; r < rb; ++r) {
+            sdpa_row_keys(p, i0 + r0 + r, &rlo[r], &rhi[r]);
+            if (rhi[r] <= rlo[r]) continue;
+            lo = rlo[r] < lo ? rlo[r] : lo;
+            hi = rhi[r] > hi ? rhi[r] : hi;
+        }
+        if (hi <= lo) { /* no row of the band sees a key: O = 0 */
+            memset(o, 0, (size_t)(rb * d->dvp) * sizeof(float));
+            continue;
+        }
+        const int64_t kb = lo - lo % npad; /* column 0 of the band's rows */
+        for (int64_t r = 0; r < rb; ++r) {
+            const bool seen = rhi[r] > rlo[r];
+            w->start[r] = seen ? (int32_t)(rlo[r] - kb) : 0;
+            w->end[r] = seen ? (int32_t)(rhi[r] - kb) : 0;
+        }
+        /* S = Q·Kᵀ from the half panel holding the first key to the one
+         * holding the last, a GEMM per tile */
+        SDPA_PROF_START(t_scores);
+        const int64_t sa = lo - lo % spad, sz = sdpa_round_up(hi, spad);
+        SDPA_PROF_COUNT(SDPA_PROF_FORWARD, SDPA_PROF_PARTIAL,
+                        sdpa_prof_visible(w->start, w->end, rb), (uint64_t)(rb * (sz - sa)));
+        for (int64_t j0 = sa - sa % d->keys; j0 < sz; j0 += d->keys) {
+            const int64_t ca = sa > j0 ? sa : j0, cz = sz < j0 + d->keys ? sz : j0 + d->keys;
+            const float *kt = ready_tile(p, d, b, hk, j0, w);
+            if (d->dot)
+                d->eng->gemm(rb, cz - ca, q_pairs(p), w->qp + x * q_pairs(p), q_pairs(p),
+                             (const uint32_t *)kt + (ca - j0), d->bcp, w->s + (ca - kb), lds,
+                             NULL, SDPA_GEMM_SET);
+            else
+                kern->gemm(rb, cz - ca, p->D, qu + r0 * q_rs, q_rs, q_cs, kt + (ca - j0), d->bcp,
+                           w->s + (ca - kb), lds, NULL, SDPA_GEMM_SET);
+        }
+        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_PARTIAL, SDPA_PROF_SCORES, t_scores);
+        SDPA_PROF_START(t_softmax);
+        const sdpa_logits lg = {
+            .scale = p->scale,
+            .softcap = p->softcap,
+            .inv_softcap = sdpa_inv_softcap(p),
+            .start = w->start,
+            .end = w->end,
+            .alibi = p->alibi ? p->alibi[b * p->alibi_s[0] + h * p->alibi_s[1]] : 0.0f,
+            .alibi_d0 = (int32_t)(i0 + r0 + p->Nk - p->Nq - kb)};
+        const int64_t n = sdpa_round_up(hi - kb, npad);
+        const bool p16 = d->dot && d->p16; /* the softmax rounds P to bfloat16 itself */
+        if (p16)
+            kern->softmax_online_p16(rb, 0, n, &lg, w->s, lds, w->p16, rowmax, rowsum,
+                                     w->alpha + x, NULL);
+        else
+            kern->softmax_online(rb, 0, n, &lg, w->s, lds, rowmax, rowsum, w->alpha + x, NULL);
+        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_PARTIAL, SDPA_PROF_SOFTMAX, t_softmax);
+        /* O = P·V from the first key (bfloat16: its pair; P is zero past
+         * each row's keys up to n, which completes an odd end's pair) */
+        SDPA_PROF_START(t_pv);
+        if (!d->dot) {
+            kern->gemm(rb, dvn, hi - lo, w->s + (lo - kb), lds, 1,
+                       (const float *)p->v + AT4(p->vs, b, hk, lo, 0), p->vs[2], o, d->dvp, NULL,
+                       SDPA_GEMM_SET);
+        } else {
+            const int64_t pa = lo - lo % 2;
+            for (int64_t r = 0; r < rb && !p16; ++r)
+                sdpa_pairs_narrow(w->s + r * lds + (pa - kb), hi - pa,
+                                  w->p16 + r * lds + (pa - kb));
+            sdpa_gemm_mode mode = SDPA_GEMM_SET;
+            for (int64_t j0 = pa - pa % d->keys; j0 < hi; j0 += d->keys) {
+                const int64_t ca = pa > j0 ? pa : j0, cz = hi < j0 + d->keys ? hi : j0 + d->keys;
+                const uint32_t *vp = tile_v_pairs(p, d, ready_tile(p, d, b, hk, j0, w));
+                d->eng->gemm(rb, dvn, (cz - ca + 1) / 2, (const uint32_t *)(w->p16 + (ca - kb)),
+                             lds / 2, vp + (ca - j0) / 2 * d->dvp, d->dvp, o, d->dvp, NULL, mode);
+                mode = SDPA_GEMM_ADD;
+            }
+        }
+        SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_PARTIAL, SDPA_PROF_PV, t_pv);
+    }
+}
+
 /* One task: units [u0, u0+nu) of kv head (b, hk) over the keys of split
  * chunk `chunk`; the outputs, or (split-KV) the chunk's partials. */
 static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const fwd_dims *d,
@@ -810,11 +977,35 @@ static void forward_task(const sdpa_problem *p, const sdpa_kernels *kern, const 
     if (kbeg < key0) kbeg = key0;
     if (kend > key1) kend = key1;
     w->kend = kend;
-    for (int64_t j0 = kbeg - kbeg % d->keys; j0 < kend; j0 += d->keys) {
+    /* Windowed units band by band while the values they read are finite
+     * (checked as far as each unit reads); the rest by the tile loop. */
+    bool banded[FWD_UNITS] = {false};
+    int64_t units_banded = 0;
+    for (int64_t e = 0, finite_to = kbeg; d->bands && e < nu; ++e, ++units_banded) {
+        int64_t h, i0, mi, lo, hi, x;
+        unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
+        sdpa_row_keys(p, i0, &lo, &x);
+        sdpa_row_keys(p, i0 + mi - 1, &x, &hi);
+        if (hi > lo) {
+            SDPA_PROF_START(t_pack);
+            tiles_ready(p, kern, d, b, hk, lo, hi, w);
+            const int64_t from = lo > finite_to ? lo : finite_to;
+            const bool finite = hi <= from || keys_finite(p, kern, d, b, hk, from, hi, w);
+            finite_to = hi > finite_to ? hi : finite_to;
+            SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_PACK, t_pack);
+            if (!finite) break;
+        }
+        /* the next tile, which the next units read, requested meanwhile */
+        const int64_t next = hi > lo ? (hi - 1) - (hi - 1) % d->keys + d->keys : -1;
+        unit_bands(p, kern, d, b, hk, e, h, i0, mi, next, w);
+        banded[e] = o_set[e] = true;
+    }
+    for (int64_t j0 = kbeg - kbeg % d->keys; units_banded < nu && j0 < kend; j0 += d->keys) {
         const int64_t nj = kend - j0 < d->keys ? kend - j0 : d->keys;
         bool packed = false;
         for (int64_t e = 0; e < nu; ++e) {
             int64_t h, i0, mi;
+            if (banded[e]) continue;
             unit_rows(p, d, hk, u0 + e, &h, &i0, &mi);
             if (d->prepacked) prefetch_tile(p, d, w, b, hk, j0 + d->keys, e, nu);
             SDPA_PROF_START(t_plan);
@@ -1098,6 +1289,7 @@ attn_status sdpa_fused_forward(const sdpa_problem *p, const sdpa_kernels *kern, 
     d.dot = d.eng != NULL; /* else (f32, decoding shapes): the exact float32 path */
     d.p16 = d.dot && kern->softmax_online_p16 && sdpa_bf16dot_available();
     d.prepacked = d.prepacked && !d.direct; /* the workspace has room either way */
+    d.bands = window_bands(p, kern, &d);
     size_t need;
     RETURN_IF(!workspace_exact(p, &need), err, ATTN_ERR_OVERFLOW, "workspace size overflows");
     need -= SDPA_WORKSPACE_SLACK;

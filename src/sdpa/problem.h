@@ -200,6 +200,9 @@ bool sdpa_row_sees_nan(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
  * fused path cannot tell from its statistics when a non-finite sink
  * started them; O(Nk·D), called only then. */
 bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
+/* True when row (b,h,i) sees a key by causal, window and masks, whatever
+ * its logit. O(Nk). */
+bool sdpa_row_has_keys(const sdpa_problem *p, int64_t b, int64_t h, int64_t i);
 
 /* bfloat16 / float16 tensors through float32 copies (staging.c). Start
  * from {0}; sdpa_stage_in/out leave float32 tensors alone and otherwise

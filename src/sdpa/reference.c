@@ -100,6 +100,24 @@ bool sdpa_row_sees_key(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
     return false;
 }
 
+bool sdpa_row_has_keys(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    int64_t lo, hi;
+    sdpa_row_keys(p, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; ++j)
+        if (sdpa_key_visible(p, b, h, i, j)) return true;
+    return false;
+}
+
+/* Whether row (b,h,i), whose logits are all -inf (`any`: one is not), has
+ * a softmax all the same: a finite sink makes it (0, ..., 0; 1), as torch's
+ * softmax over the sink's column, and the keys the row sees then multiply
+ * their P = 0 (0·NaN: NaN). Without one it is 0/0: a row that sees no key. */
+static bool row_has_softmax(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, bool any)
+{
+    return any || (isfinite(sdpa_sink(p, h)) && sdpa_row_has_keys(p, b, h, i));
+}
+
 /* Softmax probabilities of row (b,h,i) into prob[0..Nk) (a sink takes its
  * share of the denominator). Returns false when no key is visible (prob all
  * 0). *lse receives log(exp(sink) + Σ exp(logit)). */
@@ -196,7 +214,7 @@ attn_status sdpa_reference_forward(const sdpa_problem *p, attn_error *err)
         const int64_t i = r % p->Nq, h = (r / p->Nq) % p->Hq, b = r / (p->Nq * p->Hq);
         const int64_t hk = h / p->group;
         float lse, stats[2];
-        const bool sees = row_probs(p, b, h, i, prob, &lse, stats);
+        const bool sees = row_has_softmax(p, b, h, i, row_probs(p, b, h, i, prob, &lse, stats));
         /* out_i = Σ_j P_ij z_ij v_j over the keys j the row sees, z the
          * dropout factor (0 for a row that sees nothing) */
         float *oi = p->o + AT4(p->os, b, h, i, 0), *pz = prob + row_floats(p) / 2;
@@ -311,8 +329,9 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                  * caller's statistics when given (they may cover more keys
                  * than these: the gradient is then the part of these keys). */
                 const bool given = p->stats || (p->lse && p->o);
-                bool visible = given ? given_probs(p, b, h, i, prob, &lse)
-                                     : row_probs(p, b, h, i, prob, &lse, stats);
+                const bool any = given ? given_probs(p, b, h, i, prob, &lse)
+                                       : row_probs(p, b, h, i, prob, &lse, stats);
+                const bool visible = row_has_softmax(p, b, h, i, any);
                 if (dqi)
                     for (int64_t d = 0; d < p->D; ++d) dqi[d * p->dqs[3]] = 0.0f;
                 if (!visible) continue; /* the row's output was constant 0 */
@@ -339,7 +358,8 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     dp_nonfinite |= !isfinite(dprob[j]);
                     block_add(&di_sum, prob[j] * dprob[j]);
                 }
-                float di = block_value(&di_sum);
+                const float part = block_value(&di_sum);
+                float di = part;
                 /* D_i = Σ_l P_il dP_il over all keys: over the given keys
                  * alone it is a part; the caller's O gives the whole, dO·O. */
                 if (given) {
@@ -347,10 +367,12 @@ attn_status sdpa_reference_backward(const sdpa_problem *p, attn_error *err)
                     di = 0.0f;
                     for (int64_t d = 0; d < p->Dv; ++d) di += doi[d * p->dos[3]] * oi[d * p->os[3]];
                 }
-                /* D_i = Σ_l P_il dP_il holds P_il·dP_il of every key the row
-                 * sees: a NaN or inf dP (NaN or inf in v_l or dO_i) makes it
-                 * NaN or inf even where P_il = 0 (0·NaN), whatever O says. */
-                if (dp_nonfinite && isfinite(di)) di = NAN;
+                /* torch's D_i = Σ_l P_il dP_il holds P_il·dP_il of every key
+                 * the row sees: a NaN or inf dP (NaN or inf in v_l or dO_i,
+                 * or dO_i·v_l overflowing) makes it NaN or ±inf, P_il = 0
+                 * included (0·inf), whatever O says; dO·O adds what the
+                 * other keys of given statistics bring (its class only). */
+                if (dp_nonfinite) di = given && !isfinite(di) ? di + part : part;
                 /* Forward: the sink is a logit with no value: its dP is 0, so
                  * d sink += P_sink (0 - D_i). (Heads of one kv group run in one
                  * task, so this sum has a fixed order too.) */
