@@ -47,8 +47,14 @@
  *                              (finfo.min key padding, -1e30/-inf attn masks)
  *   random                     random mixtures of all of the above
  *
- * Quick mode is the default (ATTN_TEST_QUICK=1, or under ctest / make test);
- * ATTN_STRESS_FULL=1 (make stress-full) explores many more seeds and sizes.
+ * Three modes. The default one (make test) is what the suite calls quick:
+ * a subset of the full sizes. ATTN_STRESS_FULL=1 (make stress-full) explores
+ * many more seeds and sizes. ATTN_TEST_QUICK=1 (CI's qemu and sanitizer runs,
+ * where a case costs 10-50 times its native time) keeps every group and case
+ * but shrinks the largest: large-n to 4100 keys (still several split-KV
+ * chunks with a tail, hundreds of tiles per row), decode to one kv head (the
+ * same GQA groups 1/4/8 and chunk edges) and the random mixtures to half the
+ * work budget each (the same 120 draws of masks, layouts and variants).
  * Every failure line carries its replay command:
  *   random cases:     ATTN_TEST_CASE=<seed> ./test_stress   (or --case SEED)
  *   systematic ones:  ./test_stress --seed <base> --group <group>
@@ -73,6 +79,7 @@
 #define FINFO_MIN (-3.4028234663852886e38) /* torch.finfo(torch.float32).min */
 
 static bool g_full;
+static bool g_light; /* ATTN_TEST_QUICK=1: the largest groups at smaller sizes */
 static uint64_t g_seed;
 static const tu_options *g_opt; /* the command line's options (group random reads them) */
 
@@ -180,7 +187,7 @@ static scase random_case(uint64_t seed)
     c.poison = tu_rng_chance(&r, 0.3);
     c.bnhd = tu_rng_chance(&r, 0.3);
     c.backward = true;
-    fit_budget(&c, g_full ? 6e6 : 1.2e6);
+    fit_budget(&c, g_full ? 6e6 : g_light ? 0.6e6 : 1.2e6);
     return c;
 }
 
@@ -350,7 +357,7 @@ static scase base_case(uint64_t seed)
 static void systematic_replay(char *buf, size_t n, const char *group)
 {
     snprintf(buf, n, "./test_stress --seed 0x%" PRIx64 " --group %s%s", g_seed, group,
-             g_full ? " (ATTN_STRESS_FULL=1)" : "");
+             g_full ? " (ATTN_STRESS_FULL=1)" : g_light ? " (ATTN_TEST_QUICK=1)" : "");
 }
 
 /* ------------------------------------------------------------ exact repros */
@@ -892,22 +899,24 @@ static void group_large_n(tu_suite *s)
     tu_group_begin(&g, s, "large-n");
     char rp[128];
     systematic_replay(rp, sizeof rp, "large-n");
-    typedef struct { int64_t Nq, Nk, D, Dv; attn_causal causal; int mask; bool sample; bool full_only; } big;
+    /* lq, lk: Nq, Nk with ATTN_TEST_QUICK=1 */
+    typedef struct { int64_t Nq, Nk, D, Dv; attn_causal causal; int mask; bool sample; bool full_only; int64_t lq, lk; } big;
     const big cases[] = {
-        {2048, 8192, 16, 16, ATTN_CAUSAL_NONE, MK_NONE, true, false},
-        {8192, 8192, 16, 16, ATTN_CAUSAL_NONE, MK_NONE, true, true},
-        {8192, 8192, 64, 64, ATTN_CAUSAL_BOTTOM_RIGHT, MK_KEYPAD, true, true},
-        {4096, 4096, 128, 128, ATTN_CAUSAL_TOP_LEFT, MK_NONE, true, true},
-        {1, 8192, 64, 64, ATTN_CAUSAL_NONE, MK_KEYPAD, false, false},
-        {64, 8192, 32, 16, ATTN_CAUSAL_BOTTOM_RIGHT, MK_NONE, false, false},
-        {8192, 64, 32, 32, ATTN_CAUSAL_TOP_LEFT, MK_NONE, false, false},
-        {2048, 2048, 64, 64, ATTN_CAUSAL_TOP_LEFT, MK_FLOAT, false, true},
-        {8192, 8192, 16, 16, ATTN_CAUSAL_TOP_LEFT, MK_NONE, false, true},
+        {2048, 8192, 16, 16, ATTN_CAUSAL_NONE, MK_NONE, true, false, 512, 4100},
+        {8192, 8192, 16, 16, ATTN_CAUSAL_NONE, MK_NONE, true, true, 0, 0},
+        {8192, 8192, 64, 64, ATTN_CAUSAL_BOTTOM_RIGHT, MK_KEYPAD, true, true, 0, 0},
+        {4096, 4096, 128, 128, ATTN_CAUSAL_TOP_LEFT, MK_NONE, true, true, 0, 0},
+        {1, 8192, 64, 64, ATTN_CAUSAL_NONE, MK_KEYPAD, false, false, 1, 8192},
+        {64, 8192, 32, 16, ATTN_CAUSAL_BOTTOM_RIGHT, MK_NONE, false, false, 64, 4100},
+        {8192, 64, 32, 32, ATTN_CAUSAL_TOP_LEFT, MK_NONE, false, false, 4100, 64},
+        {2048, 2048, 64, 64, ATTN_CAUSAL_TOP_LEFT, MK_FLOAT, false, true, 0, 0},
+        {8192, 8192, 16, 16, ATTN_CAUSAL_TOP_LEFT, MK_NONE, false, true, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         if (cases[i].full_only && !g_full) continue;
         scase c = base_case(tu_mix(g_seed ^ (0xB16ull + (uint64_t)i)));
-        c.Nq = cases[i].Nq, c.Nk = cases[i].Nk, c.D = cases[i].D, c.Dv = cases[i].Dv;
+        c.Nq = g_light ? cases[i].lq : cases[i].Nq, c.Nk = g_light ? cases[i].lk : cases[i].Nk;
+        c.D = cases[i].D, c.Dv = cases[i].Dv;
         c.causal = cases[i].causal, c.mask0 = cases[i].mask, c.sample = cases[i].sample;
         c.qmag = c.kmag = 1.2;
         run_scase(&g, &c, rp);
@@ -928,7 +937,7 @@ static void group_random(tu_suite *s)
         scase c = random_case(seed);
         char rp[128];
         snprintf(rp, sizeof rp, "%sATTN_TEST_CASE=0x%016" PRIx64 " ./test_stress",
-                 g_full ? "ATTN_STRESS_FULL=1 " : "", seed);
+                 g_full ? "ATTN_STRESS_FULL=1 " : g_light ? "ATTN_TEST_QUICK=1 " : "", seed);
         run_scase(&g, &c, rp);
     }
     tu_group_end(&g);
@@ -953,7 +962,7 @@ static void group_decode(tu_suite *s)
             if (!g_full && (ki + qi) % 2) continue;
             scase c = base_case(tu_mix(g_seed ^ (0xDEC0ull + (uint64_t)n++)));
             c.Nk = nks[ki], c.Nq = nqs[qi];
-            c.Hkv = 2, c.Hq = 2 * ratios[(ki + qi) % 3];
+            c.Hkv = g_light ? 1 : 2, c.Hq = c.Hkv * ratios[(ki + qi) % 3];
             c.D = ki % 2 || !g_full ? 64 : 128, c.Dv = c.D;
             if (!g_full && c.Nk > 4096) c.Hq = c.Hkv * 4;
             c.causal = (attn_causal)(n % 3 == 0 ? ATTN_CAUSAL_NONE : n % 3 == 1 ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_TOP_LEFT);
@@ -1433,9 +1442,11 @@ int main(int argc, char **argv)
     if (!tu_begin(argc, argv, DEFAULT_SEED, &opt, &s)) return 2;
     g_opt = &opt;
     g_full = tu_env_flag("ATTN_STRESS_FULL") && !opt.quick;
+    g_light = opt.quick;
     g_seed = opt.seed;
     const double t0 = tu_now_seconds();
-    sj_print_header("test_stress", g_full ? "full" : "quick", g_seed);
+    const char *mode = g_full ? "full" : g_light ? "quick (ATTN_TEST_QUICK: smaller large-n, decode, random)" : "quick";
+    sj_print_header("test_stress", mode, g_seed);
     if (opt.replay) return tu_replay(&s, &opt, "test_stress", replay_case);
     static const tu_group_entry groups[] = {
         {"paths", group_paths},
@@ -1458,7 +1469,7 @@ int main(int argc, char **argv)
         {"random", group_random},
     };
     tu_run_groups(&s, &opt, groups, (int)(sizeof groups / sizeof groups[0]));
-    printf("test_stress: %" PRId64 " generated cases, %s mode, run time %.1f s\n", g_cases_run,
-           g_full ? "full" : "quick", tu_now_seconds() - t0);
+    printf("test_stress: %" PRId64 " generated cases, %s mode, run time %.1f s\n", g_cases_run, mode,
+           tu_now_seconds() - t0);
     return tu_suite_finish(&s);
 }
