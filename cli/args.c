@@ -29,12 +29,12 @@ void cli_print_help(const cli_command *cmd)
 
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 {
+    char text[8192]; /* the line in one write (ranks of mpiexec share stderr) */
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "attn %s: ", cmd->name);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "attn %s: %s\n", cmd->name, text);
     return CLI_USAGE;
 }
 

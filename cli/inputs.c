@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,18 +19,26 @@
 /* Standard input can be read once per run. */
 static bool stdin_taken;
 
-/* "attn CMD: " and the option that named path ("--query "), else
- * `fallback` (may be NULL). */
-static void print_prefix(const char *path, const char *fallback)
+/* One line on stderr: "attn CMD: ", the option that named path
+ * ("--query ") else `fallback` (may be NULL), then fmt's text, in one
+ * write: the ranks of `mpiexec attn ring` share stderr, and a line written
+ * in pieces interleaves with theirs. */
+static void input_error(const char *path, const char *fallback, const char *fmt, ...)
 {
     const cli_args *a = cli_running();
-    fprintf(stderr, "attn%s%s: ", a ? " " : "", a ? a->cmd->name : "");
+    const char *option = fallback;
     for (int i = 0; a && i < a->count; ++i)
         if (a->values[i] == path || !strcmp(a->values[i], path)) {
-            fprintf(stderr, "%s ", a->names[i]);
-            return;
+            option = a->names[i];
+            break;
         }
-    if (fallback) fprintf(stderr, "%s ", fallback);
+    char text[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "attn%s%s: %s%s%s", a ? " " : "", a ? a->cmd->name : "", option ? option : "",
+            option ? " " : "", text);
 }
 
 static const char *input_path(const char *path, bool *ok)
@@ -37,8 +46,7 @@ static const char *input_path(const char *path, bool *ok)
     *ok = true;
     if (strcmp(path, "-") != 0) return path;
     if (stdin_taken) {
-        print_prefix(path, NULL);
-        fprintf(stderr, "-: standard input can be given for one input only\n");
+        input_error(path, NULL, "-: standard input can be given for one input only\n");
         *ok = false;
     }
     stdin_taken = true;
@@ -51,11 +59,11 @@ static void print_error(const char *path, const char *read, const attn_error *er
 {
     const char *msg = err->message[0] ? err->message : attn_status_string(err->status);
     const size_t n = strlen(read);
-    print_prefix(path, NULL);
     if (!strncmp(msg, read, n))
-        fprintf(stderr, "%s%s%s\n", path, strcmp(path, "-") ? "" : " (standard input)", msg + n);
+        input_error(path, NULL, "%s%s%s\n", path, strcmp(path, "-") ? "" : " (standard input)",
+                    msg + n);
     else
-        fprintf(stderr, "%s\n", msg);
+        input_error(path, NULL, "%s\n", msg);
 }
 
 static void note_rounding(const char *path, const attn_array *a)
@@ -98,9 +106,10 @@ int cli_load_mask(const char *path, attn_array *out)
 {
     int rc = cli_load_npy(path, out);
     if (rc || !integer_dtype(out->file_dtype)) return rc;
-    print_prefix(path, NULL);
-    fprintf(stderr, "%s: an integer mask (%s): masks must be bool or float, as in torch (for "
-                    "0/1 values save a bool array)\n", path, out->file_dtype);
+    input_error(path, NULL,
+                "%s: an integer mask (%s): masks must be bool or float, as in torch (for 0/1 "
+                "values save a bool array)\n",
+                path, out->file_dtype);
     attn_array_free(out);
     return CLI_USAGE;
 }
@@ -132,8 +141,7 @@ static int read_safetensors(const char *option, const char *path, const char *re
     if (attn_safetensors_read(read, out, &err) != ATTN_OK) {
         const char *kind = err.status == ATTN_ERR_FORMAT && regular ? sniff(read) : NULL;
         if (kind) {
-            print_prefix(path, option);
-            fprintf(stderr, "%s: is %s, not .safetensors\n", path, kind);
+            input_error(path, option, "%s: is %s, not .safetensors\n", path, kind);
         } else {
             print_error(path, read, &err);
         }
@@ -232,15 +240,13 @@ int cli_load_file(const char *path, bool *is_npy, attn_array *npy, attn_safetens
     pthread_t feeder;
     if (pipe(ends) != 0) {
         close(fd);
-        print_prefix(path, NULL);
-        fprintf(stderr, "%s: cannot make a pipe: %s\n", path, strerror(errno));
+        input_error(path, NULL, "%s: cannot make a pipe: %s\n", path, strerror(errno));
         return CLI_FAIL;
     }
     f.to = ends[1];
     if (pthread_create(&feeder, NULL, feed_pipe, &f) != 0) {
         close(fd), close(ends[0]), close(ends[1]);
-        print_prefix(path, NULL);
-        fprintf(stderr, "%s: cannot start a thread to read it\n", path);
+        input_error(path, NULL, "%s: cannot start a thread to read it\n", path);
         return CLI_FAIL;
     }
     char through[64];
