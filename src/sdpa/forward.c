@@ -802,6 +802,20 @@ static float *ready_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, in
     return w->kpack + shared_tile(p, d, b, hk, j0) * shared_words(p, d);
 }
 
+/* Rows [r0, r1) of a Q read in place (D contiguous floats each, rs
+ * apart) requested into L1: a band's score GEMM would otherwise meet each
+ * row's lines one at a time, a wait on memory per 16 features, as nothing
+ * read them before. */
+static void prefetch_q_rows(const float *q, int64_t rs, int64_t r0, int64_t r1, int64_t D)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (int64_t r = r0; r < r1; ++r)
+        for (int64_t x = 0; x < D; x += 16) __builtin_prefetch(q + r * rs + x, 0, 3);
+#else
+    (void)q, (void)rs, (void)r0, (void)r1, (void)D;
+#endif
+}
+
 /* Unit e of kv head (b, hk) (head h, rows [i0, i0+mi)) band by band:
  * its accumulator rows, row maxima and sums, from their first values;
  * meanwhile the shared tile from key `next` (-1: none) requested into L2
@@ -819,6 +833,9 @@ static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fw
         float *o = w->o + x * d->dvp, *rowmax = w->rowmax + x, *rowsum = w->rowsum + x;
         if (next >= 0) /* a slice per band */
             prefetch_tile(p, d, w, b, hk, next, r0 / FWD_BAND, (mi + FWD_BAND - 1) / FWD_BAND);
+        if (!d->dot && q_cs == 1) /* this band's Q rows (the first band), the next band's */
+            prefetch_q_rows(qu, q_rs, r0 == 0 ? 0 : r0 + FWD_BAND,
+                            r0 + 2 * FWD_BAND < mi ? r0 + 2 * FWD_BAND : mi, p->D);
         int64_t rlo[FWD_BAND], rhi[FWD_BAND], lo = INT64_MAX, hi = 0;
         for (int64_t r = 0; r < rb; ++r) {
             sdpa_row_keys(p, i0 + r0 + r, &rlo[r], &rhi[r]);
