@@ -231,6 +231,7 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .gemm16 = avx2_gemm16,
     .gemm_max = avx2_gemm_max,
     .softmax_online = avx2_softmax_online,
+    .softmax_rows = avx2_softmax_rows,
     .probs = avx2_probs,
     .dsoftmax = avx2_dsoftmax,
     .dropout = avx2_dropout,

@@ -249,6 +249,7 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .gemm_max = avx512_gemm_max,
     .softmax_online = avx512_softmax_online,
     .softmax_online_p16 = avx512_softmax_online_p16,
+    .softmax_rows = avx512_softmax_rows,
     .probs = avx512_probs,
     .dsoftmax = avx512_dsoftmax,
     .dropout = avx512_dropout,

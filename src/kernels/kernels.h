@@ -123,6 +123,21 @@ typedef void (*sdpa_softmax16_fn)(int64_t m, int64_t c0, int64_t n, const sdpa_l
                                   float *rowsum, float *alpha, const float *vmax);
 
 /*
+ * The softmax of rows that take all their keys at once (the forward's
+ * windowed bands): plain logits x = fl(scale·s), row r seeing columns
+ * [start[r], end[r]) of s (z0 <= start, end <= n), from the statistics in
+ * rowmax[r], rowsum[r] (a sink's, or -inf and 0) to the final ones there.
+ * p = exp(x - max) goes to s, or with p16 (tables with softmax_online_p16
+ * only) rounded to bfloat16 into p16 (lds apart, s's columns); columns
+ * [z0, n) outside a row's keys receive 0. Rows may be written up to
+ * 2·VW - 1 columns past n (lds leaves that room). The sums' order differs
+ * from softmax_online's. NULL in tables without it.
+ */
+typedef void (*sdpa_softmax_rows_fn)(int64_t m, int64_t z0, int64_t n, float scale,
+                                     const int32_t *start, const int32_t *end, float *s,
+                                     int64_t lds, uint16_t *p16, float *rowmax, float *rowsum);
+
+/*
  * Probabilities from the row statistics (backward, and the forward's weights
  * pass): s(r,c) <- exp(x(r,c) - rowmax[r] - rowll[r]) where visible, else 0;
  * rows with rowmax = -inf are all 0. With softcap, dfac (m, lds) receives
@@ -279,6 +294,7 @@ typedef struct {
     sdpa_gemm_max_fn gemm_max;
     sdpa_softmax_fn softmax_online;
     sdpa_softmax16_fn softmax_online_p16;
+    sdpa_softmax_rows_fn softmax_rows;
     sdpa_probs_fn probs;
     sdpa_dsoftmax_fn dsoftmax;
     sdpa_dropout_fn dropout;

@@ -273,6 +273,7 @@ const sdpa_kernels sdpa_kernels_neon = {
     .gemm16 = neon_gemm16,
     .gemm_max = neon_gemm_max,
     .softmax_online = neon_softmax_online,
+    .softmax_rows = neon_softmax_rows,
     .probs = neon_probs,
     .dsoftmax = neon_dsoftmax,
     .dropout = neon_dropout,

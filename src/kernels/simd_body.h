@@ -706,6 +706,101 @@ static void SIMD(softmax_online_p16)(int64_t m, int64_t c0, int64_t n, const sdp
 }
 #endif
 
+/* softmax_rows (kernels.h): per row, its keys' vectors from its first
+ * column (unaligned), four at a time and then pairs, the last pair masked;
+ * maxima in four independent lanes' chains (max is exact: the order
+ * changes no value but which NaN a lane keeps, and a NaN logit makes the
+ * sum NaN either way); zeros stored around the keys. */
+static inline __attribute__((always_inline)) void
+SIMD(softmax_rows_any)(int64_t m, int64_t z0, int64_t n, float scale, const int32_t *start,
+                       const int32_t *end, float *s, int64_t lds, uint16_t *p16, float *rowmax,
+                       float *rowsum)
+{
+    const vf ninf = V_SET1(-INFINITY), vscale = V_SET1(scale), zero = V_ZERO();
+    for (int64_t g = 0; g < m; g += VW) {
+        const int64_t rows = m - g < VW ? m - g : VW;
+        vf acc[VW];
+        float alpha[VW];
+        for (int64_t i = 0; i < VW; ++i) {
+            acc[i] = ninf;
+            if (i >= rows) continue;
+            const float *sr = s + (g + i) * lds;
+            const int64_t lo = start[g + i], hi = end[g + i];
+            vf m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+            int64_t c = lo;
+            for (; c + 4 * VW <= hi; c += 4 * VW) {
+                m0 = V_MAX(m0, V_LOAD(sr + c));
+                m1 = V_MAX(m1, V_LOAD(sr + c + VW));
+                m2 = V_MAX(m2, V_LOAD(sr + c + 2 * VW));
+                m3 = V_MAX(m3, V_LOAD(sr + c + 3 * VW));
+            }
+            for (; c < hi; c += VW)
+                m0 = V_MAX(m0, V_BLEND(v_cols_outside(c, lo, hi), V_LOAD(sr + c), ninf));
+            acc[i] = V_MAX(V_MAX(m0, m1), V_MAX(m2, m3));
+        }
+        SIMD(new_max)(rows, acc, vscale, rowmax + g, alpha);
+        for (int64_t i = 0; i < VW; ++i) {
+            acc[i] = zero;
+            if (i >= rows) continue;
+            float *sr = s + (g + i) * lds;
+            uint16_t *pr = p16 ? p16 + (g + i) * lds : NULL;
+            const int64_t lo = start[g + i], hi = end[g + i];
+            const float mx = rowmax[g + i];
+            int64_t c = lo;
+            if (mx == -INFINITY) { /* nothing visible: p = 0 */
+                sdpa_nan_logits_poison(sr, lo, hi, scale, &rowsum[g + i]);
+                c = z0;
+            } else {
+                /* zeros before the keys: into p16 by whole steps (the exps then
+                 * overwrite those past lo), into s short of its scores */
+                int64_t cz = z0;
+                for (; pr && cz < lo; cz += 2 * VW) STORE_PROBS(cz, zero, zero);
+                for (; cz + VW <= lo; cz += VW) V_STORE(sr + cz, zero);
+                for (; cz < lo; ++cz) sr[cz] = 0.0f;
+                const vf vm = V_SET1(mx);
+                vf sum = zero, sum2 = zero;
+                for (; c + 4 * VW <= hi; c += 4 * VW) {
+                    vf x[4];
+                    for (int j = 0; j < 4; ++j) x[j] = V_SUB(V_MUL(V_LOAD(sr + c + j * VW), vscale), vm);
+                    v_exp_nonpos_k(x, 4);
+                    STORE_PROBS(c, x[0], x[1]);
+                    STORE_PROBS(c + 2 * VW, x[2], x[3]);
+                    sum = V_ADD(V_ADD(sum, x[0]), x[2]);
+                    sum2 = V_ADD(V_ADD(sum2, x[1]), x[3]);
+                }
+                for (; c < hi; c += 2 * VW) {
+                    vf x[2];
+                    for (int j = 0; j < 2; ++j)
+                        x[j] = V_BLEND(v_cols_outside(c + j * VW, lo, hi),
+                                       V_SUB(V_MUL(V_LOAD(sr + c + j * VW), vscale), vm), ninf);
+                    v_exp_nonpos_k(x, 2);
+                    STORE_PROBS(c, x[0], x[1]);
+                    sum = V_ADD(sum, x[0]);
+                    sum2 = V_ADD(sum2, x[1]);
+                }
+                acc[i] = V_ADD(sum, sum2);
+            }
+            for (; c < n; c += 2 * VW) STORE_PROBS(c, zero, zero); /* zeros after them */
+        }
+        SIMD(add_sums)(rows, acc, rowmax + g, rowsum + g, alpha);
+    }
+}
+
+static void SIMD(softmax_rows)(int64_t m, int64_t z0, int64_t n, float scale,
+                               const int32_t *start, const int32_t *end, float *s, int64_t lds,
+                               uint16_t *p16, float *rowmax, float *rowsum)
+{
+#ifdef SIMD_HAVE_P16
+    if (p16) {
+        SIMD(softmax_rows_any)(m, z0, n, scale, start, end, s, lds, p16, rowmax, rowsum);
+        return;
+    }
+#else
+    (void)p16; /* never given where the table has no softmax_online_p16 */
+#endif
+    SIMD(softmax_rows_any)(m, z0, n, scale, start, end, s, lds, NULL, rowmax, rowsum);
+}
+
 static void SIMD(probs)(int64_t m, int64_t c0, int64_t n, const sdpa_logits *lgp, float *s,
                         int64_t lds, const float *rowmax, const float *rowll, float *dfac)
 {

@@ -882,7 +882,10 @@ static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fw
             .alibi_d0 = (int32_t)(i0 + r0 + p->Nk - p->Nq - kb)};
         const int64_t n = sdpa_round_up(hi - kb, npad);
         const bool p16 = d->dot && d->p16; /* the softmax rounds P to bfloat16 itself */
-        if (p16)
+        if (kern->softmax_rows && !(p->softcap > 0.0f) && !p->alibi) /* plain logits */
+            kern->softmax_rows(rb, (lo - lo % 2) - kb, n, p->scale, w->start, w->end, w->s, lds,
+                               p16 ? w->p16 : NULL, rowmax, rowsum);
+        else if (p16)
             kern->softmax_online_p16(rb, 0, n, &lg, w->s, lds, w->p16, rowmax, rowsum,
                                      w->alpha + x, NULL);
         else
