@@ -3,18 +3,21 @@
  *
  * Groups:
  *   contiguous  random appends (per-entry counts, strided sources) then
- *               attend with Nq 1..16: equal bit for bit to attn_sdpa on the
- *               cache's own view and on an independent contiguous copy of the
- *               keys, and within the accuracy criterion of the float64 oracle
+ *               attend with Nq 1..16. With ATTN_PATH_FUSED (attn_sdpa's
+ *               path): equal bit for bit to attn_sdpa on an independent
+ *               contiguous copy of the keys; with AUTO (decode shapes take
+ *               the decode kernel): the same bits for threads 1, 2 and 3;
+ *               both within the accuracy criterion of the float64 oracle
  *               (tests/support/ref64_variants) with bottom-right causality,
  *               window, ALiBi (Hq) / (B, Hq), softcap and sinks.
  *   paged       the same appends into paged caches (block sizes 1..64,
  *               lockstep appends so entries' blocks interleave, and caller
- *               block tables that shuffle them): an entry whose blocks are
- *               consecutive equals the contiguous cache bit for bit; one
- *               that is merged from several runs stays within
- *               PAGED_BOUND·max|V| of it (and within the oracle criterion),
- *               with the same bits for threads 1, 2 and 3.
+ *               block tables that shuffle them), on both paths: an entry
+ *               whose blocks are consecutive equals the contiguous cache
+ *               read by the same path bit for bit; one that is merged from
+ *               several runs stays within PAGED_BOUND·max|V| of it (and
+ *               within the oracle criterion), with the same bits for
+ *               threads 1, 2 and 3.
  *   decode      Nq 1..16 against Nk from 1 up to 16384 (65536 and 131072 with
  *               ATTN_TEST_FULL=1),
  *               H = 8, Hkv = 2, D = 128, against the float64 oracle on
@@ -176,13 +179,14 @@ static void res_free(kres *r)
 }
 
 static attn_status attend(const kcase *c, const attn_kvcache *cache, const attn_tensor *q,
-                          kvars *x, int threads, kres *r, attn_error *err)
+                          kvars *x, int threads, attn_path path, kres *r, attn_error *err)
 {
     attn_tensor out = attn_tensor_4d(r->out, c->B, c->Hq, c->Nq, c->Dv);
     attn_tensor lse = attn_tensor_3d(r->lse, c->B, c->Hq, c->Nq);
     attn_tensor st = attn_tensor_4d(r->st, c->B, c->Hq, c->Nq, 2);
     attn_sdpa_opts o = case_opts(c, x, threads);
     o.softmax_stats = &st;
+    o.path = path;
     return attn_kvcache_attend(cache, q, &out, &lse, &o, err);
 }
 
@@ -396,12 +400,12 @@ static void run_case(tu_group *gc, tu_group *gp, uint64_t seed)
     kvars x;
     for (int64_t i = 0; i < MAX_B * 64; ++i) x.slopes[i] = (float)tu_rng_range(&r, 0.01, 0.3);
     for (int64_t i = 0; i < 64; ++i) x.sinks[i] = (float)tu_rng_range(&r, -2, 2);
-    kres a, d, p, p1, p3, vw;
+    kres a, f, d, p, p1, p3;
     tu_tensor Q;
     const int64_t qs[4] = {c.B, c.Hq, c.Nq, c.D};
     tu_layout lq = tu_layout_random(&r, 4, TU_LAYOUT_OUTPUT);
-    bool ok = tu_tensor_alloc(&Q, ATTN_F32, 4, qs, &lq) && res_alloc(&c, &a) && res_alloc(&c, &d) &&
-              res_alloc(&c, &p) && res_alloc(&c, &p1) && res_alloc(&c, &p3) && res_alloc(&c, &vw);
+    bool ok = tu_tensor_alloc(&Q, ATTN_F32, 4, qs, &lq) && res_alloc(&c, &a) && res_alloc(&c, &f) &&
+              res_alloc(&c, &d) && res_alloc(&c, &p) && res_alloc(&c, &p1) && res_alloc(&c, &p3);
     if (!ok) {
         tu_group_fail(gc, "allocation failed (%s)", rp);
         return;
@@ -419,59 +423,78 @@ static void run_case(tu_group *gc, tu_group *gp, uint64_t seed)
         tu_group_fail(gc, "filling the caches failed: %s (%s)", err.message, rp);
         goto done;
     }
-    /* contiguous: attend vs attn_sdpa on the cache's own views and on a copy */
-    if (attend(&c, caches[0], &Q.view, &x, 2, &a, &err) != ATTN_OK) {
-        tu_group_fail(gc, "attend: %s (%s)", err.message, rp);
-        goto done;
-    }
+    /* contiguous, ATTN_PATH_FUSED: attn_sdpa's bits (its own views and a
+     * copy); AUTO (the decode kernel for decode shapes): the oracle and the
+     * same bits for threads 1, 2 and 3 */
+    static const attn_path paths[2] = {ATTN_PATH_AUTO, ATTN_PATH_FUSED};
+    kres *contig[2] = {&a, &f};
+    for (int pi = 0; pi < 2; ++pi)
+        if (attend(&c, caches[0], &Q.view, &x, 2, paths[pi], contig[pi], &err) != ATTN_OK) {
+            tu_group_fail(gc, "attend: %s (%s)", err.message, rp);
+            goto done;
+        }
     if (direct(&c, &sh, &Q.view, &x, &d, &err) != ATTN_OK) {
         tu_group_fail(gc, "attn_sdpa on a copy: %s (%s)", err.message, rp);
         goto done;
     }
     bool same = true;
-    for (int64_t b = 0; b < c.B; ++b) same &= entry_equal(&c, &a, &d, b);
-    if (tu_check(gc, same, "contiguous attend != attn_sdpa on a contiguous copy (%s)", rp) &&
-        check_oracle(gc, &c, &sh, q64, &x, &a, NULL, "contiguous", rp))
-        tu_group_pass(gc);
+    for (int64_t b = 0; b < c.B; ++b) same &= entry_equal(&c, &f, &d, b);
+    if (tu_check(gc, same, "contiguous attend (fused) != attn_sdpa on a contiguous copy (%s)", rp) &&
+        check_oracle(gc, &c, &sh, q64, &x, &f, NULL, "contiguous (fused)", rp)) {
+        if (attend(&c, caches[0], &Q.view, &x, 1, ATTN_PATH_AUTO, &p1, &err) != ATTN_OK ||
+            attend(&c, caches[0], &Q.view, &x, 3, ATTN_PATH_AUTO, &p3, &err) != ATTN_OK) {
+            tu_group_fail(gc, "attend: %s (%s)", err.message, rp);
+            goto done;
+        }
+        if (tu_check(gc, res_equal(&a, &p1) && res_equal(&a, &p3), "contiguous: threads 1/2/3 differ (%s)", rp) &&
+            check_oracle(gc, &c, &sh, q64, &x, &a, NULL, "contiguous", rp))
+            tu_group_pass(gc);
+    }
 
-    /* paged */
-    if (attend(&c, caches[1], &Q.view, &x, 2, &p, &err) != ATTN_OK ||
-        attend(&c, caches[1], &Q.view, &x, 1, &p1, &err) != ATTN_OK ||
-        attend(&c, caches[1], &Q.view, &x, 3, &p3, &err) != ATTN_OK) {
-        tu_group_fail(gp, "paged attend: %s (%s)", err.message, rp);
-        goto done;
-    }
-    tu_check(gp, res_equal(&p, &p1) && res_equal(&p, &p3), "paged: threads 1/2/3 differ (%s)", rp);
+    /* paged, both paths: against the contiguous cache read the same way */
     bool paged_ok = true;
-    for (int64_t b = 0; b < c.B; ++b) {
-        if (!entry_merged(caches[1], b)) {
-            paged_ok &= tu_check(gp, entry_equal(&c, &p, &a, b),
-                                 "paged entry %" PRId64 " (one run) != contiguous (%s)", b, rp);
-            continue;
+    for (int pi = 0; pi < 2 && paged_ok; ++pi) {
+        const kres *ref = contig[pi];
+        if (attend(&c, caches[1], &Q.view, &x, 2, paths[pi], &p, &err) != ATTN_OK ||
+            attend(&c, caches[1], &Q.view, &x, 1, paths[pi], &p1, &err) != ATTN_OK ||
+            attend(&c, caches[1], &Q.view, &x, 3, paths[pi], &p3, &err) != ATTN_OK) {
+            tu_group_fail(gp, "paged attend: %s (%s)", err.message, rp);
+            goto done;
         }
-        double vmax = 0.0, worst = 0.0;
-        for (int64_t e = 0; e < c.Hkv * sh.len[b] * c.Dv; ++e) {
-            const int64_t h = e / (sh.len[b] * c.Dv), rest = e % (sh.len[b] * c.Dv);
-            const double val = fabs(sh.v[(b * c.Hkv + h) * c.cap * c.Dv + rest]);
-            if (val > vmax) vmax = val;
+        paged_ok &= tu_check(gp, res_equal(&p, &p1) && res_equal(&p, &p3),
+                             "paged (path %d): threads 1/2/3 differ (%s)", (int)paths[pi], rp);
+        for (int64_t b = 0; b < c.B; ++b) {
+            if (!entry_merged(caches[1], b)) {
+                paged_ok &= tu_check(gp, entry_equal(&c, &p, ref, b),
+                                     "paged entry %" PRId64 " (one run, path %d) != contiguous (%s)", b,
+                                     (int)paths[pi], rp);
+                continue;
+            }
+            double vmax = 0.0, worst = 0.0;
+            for (int64_t e = 0; e < c.Hkv * sh.len[b] * c.Dv; ++e) {
+                const int64_t h = e / (sh.len[b] * c.Dv), rest = e % (sh.len[b] * c.Dv);
+                const double val = fabs(sh.v[(b * c.Hkv + h) * c.cap * c.Dv + rest]);
+                if (val > vmax) vmax = val;
+            }
+            const int64_t no = c.Hq * c.Nq * c.Dv;
+            for (int64_t e = 0; e < no; ++e) {
+                const double diff = fabs((double)p.out[b * no + e] - (double)ref->out[b * no + e]);
+                if (!(diff <= worst)) worst = diff;
+            }
+            g_merged++;
+            if (vmax > 0 && worst / (FLT_EPSILON * vmax) > g_worst_units)
+                g_worst_units = worst / (FLT_EPSILON * vmax);
+            paged_ok &= tu_check(gp, worst <= PAGED_BOUND * vmax,
+                                 "paged entry %" PRId64 " (merged, path %d): |paged - contiguous| = %g > %g (%s)",
+                                 b, (int)paths[pi], worst, PAGED_BOUND * vmax, rp);
         }
-        const int64_t no = c.Hq * c.Nq * c.Dv;
-        for (int64_t e = 0; e < no; ++e) {
-            const double diff = fabs((double)p.out[b * no + e] - (double)a.out[b * no + e]);
-            if (!(diff <= worst)) worst = diff;
-        }
-        g_merged++;
-        if (vmax > 0 && worst / (FLT_EPSILON * vmax) > g_worst_units)
-            g_worst_units = worst / (FLT_EPSILON * vmax);
-        paged_ok &= tu_check(gp, worst <= PAGED_BOUND * vmax,
-                             "paged entry %" PRId64 " (merged): |paged - contiguous| = %g > %g (%s)",
-                             b, worst, PAGED_BOUND * vmax, rp);
+        paged_ok = paged_ok && check_oracle(gp, &c, &sh, q64, &x, &p, NULL, "paged", rp);
     }
-    if (paged_ok && check_oracle(gp, &c, &sh, q64, &x, &p, NULL, "paged", rp)) tu_group_pass(gp);
+    if (paged_ok) tu_group_pass(gp);
 done:
     free(q64);
     tu_tensor_free(&Q);
-    res_free(&a), res_free(&d), res_free(&p), res_free(&p1), res_free(&p3), res_free(&vw);
+    res_free(&a), res_free(&f), res_free(&d), res_free(&p), res_free(&p1), res_free(&p3);
     free(sh.k), free(sh.v);
     attn_kvcache_free(caches[0]);
     attn_kvcache_free(caches[1]);
@@ -564,7 +587,7 @@ static void group_decode(tu_suite *s, const tu_options *opt)
             attn_tensor Q = attn_tensor_4d(q, 1, 8, c.Nq, 128);
             uint8_t rows[16];
             for (int64_t i = 0; i < c.Nq; ++i) rows[i] = Nk < 16384 || tu_rng_chance(&r, 0.5) || i == c.Nq - 1;
-            ok = ok && attend(&c, cache, &Q, &x, 0, &res, &err) == ATTN_OK;
+            ok = ok && attend(&c, cache, &Q, &x, 0, ATTN_PATH_AUTO, &res, &err) == ATTN_OK;
             if (tu_check(&g, ok, "%s: %s", rp, err.message) &&
                 check_oracle(&g, &c, &sh, q64, &x, &res, rows, "decode", rp))
                 tu_group_pass(&g);

@@ -268,9 +268,22 @@ static void group_q4(tu_suite *s)
 
 /* ---------------------------------------------------------------- attend */
 
+/* The storages the decode kernel reads: the quantized ones always, float
+ * storage for decode shapes (attn_kvcache_attend with path AUTO). */
+typedef struct {
+    attn_kv_quant quant;
+    attn_dtype dtype;
+    const char *name;
+} storage;
+static const storage STORAGES[] = {
+    {ATTN_KV_INT8, ATTN_F32, "int8"},  {ATTN_KV_FP8_E4M3, ATTN_F32, "fp8"}, {ATTN_KV_Q4_0, ATTN_F32, "q4_0"},
+    {ATTN_KV_FLOAT, ATTN_F32, "f32"},  {ATTN_KV_FLOAT, ATTN_BF16, "bf16"}, {ATTN_KV_FLOAT, ATTN_F16, "f16"},
+};
+enum { NSTORAGES = sizeof STORAGES / sizeof STORAGES[0], NQUANT = 3 };
+
 typedef struct {
     int64_t B, Hq, Hkv, D, Dv, cap, Nq, block_size;
-    attn_kv_quant quant;
+    storage st;
     attn_causal causal;
     attn_window window;
     float softcap;
@@ -281,15 +294,14 @@ static qcase random_case(tu_rng *r)
 {
     qcase c;
     memset(&c, 0, sizeof c);
-    static const attn_kv_quant quants[] = {ATTN_KV_INT8, ATTN_KV_FP8_E4M3, ATTN_KV_Q4_0};
-    c.quant = quants[tu_rng_int(r, 0, 2)];
+    c.st = STORAGES[tu_rng_int(r, 0, NSTORAGES - 1)];
     c.B = tu_rng_int(r, 1, 3);
     c.Hkv = tu_rng_int(r, 1, 3);
     c.Hq = c.Hkv * tu_rng_int(r, 1, 5);
     static const int64_t dims[] = {1, 8, 16, 33, 64, 128};
     c.D = tu_rng_pick(r, dims, 6);
     c.Dv = tu_rng_chance(r, 0.7) ? c.D : tu_rng_pick(r, dims, 6);
-    if (c.quant == ATTN_KV_Q4_0) { /* whole blocks of 32 */
+    if (c.st.quant == ATTN_KV_Q4_0) { /* whole blocks of 32 */
         c.D = (c.D + 31) / 32 * 32;
         c.Dv = (c.Dv + 31) / 32 * 32;
     }
@@ -319,16 +331,16 @@ static void run_case(tu_group *g, uint64_t seed)
     tu_rng_seed(&r, seed);
     const qcase c = random_case(&r);
     char rp[160];
-    snprintf(rp, sizeof rp, "seed 0x%016" PRIx64 " quant %d B %" PRId64 " Hq %" PRId64 " Hkv %" PRId64
+    snprintf(rp, sizeof rp, "seed 0x%016" PRIx64 " %s B %" PRId64 " Hq %" PRId64 " Hkv %" PRId64
              " D %" PRId64 " Nq %" PRId64 " cap %" PRId64 " bs %" PRId64,
-             seed, (int)c.quant, c.B, c.Hq, c.Hkv, c.D, c.Nq, c.cap, c.block_size);
+             seed, c.st.name, c.B, c.Hq, c.Hkv, c.D, c.Nq, c.cap, c.block_size);
     float ks[8], vs[8];
     for (int64_t h = 0; h < c.Hkv; ++h) {
         ks[h] = (float)tu_rng_range(&r, 0.01, 2.0);
         vs[h] = (float)tu_rng_range(&r, 0.01, 2.0);
     }
     attn_kvcache_config cfg = {.batch = c.B, .kv_heads = c.Hkv, .capacity = c.cap, .head_dim = c.D,
-                               .value_dim = c.Dv, .block_size = c.block_size, .quant = c.quant,
+                               .value_dim = c.Dv, .block_size = c.block_size, .quant = c.st.quant, .dtype = c.st.dtype,
                                .k_scale = ks, .v_scale = vs};
     attn_kvcache *cache = NULL;
     attn_error err;
@@ -452,7 +464,7 @@ static void group_attend(tu_suite *s, const tu_options *opt)
 
 /* out (1, 2, 1, 32) of a (1, 1, 300, 32) cache whose token 0 is NaN (nan)
  * or 0.5, the query seeing keys [first, 300). */
-static bool attend_nan(attn_kv_quant quant, bool nan, int64_t first, float *out)
+static bool attend_nan(storage st, bool nan, int64_t first, float *out)
 {
     enum { L = 300, D = 32 };
     static float k[L * D], v[L * D], q[2 * D];
@@ -461,7 +473,8 @@ static bool attend_nan(attn_kv_quant quant, bool nan, int64_t first, float *out)
     for (int64_t e = 0; e < L * D; ++e) k[e] = (float)tu_rng_normal(&r), v[e] = (float)tu_rng_normal(&r);
     for (int64_t e = 0; e < 2 * D; ++e) q[e] = (float)tu_rng_normal(&r);
     k[3] = v[5] = nan ? NAN : 0.5f;
-    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = L, .head_dim = D, .quant = quant};
+    attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = L, .head_dim = D,
+                               .quant = st.quant, .dtype = st.dtype};
     attn_kvcache *c = NULL;
     attn_tensor K = attn_tensor_4d(k, 1, 1, L, D), V = attn_tensor_4d(v, 1, 1, L, D);
     attn_tensor Q = attn_tensor_4d(q, 1, 2, 1, D), O = attn_tensor_4d(out, 1, 2, 1, D);
@@ -479,13 +492,12 @@ static void group_nan(tu_suite *s)
 {
     tu_group g;
     tu_group_begin(&g, s, "nan");
-    static const attn_kv_quant quants[] = {ATTN_KV_FP8_E4M3, ATTN_KV_INT8, ATTN_KV_Q4_0};
-    for (int fmt = 0; fmt < 3; ++fmt) {
-        const attn_kv_quant quant = quants[fmt];
+    for (int fmt = 0; fmt < NSTORAGES; ++fmt) {
+        const storage st = STORAGES[fmt];
         float with[64], without[64], seen[64];
-        if (!tu_check(&g, attend_nan(quant, true, 1, with) && attend_nan(quant, false, 1, without) &&
-                              attend_nan(quant, true, 0, seen),
-                      "quant %d: attend failed", (int)quant))
+        if (!tu_check(&g, attend_nan(st, true, 1, with) && attend_nan(st, false, 1, without) &&
+                              attend_nan(st, true, 0, seen),
+                      "%s: attend failed", st.name))
             continue;
         double worst = 0.0;
         bool finite = true;
@@ -493,10 +505,39 @@ static void group_nan(tu_suite *s)
             finite &= isfinite(with[e]);
             worst = fmax(worst, fabs((double)with[e] - (double)without[e]));
         }
-        tu_check(&g, finite && worst <= 1e-5, "quant %d: NaN at a hidden key: finite %d, |diff| %g",
-                 (int)quant, finite, worst);
-        tu_check(&g, isnan(seen[0]) && isnan(seen[32]), "quant %d: a seen NaN key gives %g, %g",
-                 (int)quant, (double)seen[0], (double)seen[32]);
+        tu_check(&g, finite && worst <= 1e-5, "%s: NaN at a hidden key: finite %d, |diff| %g",
+                 st.name, finite, worst);
+        tu_check(&g, isnan(seen[0]) && isnan(seen[32]), "%s: a seen NaN key gives %g, %g",
+                 st.name, (double)seen[0], (double)seen[32]);
+    }
+    /* A NaN value written through attn_kvcache_view (no append saw it) at
+     * the last key, which bottom-right causality hides from the first of
+     * two queries: that query's output stays finite. */
+    for (int fmt = NQUANT; fmt < NSTORAGES; ++fmt) {
+        const storage st = STORAGES[fmt];
+        enum { L = 40, D = 16 };
+        float k[L * D], v[L * D], q[2 * D], out[2 * D];
+        for (int e = 0; e < L * D; ++e) k[e] = v[e] = (float)((e * 29 % 13) - 6) * 0.1f;
+        for (int e = 0; e < 2 * D; ++e) q[e] = (float)((e * 7 % 5) - 2) * 0.2f;
+        attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = L, .head_dim = D, .dtype = st.dtype};
+        attn_kvcache *c = NULL;
+        attn_tensor K = attn_tensor_4d(k, 1, 1, L, D), V = attn_tensor_4d(v, 1, 1, L, D), view;
+        attn_tensor Q = attn_tensor_4d(q, 1, 1, 2, D), O = attn_tensor_4d(out, 1, 1, 2, D);
+        attn_sdpa_opts o = attn_sdpa_opts_default();
+        o.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+        bool ok = attn_kvcache_create(&cfg, &c, NULL) == ATTN_OK &&
+                  attn_kvcache_append(c, &K, &V, NULL, NULL) == ATTN_OK &&
+                  attn_kvcache_view(c, 0, NULL, &view, NULL) == ATTN_OK;
+        const int64_t at = (L - 1) * view.stride[2] + 3;
+        if (ok && st.dtype == ATTN_F32) ((float *)view.data)[at] = NAN;
+        else if (ok) ((uint16_t *)view.data)[at] = st.dtype == ATTN_BF16 ? 0x7fc0 : 0x7e00;
+        ok = ok && attn_kvcache_attend(c, &Q, &O, NULL, &o, NULL) == ATTN_OK;
+        attn_kvcache_free(c);
+        bool finite = true;
+        for (int d = 0; d < D; ++d) finite &= isfinite(out[d]);
+        tu_check(&g, ok && finite && isnan(out[D + 3]) && isfinite(out[D + 2]),
+                 "%s: a NaN value written through the view, hidden from query 0: out %g, %g, %g",
+                 st.name, (double)out[3], (double)out[D + 3], (double)out[D + 2]);
     }
     tu_group_end(&g);
 }
@@ -508,12 +549,12 @@ enum { RD = 32, RL = 6 };
 /* attend of query q (1, 1, nq, RD) over a (1, 1, RL, RD) cache of k, v into
  * out (nq, RD) and lse (nq); with read (NULL: not wanted) the values the
  * cache reads back. */
-static bool attend_small(attn_kv_quant quant, int64_t block_size, const float *scales, const float *k,
+static bool attend_small(storage st, int64_t block_size, const float *scales, const float *k,
                          const float *v, const float *q, int64_t nq, attn_sdpa_opts o, float *out,
                          float *lse, float *read)
 {
     attn_kvcache_config cfg = {.batch = 1, .kv_heads = 1, .capacity = 8, .head_dim = RD,
-                               .block_size = block_size, .quant = quant,
+                               .block_size = block_size, .quant = st.quant, .dtype = st.dtype,
                                .k_scale = scales, .v_scale = scales};
     attn_kvcache *c = NULL;
     attn_tensor K = attn_tensor_4d((float *)k, 1, 1, RL, RD), V = attn_tensor_4d((float *)v, 1, 1, RL, RD);
@@ -538,11 +579,10 @@ static void group_rules(tu_suite *s)
 {
     tu_group g;
     tu_group_begin(&g, s, "rules");
-    static const attn_kv_quant quants[] = {ATTN_KV_INT8, ATTN_KV_FP8_E4M3, ATTN_KV_Q4_0};
     float k[RL * RD], v[RL * RD], q[8 * RD], o[8 * RD], lse[8], ro[RD], read[2 * RL * RD];
     for (int e = 0; e < 8 * RD; ++e) q[e] = (float)((e * 13 % 7) - 3) * 0.1f;
-    for (int fmt = 0; fmt < 3; ++fmt) {
-        const attn_kv_quant quant = quants[fmt];
+    for (int fmt = 0; fmt < NSTORAGES; ++fmt) {
+        const storage st = STORAGES[fmt];
         /* A NaN or inf key or value row the query sees: out is NaN exactly
          * where attn_sdpa over the values read back is. Contiguous, blocks
          * of 4, and of 1 (the first decode chunk is the NaN key alone). */
@@ -551,8 +591,8 @@ static void group_rules(tu_suite *s)
             small_kv(k, v);
             (in_v ? v : k)[3] = which & 8 ? INFINITY : NAN;
             attn_sdpa_opts opts = attn_sdpa_opts_default();
-            if (!tu_check(&g, attend_small(quant, block, NULL, k, v, q, 1, opts, o, lse, read),
-                          "quant %d: attend failed", (int)quant))
+            if (!tu_check(&g, attend_small(st, block, NULL, k, v, q, 1, opts, o, lse, read),
+                          "%s: attend failed", st.name))
                 continue;
             attn_tensor Q = attn_tensor_4d(q, 1, 1, 1, RD), RO = attn_tensor_4d(ro, 1, 1, 1, RD);
             attn_tensor RK = attn_tensor_4d(read, 1, 1, RL, RD), RV = attn_tensor_4d(read + RL * RD, 1, 1, RL, RD);
@@ -560,8 +600,8 @@ static void group_rules(tu_suite *s)
             attn_sdpa(&Q, &RK, &RV, &RO, NULL, NULL, &opts, NULL);
             int same = 0;
             for (int d = 0; d < RD; ++d) same += !isnan(o[d]) == !isnan(ro[d]);
-            tu_check(&g, same == RD, "quant %d, block_size %d: %s %s row: %d of %d outputs NaN as attn_sdpa's",
-                     (int)quant, (int)block, which & 8 ? "inf" : "NaN", in_v ? "value" : "key", same, RD);
+            tu_check(&g, same == RD, "%s, block_size %d: %s %s row: %d of %d outputs NaN as attn_sdpa's",
+                     st.name, (int)block, which & 8 ? "inf" : "NaN", in_v ? "value" : "key", same, RD);
         }
         /* Key 1 seen, its probability 0 (logit 204 below), NaN in its value. */
         float qe[RD] = {1.0f};
@@ -571,25 +611,25 @@ static void group_rules(tu_suite *s)
         v[1 * RD + 5] = NAN;
         attn_sdpa_opts one = attn_sdpa_opts_default();
         one.scale = 1.0f;
-        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
-            tu_check(&g, isnan(o[5]) && (o[0] == 0.25f) == (quant == ATTN_KV_FP8_E4M3),
+        if (tu_check(&g, attend_small(st, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[5]) && (o[0] == 0.25f) == (st.quant == ATTN_KV_FP8_E4M3 || st.quant == ATTN_KV_FLOAT),
                      /* int8 and q4_0 read the whole row (block) back as NaN */
-                     "quant %d: NaN value under p = 0: out %g, %g (want NaN, 0.25)",
-                     (int)quant, (double)o[5], (double)o[0]);
+                     "%s: NaN value under p = 0: out %g, %g (want NaN, 0.25)",
+                     st.name, (double)o[5], (double)o[0]);
         /* A score overflowing to +inf: out NaN, LSE +inf; a query of NaN: NaN. */
         float big[1] = {1e36f};
         small_kv(k, v);
         for (int e = 0; e < RL * RD; ++e) k[e] = e % RD ? 0.0f : 1.0f;
         k[1 * RD] = 3e37f;
         qe[0] = 100.0f;
-        if (quant != ATTN_KV_Q4_0 && /* q4_0's float16 scale saturates: the key is not huge */
-            tu_check(&g, attend_small(quant, 0, big, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
-            tu_check(&g, isnan(o[0]) && lse[0] == INFINITY, "quant %d: a +inf logit: out %g, LSE %g (want NaN, inf)",
-                     (int)quant, (double)o[0], (double)lse[0]);
+        if (st.quant != ATTN_KV_Q4_0 && /* q4_0's float16 scale saturates: the key is not huge */
+            tu_check(&g, attend_small(st, 0, big, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[0]) && lse[0] == INFINITY, "%s: a +inf logit: out %g, LSE %g (want NaN, inf)",
+                     st.name, (double)o[0], (double)lse[0]);
         for (int d = 0; d < RD; ++d) qe[d] = NAN;
-        if (tu_check(&g, attend_small(quant, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
-            tu_check(&g, isnan(o[0]) && isnan(lse[0]), "quant %d: a NaN query: out %g, LSE %g (want NaN)",
-                     (int)quant, (double)o[0], (double)lse[0]);
+        if (tu_check(&g, attend_small(st, 0, NULL, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+            tu_check(&g, isnan(o[0]) && isnan(lse[0]), "%s: a NaN query: out %g, LSE %g (want NaN)",
+                     st.name, (double)o[0], (double)lse[0]);
         /* Window sides of INT64_MAX are unbounded (also with Nq > L + 1,
          * where the first queries' positions are negative). */
         small_kv(k, v);
@@ -598,11 +638,11 @@ static void group_rules(tu_suite *s)
             for (int w = 0; w < 3; ++w) {
                 float plain[8 * RD];
                 attn_sdpa_opts wo = attn_sdpa_opts_default();
-                bool ok = attend_small(quant, 4, NULL, k, v, q, nq, wo, plain, lse, NULL);
+                bool ok = attend_small(st, 4, NULL, k, v, q, nq, wo, plain, lse, NULL);
                 wo.window = (attn_window){.enabled = true, .left = sides[w][0], .right = sides[w][1]};
-                ok = ok && attend_small(quant, 4, NULL, k, v, q, nq, wo, o, lse, NULL);
+                ok = ok && attend_small(st, 4, NULL, k, v, q, nq, wo, o, lse, NULL);
                 tu_check(&g, ok && !memcmp(o, plain, (size_t)nq * RD * sizeof *o),
-                         "quant %d, Nq %d: window (%lld, %lld) differs from none", (int)quant, nq,
+                         "%s, Nq %d: window (%lld, %lld) differs from none", st.name, nq,
                          (long long)sides[w][0], (long long)sides[w][1]);
             }
     }
@@ -614,7 +654,7 @@ static void group_rules(tu_suite *s)
     one.scale = 1.0f;
     /* logits 2, 0, 0, ...: p_0 = e^2 / (e^2 + RL - 1), p_1 = 1 / (e^2 + RL - 1) */
     const double p0 = exp(2.0) / (exp(2.0) + RL - 1), p1 = 1.0 / (exp(2.0) + RL - 1);
-    if (tu_check(&g, attend_small(ATTN_KV_FP8_E4M3, 0, scale, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
+    if (tu_check(&g, attend_small(STORAGES[1], 0, scale, k, v, qe, 1, one, o, lse, NULL), "attend failed"))
         tu_check(&g, fabs(o[0] / (p0 * 2e36) - 1) < 1e-5 && fabs(o[1] / (p1 * 2e36) - 1) < 1e-5,
                  "fp8 scale 2e36: out %g, %g (want %g, %g)", (double)o[0], (double)o[1], p0 * 2e36, p1 * 2e36);
     tu_group_end(&g);

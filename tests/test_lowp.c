@@ -731,8 +731,9 @@ static void group_varlen_cache(tu_suite *suite, const tu_options *opt)
     lp_free(&v);
 
     /* KV cache in bfloat16 and float16, contiguous and paged: appending
-     * float32 values rounds them; attending equals attn_sdpa on the 16-bit
-     * view, and paged equals contiguous */
+     * float32 values rounds them; attending by attn_sdpa's path equals
+     * attn_sdpa on the 16-bit view, and paged equals contiguous (the decode
+     * kernel that AUTO picks for these shapes: tests/test_kvquant.c) */
     const attn_dtype types[2] = {ATTN_BF16, ATTN_F16};
     for (int ti = 0; ti < 2; ++ti) {
         const int64_t B = 2, L = 700, Nq = 3;
@@ -745,6 +746,7 @@ static void group_varlen_cache(tu_suite *suite, const tu_options *opt)
             attn_tensor out = out32((int64_t[]){B, H, Nq, D}, 4, &res[mode]);
             attn_sdpa_opts ao = attn_sdpa_opts_default();
             ao.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+            ao.path = ATTN_PATH_FUSED;
             if (mode == 2) {
                 ok = attn_sdpa(&qq.h, &kk.h, &vv.h, &out, NULL, NULL, &ao, &e) == ATTN_OK;
             } else {

@@ -190,11 +190,16 @@ attn_status attn_kvcache_read(const attn_kvcache *cache, int64_t b, attn_tensor 
  * alignment; TOP_LEFT is refused), window, alibi_slopes (Hq) or (B, Hq),
  * softcap, sinks, num_threads, path. Masks, dropout, grad_sinks and a
  * workspace are refused.
- * Contiguous float caches give exactly attn_sdpa's bits on the entry's
- * view. A paged float entry whose blocks are consecutive in the pool is one
- * view too (the same bits); quantized caches (int8, fp8, q4_0) are read by
- * the decode kernel in chunks that follow the blocks, so their bits depend
- * on the block size within the bound below; otherwise each run of consecutive blocks is attended
+ * Decoding shapes (at most 32 query rows per kv head: Hq/Hkv·Nq <= 32) with
+ * opts->path AUTO are read by the decode kernel where its AVX-512 table
+ * runs, float caches too: within float32 roundings of attn_sdpa, the same
+ * bits for every thread count. Otherwise (and always with
+ * ATTN_PATH_FUSED or ATTN_PATH_REFERENCE) contiguous float caches give
+ * exactly attn_sdpa's bits on the entry's view. A paged float entry whose
+ * blocks are consecutive in the pool is one view too (the same bits);
+ * quantized caches (int8, fp8, q4_0) are always read by the decode kernel,
+ * in chunks that follow the blocks, so their bits depend on the block size
+ * within the bound below; otherwise each run of consecutive blocks is attended
  * separately and the partial results are merged with their softmax
  * statistics (m, ll) in double precision, first block to last: the same
  * for every thread count, and within a few float32 roundings of the

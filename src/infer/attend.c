@@ -1,7 +1,8 @@
 /*
  * Attention of new queries over the KV cache (attn_kvcache_attend): the
- * checks, and the path of float caches through attn_sdpa. Quantized caches
- * are read by decode.c's kernel instead.
+ * checks, and the path of float caches through attn_sdpa. Quantized caches,
+ * and float caches in decoding shapes (decode_kernel_reads), are read by
+ * decode.c's kernel instead.
  *
  * A contiguous entry b is attn_sdpa on the view (1, Hkv, length_b, D). A
  * paged entry is cut into runs of consecutive pool blocks; one run is a
@@ -24,12 +25,16 @@
 #include "../core/half.h"
 #include "../core/schedule.h"
 #include "cache.h"
+#include "decode_rows.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { MASK_KEYS = 2048 }; /* keys per masked paged call (bounds the mask buffer) */
+enum {
+    MASK_KEYS = 2048, /* keys per masked paged call (bounds the mask buffer) */
+    DECODE_ROWS = 32, /* query rows per kv head up to which float caches take the decode kernel */
+};
 
 /* A (1, Hkv, n, width) view of float storage at data. */
 static attn_tensor storage_view(const attn_kvcache *c, void *data, int64_t n, int64_t width)
@@ -342,6 +347,22 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
     return ATTN_OK;
 }
 
+/* Whether the decode kernel (decode.c) reads the call: always for quantized
+ * storage; for float storage when the call is decode-shaped (at most
+ * DECODE_ROWS query rows per kv head), its path is AUTO and the kernel's
+ * AVX-512 table runs here. Float32 and bfloat16 decode steps are 1.1-1.6x
+ * faster that way (its AVX2 table is slower on float32 than attn_sdpa's
+ * kernel: docs/PERFORMANCE.md, "Decode"). Its bits differ from attn_sdpa's
+ * by float32 roundings; ATTN_PATH_FUSED and _REFERENCE keep attn_sdpa's
+ * path and its exact bits. */
+static bool decode_kernel_reads(const kv_attend_call *a)
+{
+    if (kv_quantized(a->c)) return true;
+    const int64_t rows = a->Hq / a->c->cfg.kv_heads * a->Nq;
+    return a->opts.path == ATTN_PATH_AUTO && rows <= DECODE_ROWS &&
+           kv_row_kernels_select()->reads_float;
+}
+
 attn_status kv_attend_run(const kv_attend_call *call, attn_error *err)
 {
     const kv_attend_call a = *call;
@@ -349,7 +370,7 @@ attn_status kv_attend_run(const kv_attend_call *call, attn_error *err)
     const attn_tensor *q = a.q;
     attn_tensor *out = (attn_tensor *)a.out, *lse = (attn_tensor *)a.lse;
     const attn_kvcache_config *g = &cache->cfg;
-    if (kv_quantized(cache)) return kv_decode(&a, attn_resolve_threads(a.opts.num_threads), err);
+    if (decode_kernel_reads(&a)) return kv_decode(&a, attn_resolve_threads(a.opts.num_threads), err);
 
     /* Contiguous with equal lengths: one call over the whole batch. */
     bool equal = !kv_paged(cache) && !cache->entry_of && !cache->first;

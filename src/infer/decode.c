@@ -260,6 +260,8 @@ static void run_task(const decode_plan *p, const decode_task *t, const decode_ta
                 if (w->start[r] < lo) lo = w->start[r];
                 if (w->end[r] > hi) hi = w->end[r];
             }
+        bool ragged = false; /* some row sees less than [lo, hi) */
+        for (int64_t r = 0; r < R; ++r) ragged |= w->start[r] != lo || w->end[r] != hi;
         if (lo >= hi) { /* no key of the chunk seen: only the rescale (alpha) */
             for (int64_t r = 0; r < R; ++r)
                 if (w->alpha[r] != 1.0f)
@@ -268,7 +270,7 @@ static void run_task(const decode_plan *p, const decode_task *t, const decode_ta
         }
         for (int64_t r = 0; r < R && c->fmt == KV_I8; ++r) /* P' = P·s_v on the keys r sees */
             p->rows->scale(w->s + r * LDS, 1, LDS, w->start[r], w->end[r], c->v_rs + row0);
-        if (p->v_may_be_nan) { /* NaN in v_j reaches the rows that see j: each row over its keys */
+        if (p->v_may_be_nan && ragged) { /* NaN in v_j reaches only the rows that see j: each row over its keys */
             for (int64_t r = 0; r < R; ++r)
                 if (w->start[r] < w->end[r])
                     p->rows->accumulate(p->vfmt, (const char *)vrows + (size_t)w->start[r] * vrow_bytes,
@@ -334,8 +336,9 @@ attn_status kv_decode(const kv_attend_call *a, int threads, attn_error *err)
     p.G = a->Hq / g->kv_heads;
     p.R = p.G * a->Nq;
     p.D = g->head_dim;
-    /* int8 keeps NaN in the row scale, applied to the keys each row sees */
-    p.v_may_be_nan = c->fmt != KV_I8 && c->v_nonfinite;
+    /* int8 keeps NaN in the row scale, applied to the keys each row sees;
+     * float storage may have been written through attn_kvcache_view */
+    p.v_may_be_nan = c->fmt != KV_I8 && (c->v_nonfinite || !kv_quantized(c));
     /* fp8 without NaN codes, scales that 2^8 keeps finite: the cheaper widening through float16 */
     const bool fp8 = c->fmt == KV_E4M3;
     const bool k_fast = fp8 && !c->k_nonfinite &&
