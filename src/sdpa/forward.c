@@ -134,6 +134,7 @@ typedef struct {
     float *kt, *v, *s, *bias, *o, *rowmax, *rowsum, *alpha;
     const float *ktp; /* Kᵀ of the current tile: kt, or the tile in the pre-packed keys */
     float *kpack; /* the shared key tiles (fwd_dims.prepacked, shared_words each) */
+    int64_t ktiles; /* how many */
     atomic_uchar *kstate; /* per shared tile: its sdpa_item_claim state */
     unsigned char *kfinite; /* dot: per shared tile, whether its V pairs are all finite */
     int64_t kend;         /* the task reads no key from here on */
@@ -253,20 +254,32 @@ static int64_t tile_keys(const sdpa_problem *p, const fwd_dims *d, int64_t j0)
 }
 
 /* 32-bit words of one shared key tile: Kᵀ widened (D × bcp floats), or
- * for bfloat16 products Kᵀ's feature pairs (ceil(D/2) × bcp) followed by
- * V's key pairs (keys/2 × dvp): room for either, as the engine is chosen
- * after the workspace is sized. */
+ * for bfloat16 products Kᵀ's feature pairs (ceil(D/2) × bcp) and V's key
+ * pairs (keys/2 × dvp): room for either, as the engine is chosen after
+ * the workspace is sized. */
 static int64_t shared_words(const sdpa_problem *p, const fwd_dims *d)
 {
     const int64_t f32 = p->D * d->bcp;
-    const int64_t dot = q_pairs(p) * d->bcp + (d->keys + 1) / 2 * d->dvp;
+    const int64_t dot = q_pairs(p) * d->bcp + d->keys / 2 * d->dvp;
     return p->bf16_products && dot > f32 ? dot : f32;
 }
 
-/* V's key pairs in a bfloat16 key tile at kt (shared_words). */
-static uint32_t *tile_v_pairs(const sdpa_problem *p, const fwd_dims *d, float *kt)
+_Static_assert(FWD_KEYS % 2 == 0, "a shared tile's V pairs are whole");
+
+/* Shared tile t's Kᵀ (or Kᵀ's pairs). With bfloat16 products all tiles'
+ * Kᵀ pairs come first and then all tiles' V pairs, so that a kv head's V
+ * pairs run on from tile to tile: a window's P·V reads a band's keys in
+ * one product across tiles. */
+static float *tile_kt(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w, int64_t t)
 {
-    return (uint32_t *)kt + q_pairs(p) * d->bcp;
+    return w->kpack + t * (d->dot ? q_pairs(p) * d->bcp : p->D * d->bcp);
+}
+
+/* Shared tile t's V pairs (bfloat16 products), keys/2 rows of dvp. */
+static uint32_t *tile_v_pairs(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w,
+                              int64_t t)
+{
+    return (uint32_t *)w->kpack + w->ktiles * q_pairs(p) * d->bcp + t * (d->keys / 2 * d->dvp);
 }
 
 static sdpa_size prepack_bytes(const sdpa_problem *p, const fwd_dims *d)
@@ -407,8 +420,8 @@ static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, 
     const int64_t t = shared_tile(p, d, b, hk, j0);
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
-        float *kt = w->kpack + t * shared_words(p, d);
-        pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), kt, tile_v_pairs(p, d, kt),
+        pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), tile_kt(p, d, w, t),
+                  tile_v_pairs(p, d, w, t),
                   &w->kfinite[t]);
         sdpa_item_done(&w->kstate[t]);
     }
@@ -427,7 +440,7 @@ static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const f
                         int64_t b, int64_t hk, int64_t j0, fwd_scratch *w, unsigned char *finite)
 {
     const int64_t t = shared_tile(p, d, b, hk, j0);
-    float *kt = w->kpack + t * shared_words(p, d);
+    float *kt = tile_kt(p, d, w, t);
     sdpa_claim claim = pack_if_free(p, kern, d, b, hk, j0, w);
     if (claim == SDPA_CLAIM_BUSY) {
         if (j0 + d->keys < w->kend) pack_if_free(p, kern, d, b, hk, j0 + d->keys, w);
@@ -435,7 +448,7 @@ static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const f
     }
     if (claim != SDPA_CLAIM_BUSY) {
         w->ktp = kt;
-        w->vp = tile_v_pairs(p, d, kt);
+        w->vp = tile_v_pairs(p, d, w, t);
         *finite = d->dot && w->kfinite[t]; /* written for bfloat16 tiles only */
         return;
     }
@@ -801,7 +814,7 @@ static bool keys_finite(const sdpa_problem *p, const sdpa_kernels *kern, const f
 static float *ready_tile(const sdpa_problem *p, const fwd_dims *d, int64_t b, int64_t hk,
                          int64_t j0, const fwd_scratch *w)
 {
-    return w->kpack + shared_tile(p, d, b, hk, j0) * shared_words(p, d);
+    return tile_kt(p, d, w, shared_tile(p, d, b, hk, j0));
 }
 
 /* Rows [r0, r1) of a Q read in place (D contiguous floats each, rs
@@ -905,14 +918,10 @@ static void unit_bands(const sdpa_problem *p, const sdpa_kernels *kern, const fw
             for (int64_t r = 0; r < rb && !p16; ++r)
                 sdpa_pairs_narrow(w->s + r * lds + (pa - kb), hi - pa,
                                   w->p16 + r * lds + (pa - kb));
-            sdpa_gemm_mode mode = SDPA_GEMM_SET;
-            for (int64_t j0 = pa - pa % d->keys; j0 < hi; j0 += d->keys) {
-                const int64_t ca = pa > j0 ? pa : j0, cz = hi < j0 + d->keys ? hi : j0 + d->keys;
-                const uint32_t *vp = tile_v_pairs(p, d, ready_tile(p, d, b, hk, j0, w));
-                d->eng->gemm(rb, dvn, (cz - ca + 1) / 2, (const uint32_t *)(w->p16 + (ca - kb)),
-                             lds / 2, vp + (ca - j0) / 2 * d->dvp, d->dvp, o, d->dvp, NULL, mode);
-                mode = SDPA_GEMM_ADD;
-            }
+            /* the kv head's V pairs run on across its tiles (tile_v_pairs) */
+            const uint32_t *vp = tile_v_pairs(p, d, w, shared_tile(p, d, b, hk, 0));
+            d->eng->gemm(rb, dvn, (hi - pa + 1) / 2, (const uint32_t *)(w->p16 + (pa - kb)),
+                         lds / 2, vp + pa / 2 * d->dvp, d->dvp, o, d->dvp, NULL, SDPA_GEMM_SET);
         }
         SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_PARTIAL, SDPA_PROF_PV, t_pv);
     }
@@ -1250,6 +1259,7 @@ static void forward_team(const sdpa_problem *p, const sdpa_kernels *kern, const 
     fwd_scratch w = carve_scratch(p, d, mine);
     SDPA_PROF_STOP(SDPA_PROF_FORWARD, SDPA_PROF_WHOLE, SDPA_PROF_SETUP, t_setup);
     w.kpack = kpack;
+    w.ktiles = d->prepacked ? p->B * p->Hkv * key_tiles(p, d) : 0;
     w.kstate = kstate;
     w.kfinite = kfinite;
     /* A kv head's tasks one after another on one thread, which then
