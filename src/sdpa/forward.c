@@ -756,8 +756,9 @@ static int64_t run_lo(const int64_t *band_lo, int64_t r0, int64_t r1, int64_t ro
  * keys are packed and shared, each 12-row band instead takes its keys as
  * one range: its scores (one GEMM per tile the range crosses, into one
  * row buffer), one softmax pass from the rows' first statistics (no
- * rescale), one P·V (float32: V in place; bfloat16: one per tile's
- * pairs), and its rows are done. */
+ * rescale: softmax_rows where the logits are plain), one P·V (float32:
+ * V in place; bfloat16: the kv head's V pairs, which run on across its
+ * tiles), and its rows are done. */
 
 /* A band's columns: its rows of the score tile laid end to end, less two
  * panels (rows 4 KiB apart would all fall in the same L1 sets: the
