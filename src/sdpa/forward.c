@@ -275,7 +275,7 @@ static float *tile_kt(const sdpa_problem *p, const fwd_dims *d, const fwd_scratc
     return w->kpack + t * (d->dot ? q_pairs(p) * d->bcp : p->D * d->bcp);
 }
 
-/* Shared tile t's V pairs (bfloat16 products), keys/2 rows of dvp. */
+/* Shared tile t's V pairs (bfloat16 products only), keys/2 rows of dvp. */
 static uint32_t *tile_v_pairs(const sdpa_problem *p, const fwd_dims *d, const fwd_scratch *w,
                               int64_t t)
 {
@@ -421,8 +421,7 @@ static sdpa_claim pack_if_free(const sdpa_problem *p, const sdpa_kernels *kern, 
     const sdpa_claim claim = sdpa_item_claim(&w->kstate[t]);
     if (claim == SDPA_CLAIM_MINE) {
         pack_tile(p, kern, d, b, hk, j0, tile_keys(p, d, j0), tile_kt(p, d, w, t),
-                  tile_v_pairs(p, d, w, t),
-                  &w->kfinite[t]);
+                  d->dot ? tile_v_pairs(p, d, w, t) : NULL, &w->kfinite[t]);
         sdpa_item_done(&w->kstate[t]);
     }
     return claim;
@@ -448,7 +447,7 @@ static void shared_keys(const sdpa_problem *p, const sdpa_kernels *kern, const f
     }
     if (claim != SDPA_CLAIM_BUSY) {
         w->ktp = kt;
-        w->vp = tile_v_pairs(p, d, w, t);
+        w->vp = d->dot ? tile_v_pairs(p, d, w, t) : NULL;
         *finite = d->dot && w->kfinite[t]; /* written for bfloat16 tiles only */
         return;
     }
