@@ -32,9 +32,9 @@
 #include <string.h>
 
 enum {
-    MASK_KEYS = 2048, /* keys per masked paged call (bounds the mask buffer) */
-    DECODE_ROWS = 32,      /* query rows per kv head up to which float caches take the decode kernel */
-    DECODE_MIN_KEYS = 512, /* ... and keys of the longest entry from which they do */
+    MASK_KEYS = 2048,      /* keys per masked paged call (bounds the mask buffer) */
+    DECODE_ROWS = 32,      /* float caches take the decode kernel up to these query rows per kv head */
+    DECODE_MIN_KEYS = 512, /* ... and from an entry of these keys on */
 };
 
 /* A (1, Hkv, n, width) view of float storage at data. */
