@@ -1,7 +1,9 @@
 /* libFuzzer target: the KV cache and varlen APIs against the plain calls
  * they promise to equal. The input picks the shapes (small), the options
  * (causal bottom-right or none, a window, a softcap), the cache's layout
- * and the values. Properties, with one thread:
+ * and the values. Properties, with one thread and attn_sdpa's path
+ * (ATTN_PATH_FUSED: the decode kernel that AUTO may pick for long caches has
+ * its own tests):
  *   - a paged cache filled by one append (each entry's blocks consecutive
  *     in the pool) attends bit for bit like the contiguous cache, and the
  *     contiguous cache like attn_sdpa on the entry's keys;
@@ -53,6 +55,7 @@ static attn_sdpa_opts options(bytes *b)
 {
     attn_sdpa_opts o = attn_sdpa_opts_default();
     o.num_threads = 1;
+    o.path = ATTN_PATH_FUSED;
     o.causal = take(b, 2) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
     if (take(b, 3) == 0) {
         o.window.enabled = true;

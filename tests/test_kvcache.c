@@ -73,7 +73,7 @@ static kcase random_case(uint64_t seed)
     static const int64_t dims[] = {1, 8, 16, 33, 64};
     c.D = tu_rng_pick(&r, dims, 5);
     c.Dv = tu_rng_chance(&r, 0.7) ? c.D : tu_rng_pick(&r, dims, 5);
-    c.cap = tu_rng_int(&r, 1, 300);
+    c.cap = tu_rng_chance(&r, 0.25) ? tu_rng_int(&r, 512, 1500) : tu_rng_int(&r, 1, 300); /* past 512: the decode kernel */
     c.Nq = tu_rng_int(&r, 1, 16);
     c.causal = tu_rng_chance(&r, 0.6) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
     sj_random_variants(&r, 40, 10, &c.window, &c.softcap, &c.alibi, &c.sinks);

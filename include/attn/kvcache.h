@@ -190,7 +190,8 @@ attn_status attn_kvcache_read(const attn_kvcache *cache, int64_t b, attn_tensor 
  * alignment; TOP_LEFT is refused), window, alibi_slopes (Hq) or (B, Hq),
  * softcap, sinks, num_threads, path. Masks, dropout, grad_sinks and a
  * workspace are refused.
- * Decoding shapes (at most 32 query rows per kv head: Hq/Hkv·Nq <= 32) with
+ * Decoding shapes (at most 32 query rows per kv head: Hq/Hkv·Nq <= 32; an
+ * entry of 512 keys or more) with
  * opts->path AUTO are read by the decode kernel where its AVX-512 table
  * runs, float caches too: within float32 roundings of attn_sdpa, the same
  * bits for every thread count. Otherwise (and always with

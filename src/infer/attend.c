@@ -32,8 +32,9 @@
 #include <string.h>
 
 enum {
-    MASK_KEYS = 2048, /* keys per masked paged call (bounds the mask buffer) */
-    DECODE_ROWS = 32, /* query rows per kv head up to which float caches take the decode kernel */
+    MASK_KEYS = 2048,      /* keys per masked paged call (bounds the mask buffer) */
+    DECODE_ROWS = 32,      /* float caches take the decode kernel up to these query rows per kv head */
+    DECODE_MIN_KEYS = 512, /* ... and from an entry of these keys on */
 };
 
 /* A (1, Hkv, n, width) view of float storage at data. */
@@ -349,17 +350,21 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
 
 /* Whether the decode kernel (decode.c) reads the call: always for quantized
  * storage; for float storage when the call is decode-shaped (at most
- * DECODE_ROWS query rows per kv head), its path is AUTO and the kernel's
- * AVX-512 table runs here. Float32 and bfloat16 decode steps are 1.1-1.6x
- * faster that way (its AVX2 table is slower on float32 than attn_sdpa's
- * kernel: docs/PERFORMANCE.md, "Decode"). Its bits differ from attn_sdpa's
- * by float32 roundings; ATTN_PATH_FUSED and _REFERENCE keep attn_sdpa's
- * path and its exact bits. */
+ * DECODE_ROWS query rows per kv head, an entry of DECODE_MIN_KEYS keys or
+ * more), its path is AUTO and the kernel's AVX-512 table runs here. Float32
+ * and bfloat16 decode steps are 1.1-1.6x faster that way; shorter caches
+ * paid more for the kernel's per-call setup than they gained, and its AVX2
+ * table is slower than attn_sdpa's kernel on float32 (docs/PERFORMANCE.md,
+ * "Decode"). Its bits differ from attn_sdpa's by float32 roundings;
+ * ATTN_PATH_FUSED and _REFERENCE keep attn_sdpa's path and its exact bits. */
 static bool decode_kernel_reads(const kv_attend_call *a)
 {
-    if (kv_quantized(a->c)) return true;
-    const int64_t rows = a->Hq / a->c->cfg.kv_heads * a->Nq;
-    return a->opts.path == ATTN_PATH_AUTO && rows <= DECODE_ROWS &&
+    const attn_kvcache *c = a->c;
+    if (kv_quantized(c)) return true;
+    int64_t longest = 0;
+    for (int64_t b = 0; b < c->cfg.batch; ++b) longest = c->len[b] > longest ? c->len[b] : longest;
+    const int64_t rows = a->Hq / c->cfg.kv_heads * a->Nq;
+    return a->opts.path == ATTN_PATH_AUTO && rows <= DECODE_ROWS && longest >= DECODE_MIN_KEYS &&
            kv_row_kernels_select()->reads_float;
 }
 
