@@ -206,7 +206,7 @@ static bool entry_equal(const kcase *c, const kres *a, const kres *b, int64_t e)
            !memcmp(a->st + 2 * e * nl, b->st + 2 * e * nl, sizeof(float) * (size_t)(2 * nl));
 }
 
-/* attn_sdpa per entry on an independent contiguous copy of its keys. */
+/* attn_sdpa (ATTN_PATH_FUSED) per entry on an independent contiguous copy of its keys. */
 static attn_status direct(const kcase *c, const shadow *sh, const attn_tensor *q, kvars *x,
                           kres *r, attn_error *err)
 {
@@ -231,6 +231,7 @@ static attn_status direct(const kcase *c, const shadow *sh, const attn_tensor *q
         attn_tensor lse = attn_tensor_3d(r->lse + b * nl, 1, c->Hq, c->Nq);
         attn_tensor st = attn_tensor_4d(r->st + 2 * b * nl, 1, c->Hq, c->Nq, 2);
         attn_sdpa_opts o = case_opts(c, x, 2);
+        o.path = ATTN_PATH_FUSED; /* the path the cache's bits are compared on */
         attn_tensor sl = x->slopes_t;
         if (c->alibi == 2) {
             sl.data = x->slopes + b * c->Hq;
