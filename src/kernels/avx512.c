@@ -235,20 +235,6 @@ static inline unsigned v_nonzero_visible_bits(vf v)
 
 #include "simd_body.h"
 
-/* sdpa_div_row_fn: 16 quotients per vdivps (the portable build's finish
- * loop divides 4 at a time, a third of a windowed row's finishing). */
-static void avx512_div_row(const float *src, float d, int64_t n, float *dst)
-{
-    const __m512 vd = _mm512_set1_ps(d);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_div_ps(_mm512_loadu_ps(src + i), vd));
-    if (i < n) {
-        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), vd));
-    }
-}
-
 #if defined(__clang__)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
@@ -275,7 +261,6 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .widen = avx512_widen,
     .narrow = avx512_narrow,
     .rows_finite = avx512_rows_finite,
-    .div_row = avx512_div_row,
     .vexp = avx512_vexp,
     .vtanh = avx512_vtanh,
 };

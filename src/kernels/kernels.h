@@ -283,10 +283,6 @@ typedef void (*sdpa_scores_rows_fn)(attn_dtype t, const void *k, int64_t rs, int
  * meet an infinite or NaN value in a product (0·inf = NaN). */
 typedef bool (*sdpa_finite_fn)(const float *src, int64_t ld, int64_t rows, int64_t w);
 
-/* dst[i] = src[i] / d for i < n: IEEE quotients, the bits of the scalar
- * division (a forward's output rows, o / l). NULL in tables without it. */
-typedef void (*sdpa_div_row_fn)(const float *src, float d, int64_t n, float *dst);
-
 /* y[i] = exp(x[i]) with the kernel's vectorised exp (exposed for tests). */
 typedef void (*sdpa_vexp_fn)(const float *x, float *y, int64_t n);
 
@@ -310,7 +306,6 @@ typedef struct {
     sdpa_widen_fn widen;
     sdpa_narrow_fn narrow;
     sdpa_finite_fn rows_finite;
-    sdpa_div_row_fn div_row;
     sdpa_vexp_fn vexp;
     sdpa_vexp_fn vtanh; /* the soft-capping tanh, exposed for tests */
 } sdpa_kernels;

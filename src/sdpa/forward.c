@@ -680,9 +680,7 @@ static void finish_row(const sdpa_problem *p, const sdpa_kernels *kern, int64_t 
     if (sink_only) m = sink, l = 1.0f;
     const bool empty = l == 0.0f || sink_only;
     const float fill = empty && sdpa_row_sees_nan(p, b, h, i) ? NAN : 0.0f;
-    if (p->o && p->os[3] == 1 && !empty && kern->div_row) { /* the common case */
-        kern->div_row(o, l, p->Dv, p->o + at);
-    } else if (p->o && p->os[3] == 1 && !empty) { /* vectorised */
+    if (p->o && p->os[3] == 1 && !empty) { /* the common case, vectorised */
         float *restrict dst = p->o + at;
         for (int64_t c = 0; c < p->Dv; ++c) dst[c] = o[c] / l;
     } else if (p->o) {
