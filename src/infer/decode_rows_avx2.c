@@ -108,29 +108,40 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
         for (int64_t c = n; c < n_out; ++c) s[r * lds + c] = 0.0f;
 }
 
+/* One pass of accumulate_body over features [d, d + 8·ns): ns a constant in
+ * each instance, so that the accumulators stay in registers. */
+INLINE void accumulate_slices(const kv_format f, const char *rows, int64_t n, int64_t rb,
+                              int64_t d, const int ns, const float *p, int64_t ldp, const int m,
+                              const float *alpha, float *acc, int64_t ldacc, const void *next,
+                              int64_t next_bytes, int64_t per)
+{
+    __m256 a[KV_ROWS][2];
+    for (int r = 0; r < m; ++r)
+        for (int j = 0; j < ns; ++j)
+            a[r][j] = _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(acc + r * ldacc + d + 8 * j));
+    for (int64_t t = 0; t < n; ++t) {
+        if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
+        __m256 x[2];
+        for (int j = 0; j < ns; ++j) x[j] = load8(f, rows + t * rb, d + 8 * j);
+        for (int r = 0; r < m; ++r) {
+            const __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+            for (int j = 0; j < ns; ++j) a[r][j] = _mm256_fmadd_ps(pr, x[j], a[r][j]);
+        }
+    }
+    for (int r = 0; r < m; ++r)
+        for (int j = 0; j < ns; ++j) _mm256_storeu_ps(acc + r * ldacc + d + 8 * j, a[r][j]);
+}
+
 INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
                             const float *p, int64_t ldp, const int m, const float *alpha,
                             float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
     const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
-    for (int64_t d = 0; d < Dv; d += 16) {
-        const int ns = Dv - d >= 16 ? 2 : 1; /* slices of 8 */
-        __m256 a[KV_ROWS][2];
-        for (int r = 0; r < m; ++r)
-            for (int j = 0; j < ns; ++j)
-                a[r][j] = _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(acc + r * ldacc + d + 8 * j));
-        for (int64_t t = 0; t < n; ++t) {
-            if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
-            __m256 x[2];
-            for (int j = 0; j < ns; ++j) x[j] = load8(f, rows + t * rb, d + 8 * j);
-            for (int r = 0; r < m; ++r) {
-                const __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-                for (int j = 0; j < ns; ++j) a[r][j] = _mm256_fmadd_ps(pr, x[j], a[r][j]);
-            }
-        }
-        for (int r = 0; r < m; ++r)
-            for (int j = 0; j < ns; ++j) _mm256_storeu_ps(acc + r * ldacc + d + 8 * j, a[r][j]);
-    }
+    for (int64_t d = 0; d < Dv; d += 16) /* slices of 8: two per pass, one in an odd last */
+        if (Dv - d >= 16)
+            accumulate_slices(f, rows, n, rb, d, 2, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per);
+        else
+            accumulate_slices(f, rows, n, rb, d, 1, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per);
 }
 
 /* One instance per (format, rows); 128 features get a fully known loop. */
