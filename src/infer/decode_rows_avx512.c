@@ -156,31 +156,44 @@ INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t 
         for (int64_t c = n; c < n_out; ++c) s[r * lds + c] = 0.0f;
 }
 
+/* One pass of accumulate_body over features [d, d + 16·ns): ns a constant
+ * in each instance, so that the accumulators stay in registers. */
+INLINE void accumulate_slices(const kv_format f, const char *rows, int64_t n, int64_t rb,
+                              int64_t Dv, int64_t d, const int ns, const float *p, int64_t ldp,
+                              const int m, const float *alpha, float *acc, int64_t ldacc,
+                              const void *next, int64_t next_bytes, int64_t per)
+{
+    __m512 a[KV_ROWS][4];
+    for (int r = 0; r < m; ++r)
+        for (int j = 0; j < ns; ++j)
+            a[r][j] = _mm512_mul_ps(_mm512_set1_ps(alpha[r]),
+                                    _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j));
+    for (int64_t t = 0; t < n; ++t) {
+        if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
+        __m512 x[4];
+        for (int j = 0; j < ns; j += 2) load32(f, rows + t * rb, d + 16 * j, Dv - d - 16 * j, &x[j], &x[j + 1]);
+        for (int r = 0; r < m; ++r) {
+            const __m512 pr = _mm512_set1_ps(p[r * ldp + t]);
+            for (int j = 0; j < ns; ++j) a[r][j] = _mm512_fmadd_ps(pr, x[j], a[r][j]);
+        }
+    }
+    for (int r = 0; r < m; ++r)
+        for (int j = 0; j < ns; ++j)
+            _mm512_mask_storeu_ps(acc + r * ldacc + d + 16 * j, lanes(Dv - d - 16 * j), a[r][j]);
+}
+
 INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int64_t Dv,
                             const float *p, int64_t ldp, const int m, const float *alpha,
                             float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
     const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
-    for (int64_t d = 0; d < Dv; d += 64) {
-        const int ns = Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16); /* slices of 16 */
-        __m512 a[KV_ROWS][4];
-        for (int r = 0; r < m; ++r)
-            for (int j = 0; j < ns; ++j)
-                a[r][j] = _mm512_mul_ps(_mm512_set1_ps(alpha[r]),
-                                        _mm512_maskz_loadu_ps(lanes(Dv - d - 16 * j), acc + r * ldacc + d + 16 * j));
-        for (int64_t t = 0; t < n; ++t) {
-            if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
-            __m512 x[4];
-            for (int j = 0; j < ns; j += 2) load32(f, rows + t * rb, d + 16 * j, Dv - d - 16 * j, &x[j], &x[j + 1]);
-            for (int r = 0; r < m; ++r) {
-                const __m512 pr = _mm512_set1_ps(p[r * ldp + t]);
-                for (int j = 0; j < ns; ++j) a[r][j] = _mm512_fmadd_ps(pr, x[j], a[r][j]);
-            }
+    for (int64_t d = 0; d < Dv; d += 64) /* slices of 16: four per pass, fewer in a last */
+        switch (Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16)) {
+        case 4: accumulate_slices(f, rows, n, rb, Dv, d, 4, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
+        case 3: accumulate_slices(f, rows, n, rb, Dv, d, 3, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
+        case 2: accumulate_slices(f, rows, n, rb, Dv, d, 2, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
+        default: accumulate_slices(f, rows, n, rb, Dv, d, 1, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
         }
-        for (int r = 0; r < m; ++r)
-            for (int j = 0; j < ns; ++j)
-                _mm512_mask_storeu_ps(acc + r * ldacc + d + 16 * j, lanes(Dv - d - 16 * j), a[r][j]);
-    }
 }
 
 /* One instance per (format, rows, feature count): the switches pick it once
