@@ -455,7 +455,11 @@ SIMD(softmax_full)(int64_t m, int64_t c0, int64_t w, float scale, float *s, int6
         const int64_t rows = m - g < VW ? m - g : VW;
         vf acc[VW];
         for (int64_t i = 0; i < VW; ++i) {
-            const int64_t r = g + (i < rows ? i : 0);
+            if (i >= rows) { /* padding lanes: row g's maxima again, not recomputed */
+                acc[i] = acc[0];
+                continue;
+            }
+            const int64_t r = g + i;
             if (vmax) { /* gemm_max folded the row as below */
                 acc[i] = V_LOAD(vmax + r * SDPA_MAX_VW);
                 continue;
@@ -521,7 +525,11 @@ SIMD(softmax_prefix)(int64_t m, int64_t c0, int64_t n, float scale, const int32_
         const int64_t rows = m - g < VW ? m - g : VW;
         vf acc[VW];
         for (int64_t i = 0; i < VW; ++i) {
-            const int64_t r = g + (i < rows ? i : 0), e = SEEN(r);
+            if (i >= rows) { /* padding lanes: row g's maxima again, not recomputed */
+                acc[i] = acc[0];
+                continue;
+            }
+            const int64_t r = g + i, e = SEEN(r);
             const float *sr = s + r * lds;
             vf vm = ninf;
             int64_t c = 0;
