@@ -298,7 +298,7 @@ static qcase random_case(tu_rng *r)
     c.B = tu_rng_int(r, 1, 3);
     c.Hkv = tu_rng_int(r, 1, 3);
     c.Hq = c.Hkv * tu_rng_int(r, 1, 5);
-    /* 64 and 128 and the other widths (24, 33, 80: each count of 16-feature slices per pass) */
+    /* 64 and 128, and widths that end in one, two or three 16-feature slices (80, 24, 33) */
     static const int64_t dims[] = {1, 8, 16, 24, 33, 64, 80, 128};
     c.D = tu_rng_pick(r, dims, 8);
     c.Dv = tu_rng_chance(r, 0.7) ? c.D : tu_rng_pick(r, dims, 8);

@@ -187,13 +187,11 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
                             float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
     const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
-    for (int64_t d = 0; d < Dv; d += 64) /* slices of 16: four per pass, fewer in a last */
-        switch (Dv - d >= 64 ? 4 : (int)((Dv - d + 15) / 16)) {
-        case 4: accumulate_slices(f, rows, n, rb, Dv, d, 4, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
-        case 3: accumulate_slices(f, rows, n, rb, Dv, d, 3, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
-        case 2: accumulate_slices(f, rows, n, rb, Dv, d, 2, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
-        default: accumulate_slices(f, rows, n, rb, Dv, d, 1, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per); break;
-        }
+    int64_t d = 0;
+    for (; d + 64 <= Dv; d += 64) /* four slices of 16 per pass */
+        accumulate_slices(f, rows, n, rb, Dv, d, 4, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per);
+    for (; d < Dv; d += 16) /* the last 1..63 features, a slice per pass */
+        accumulate_slices(f, rows, n, rb, Dv, d, 1, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per);
 }
 
 /* One instance per (format, rows, feature count): the switches pick it once
