@@ -171,7 +171,10 @@ INLINE void accumulate_slices(const kv_format f, const char *rows, int64_t n, in
     for (int64_t t = 0; t < n; ++t) {
         if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
         __m512 x[4];
-        for (int j = 0; j < ns; j += 2) load32(f, rows + t * rb, d + 16 * j, Dv - d - 16 * j, &x[j], &x[j + 1]);
+        if (ns == 1) /* a tail slice: its 16 features only, not load32's pair */
+            x[0] = load16(f, rows + t * rb, d, lanes(Dv - d));
+        else
+            for (int j = 0; j < ns; j += 2) load32(f, rows + t * rb, d + 16 * j, Dv - d - 16 * j, &x[j], &x[j + 1]);
         for (int r = 0; r < m; ++r) {
             const __m512 pr = _mm512_set1_ps(p[r * ldp + t]);
             for (int j = 0; j < ns; ++j) a[r][j] = _mm512_fmadd_ps(pr, x[j], a[r][j]);
