@@ -4,8 +4,9 @@
  * loaded once per call and widened in registers as the AVX-512 table does
  * (decode_rows_avx512.c), against up to KV_ROWS query rows. Only 16 vector
  * registers, so smaller blocks:
- *   scores:     two keys at a time, one accumulator per (key, row) (8), the
- *               8 lane sums by one hadd / permute tree.
+ *   scores:     three keys at a time (two for e4m3 and q4_0), one
+ *               accumulator per (key, row) (12), the lane sums by hadd /
+ *               permute trees.
  *   accumulate: per 16 features, KV_ROWS × 2 accumulators, one key at a
  *               time.
  * Feature counts that are not a multiple of 8 take the portable table.
@@ -75,34 +76,65 @@ INLINE __m256 sum8(const __m256 a[8])
     return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
-/* Two keys at a time against m rows: accumulator 2r + j is (row r, key j).
- * A key past n reads row n - 1 again and is not stored. */
-INLINE void scores_body(const kv_format f, const char *rows, int64_t n, int64_t n_out, int64_t D,
-                        const float *q, const int m, float *s, int64_t lds,
-                        const float *row_scale, const void *next, int64_t next_bytes)
+/* The lane sums of a[0..3] as one vector, lane i = Σ a[i]. */
+INLINE __m128 sum4(const __m256 a[4])
 {
-    const int64_t rb = kv_format_row_bytes(f, D), per = kv_prefetch_per(next_bytes, (n + 1) / 2);
-    for (int64_t t = 0; t < n; t += 2) {
-        kv_prefetch_share(next, next_bytes, t / 2, per);
-        const char *x0 = rows + t * rb, *x1 = rows + (t + 1 < n ? t + 1 : t) * rb;
-        __m256 acc[2 * KV_ROWS];
-        for (int i = 0; i < 2 * KV_ROWS; ++i) acc[i] = _mm256_setzero_ps();
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* `keys` (2 or 3) keys at a time against m rows: accumulator 2r + j is
+ * (row r, key j < 2), 8 + r is (row r, key 2). Three keys make twelve
+ * independent FMA chains, so that the loop is not bound by the FMA latency
+ * (the formats whose widening needs more registers take two). A key past n
+ * reads row n - 1 again and is not stored. */
+INLINE void scores_body(const kv_format f, const int keys, const char *rows, int64_t n,
+                        int64_t n_out, int64_t D, const float *q, const int m, float *s,
+                        int64_t lds, const float *row_scale, const void *next, int64_t next_bytes)
+{
+    const int64_t rb = kv_format_row_bytes(f, D),
+                  per = kv_prefetch_per(next_bytes, (n + keys - 1) / keys);
+    for (int64_t t = 0; t < n; t += keys) {
+        kv_prefetch_share(next, next_bytes, t / keys, per);
+        const char *x[3];
+        for (int j = 0; j < keys; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
+        __m256 acc[3 * KV_ROWS];
+        for (int i = 0; i < 3 * KV_ROWS; ++i) acc[i] = _mm256_setzero_ps();
         for (int64_t d = 0; d < D; d += 8) {
-            const __m256 k0 = load8(f, x0, d), k1 = load8(f, x1, d);
+            __m256 k[3];
+            for (int j = 0; j < keys; ++j) k[j] = load8(f, x[j], d);
             for (int r = 0; r < m; ++r) {
                 const __m256 qv = _mm256_loadu_ps(q + r * D + d);
-                acc[2 * r] = _mm256_fmadd_ps(qv, k0, acc[2 * r]);
-                acc[2 * r + 1] = _mm256_fmadd_ps(qv, k1, acc[2 * r + 1]);
+                acc[2 * r] = _mm256_fmadd_ps(qv, k[0], acc[2 * r]);
+                acc[2 * r + 1] = _mm256_fmadd_ps(qv, k[1], acc[2 * r + 1]);
+                if (keys == 3) acc[8 + r] = _mm256_fmadd_ps(qv, k[2], acc[8 + r]);
             }
         }
-        float sums[2 * KV_ROWS];
-        _mm256_storeu_ps(sums, sum8(acc));
-        const int keys = t + 1 < n ? 2 : 1;
-        for (int r = 0; r < m; ++r)
-            for (int j = 0; j < keys; ++j) {
-                const float x = sums[2 * r + j];
-                s[r * lds + t + j] = !row_scale ? x : x * row_scale[t + j];
+        __m256 pair = sum8(acc); /* lanes 2r, 2r + 1: row r's keys t, t + 1 */
+        __m128 third = keys == 3 ? sum4(acc + 8) : _mm_setzero_ps(); /* lane r: row r's key t + 2 */
+        if (t + keys <= n) { /* whole: row r's pair is two lanes of one half */
+            if (row_scale) {
+                const __m128i rs = _mm_loadl_epi64((const __m128i *)(row_scale + t)); /* keys t, t + 1 */
+                pair = _mm256_mul_ps(pair, _mm256_castsi256_ps(_mm256_broadcastq_epi64(rs)));
+                if (keys == 3) third = _mm_mul_ps(third, _mm_set1_ps(row_scale[t + 2]));
             }
+            const __m128 lo = _mm256_castps256_ps128(pair), hi = _mm256_extractf128_ps(pair, 1);
+            _mm_storel_pi((__m64 *)(s + t), lo);
+            if (m > 1) _mm_storeh_pi((__m64 *)(s + lds + t), lo);
+            if (m > 2) _mm_storel_pi((__m64 *)(s + 2 * lds + t), hi);
+            if (m > 3) _mm_storeh_pi((__m64 *)(s + 3 * lds + t), hi);
+            if (keys == 3) {
+                float v[4];
+                _mm_storeu_ps(v, third);
+                for (int r = 0; r < m; ++r) s[r * lds + t + 2] = v[r];
+            }
+        } else { /* the last keys: one or two (of three) */
+            float v[2 * KV_ROWS];
+            _mm256_storeu_ps(v, pair);
+            for (int r = 0; r < m; ++r)
+                for (int j = 0; j < n - t; ++j)
+                    s[r * lds + t + j] = !row_scale ? v[2 * r + j] : v[2 * r + j] * row_scale[t + j];
+        }
     }
     for (int r = 0; r < m; ++r)
         for (int64_t c = n; c < n_out; ++c) s[r * lds + c] = 0.0f;
@@ -162,7 +194,9 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
     X(f32, KV_F32) X(bf16, KV_BF16) X(f16, KV_F16) X(i8, KV_I8) X(e4m3, KV_E4M3)                    \
     X(q4_0, KV_Q4_0) X(e4m3_finite, KV_E4M3_FINITE)
 #define SCORES(fmt, w, rows_)                                                                      \
-    scores_body(fmt, rows, n, n_out, w, q, rows_, s, lds, row_scale, next, next_bytes)
+    scores_body(fmt, SCORE_KEYS(fmt), rows, n, n_out, w, q, rows_, s, lds, row_scale, next, next_bytes)
+/* e4m3's NaN test and q4_0's block scale need the registers of a third key */
+#define SCORE_KEYS(fmt) ((fmt) == KV_E4M3 || (fmt) == KV_Q4_0 ? 2 : 3)
 #define ACCUMULATE(fmt, w, rows_)                                                                  \
     accumulate_body(fmt, rows, n, w, p, ldp, rows_, alpha, acc, ldacc, next, next_bytes)
 #define PER_FORMAT(name, F)                                                                        \
