@@ -42,7 +42,9 @@ typedef struct {
                        int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
                        const void *next, int64_t next_bytes);
     void (*scale)(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale);
-    bool reads_float; /* faster on float storage than attn_sdpa's decode (attend.c) */
+    /* faster than attn_sdpa's decode (attend.c) on float32, resp. bfloat16
+     * and float16, storage */
+    bool reads_f32, reads_half;
 } kv_row_kernels;
 
 extern const kv_row_kernels kv_rows_generic;
@@ -71,6 +73,32 @@ static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i,
         __builtin_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), 0, 3);
 #else
     (void)next, (void)bytes, (void)i, (void)per;
+#endif
+}
+
+/* Iteration i's share of the lines (as kv_prefetch_share), prefetched a
+ * few at a time from inside the iteration's feature loop: issued in one
+ * burst they fill the core's miss buffers and stall it (on Zen 3 the AVX2
+ * table then waited longer on memory than attn_sdpa's kernel, which
+ * spreads its prefetches the same way: docs/PERFORMANCE.md). */
+typedef struct {
+    uintptr_t at, end; /* integers: a prefetch never faults, its address may be past the rows */
+} kv_lines;
+
+static inline kv_lines kv_lines_share(const void *next, int64_t bytes, int64_t i, int64_t per)
+{
+    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
+    const uintptr_t base = (uintptr_t)next;
+    return next && lo < hi ? (kv_lines){base + (uintptr_t)lo, base + (uintptr_t)hi} : (kv_lines){0, 0};
+}
+
+/* Prefetches the next `count` lines of w (none once it is done). */
+static inline void kv_lines_prefetch(kv_lines *w, int64_t count)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (; count > 0 && w->at < w->end; --count, w->at += 64) __builtin_prefetch((const char *)w->at, 0, 3);
+#else
+    (void)w, (void)count;
 #endif
 }
 

@@ -94,8 +94,9 @@ INLINE void scores_body(const kv_format f, const int keys, const char *rows, int
 {
     const int64_t rb = kv_format_row_bytes(f, D),
                   per = kv_prefetch_per(next_bytes, (n + keys - 1) / keys);
+    const int64_t lines_per_step = (per / 64 + D / 8 - 1) / (D / 8);
     for (int64_t t = 0; t < n; t += keys) {
-        kv_prefetch_share(next, next_bytes, t / keys, per);
+        kv_lines pf = kv_lines_share(next, next_bytes, t / keys, per);
         const char *x[3];
         for (int j = 0; j < keys; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
         __m256 acc[3 * KV_ROWS];
@@ -103,6 +104,7 @@ INLINE void scores_body(const kv_format f, const int keys, const char *rows, int
         for (int64_t d = 0; d < D; d += 8) {
             __m256 k[3];
             for (int j = 0; j < keys; ++j) k[j] = load8(f, x[j], d);
+            kv_lines_prefetch(&pf, lines_per_step);
             for (int r = 0; r < m; ++r) {
                 const __m256 qv = _mm256_loadu_ps(q + r * D + d);
                 acc[2 * r] = _mm256_fmadd_ps(qv, k[0], acc[2 * r]);
@@ -152,7 +154,7 @@ INLINE void accumulate_slices(const kv_format f, const char *rows, int64_t n, in
         for (int j = 0; j < ns; ++j)
             a[r][j] = _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(acc + r * ldacc + d + 8 * j));
     for (int64_t t = 0; t < n; ++t) {
-        if (d == 0) kv_prefetch_share(next, next_bytes, t, per);
+        kv_prefetch_share(next, next_bytes, d / 16 * n + t, per);
         __m256 x[2];
         for (int j = 0; j < ns; ++j) x[j] = load8(f, rows + t * rb, d + 8 * j);
         for (int r = 0; r < m; ++r) {
@@ -168,7 +170,8 @@ INLINE void accumulate_body(const kv_format f, const char *rows, int64_t n, int6
                             const float *p, int64_t ldp, const int m, const float *alpha,
                             float *acc, int64_t ldacc, const void *next, int64_t next_bytes)
 {
-    const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n);
+    /* the prefetches spread over every pass: a line or so per key, not a burst */
+    const int64_t rb = kv_format_row_bytes(f, Dv), per = kv_prefetch_per(next_bytes, n * ((Dv + 15) / 16));
     for (int64_t d = 0; d < Dv; d += 16) /* slices of 8: two per pass, one in an odd last */
         if (Dv - d >= 16)
             accumulate_slices(f, rows, n, rb, d, 2, p, ldp, m, alpha, acc, ldacc, next, next_bytes, per);
@@ -259,7 +262,7 @@ static void scale_avx2(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
     }
 }
 
-const kv_row_kernels kv_rows_avx2 = {"avx2", scores_avx2, accumulate_avx2, scale_avx2, false};
+const kv_row_kernels kv_rows_avx2 = {"avx2", scores_avx2, accumulate_avx2, scale_avx2, false, true};
 
 #if defined(__clang__)
 #pragma clang attribute pop
