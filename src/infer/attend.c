@@ -351,12 +351,11 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
 /* Whether the decode kernel (decode.c) reads the call: always for quantized
  * storage; for float storage when the call is decode-shaped (at most
  * DECODE_ROWS query rows per kv head, an entry of DECODE_MIN_KEYS keys or
- * more), its path is AUTO and the kernel's table for this CPU is the faster
- * on the format (kv_row_kernels: AVX-512 on float32 and half storage, 1.1-1.6x;
- * AVX2 on half storage only). Shorter caches paid more for the kernel's
- * per-call setup than they gained (docs/PERFORMANCE.md, "Decode"). Its bits
- * differ from attn_sdpa's by float32 roundings; ATTN_PATH_FUSED and
- * _REFERENCE keep attn_sdpa's path and its exact bits. */
+ * more), its path is AUTO and the kernel has a SIMD table for this CPU
+ * (AVX-512: steps 1.1-1.6x faster; AVX2: 1.05-1.15x). Shorter caches paid
+ * more for the kernel's per-call setup than they gained (docs/PERFORMANCE.md,
+ * "Decode"). Its bits differ from attn_sdpa's by float32 roundings;
+ * ATTN_PATH_FUSED and _REFERENCE keep attn_sdpa's path and its exact bits. */
 static bool decode_kernel_reads(const kv_attend_call *a)
 {
     const attn_kvcache *c = a->c;
@@ -364,9 +363,8 @@ static bool decode_kernel_reads(const kv_attend_call *a)
     int64_t longest = 0;
     for (int64_t b = 0; b < c->cfg.batch; ++b) longest = c->len[b] > longest ? c->len[b] : longest;
     const int64_t rows = a->Hq / c->cfg.kv_heads * a->Nq;
-    const kv_row_kernels *k = kv_row_kernels_select();
     return a->opts.path == ATTN_PATH_AUTO && rows <= DECODE_ROWS && longest >= DECODE_MIN_KEYS &&
-           (c->fmt == KV_F32 ? k->reads_f32 : k->reads_half);
+           kv_row_kernels_select()->reads_float;
 }
 
 attn_status kv_attend_run(const kv_attend_call *call, attn_error *err)

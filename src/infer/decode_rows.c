@@ -65,7 +65,7 @@ static void scale_generic(float *s, int64_t m, int64_t lds, int64_t lo, int64_t 
 }
 
 const kv_row_kernels kv_rows_generic = {"generic", scores_generic, accumulate_generic,
-                                        scale_generic, false, false};
+                                        scale_generic, false};
 
 const kv_row_kernels *kv_row_kernels_select(void)
 {

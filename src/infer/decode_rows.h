@@ -42,9 +42,7 @@ typedef struct {
                        int64_t ldp, int m, const float *alpha, float *acc, int64_t ldacc,
                        const void *next, int64_t next_bytes);
     void (*scale)(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi, const float *scale);
-    /* faster than attn_sdpa's decode (attend.c) on float32, resp. bfloat16
-     * and float16, storage */
-    bool reads_f32, reads_half;
+    bool reads_float; /* faster on float storage than attn_sdpa's decode (attend.c) */
 } kv_row_kernels;
 
 extern const kv_row_kernels kv_rows_generic;

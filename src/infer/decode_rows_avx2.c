@@ -262,7 +262,7 @@ static void scale_avx2(float *s, int64_t m, int64_t lds, int64_t lo, int64_t hi,
     }
 }
 
-const kv_row_kernels kv_rows_avx2 = {"avx2", scores_avx2, accumulate_avx2, scale_avx2, false, true};
+const kv_row_kernels kv_rows_avx2 = {"avx2", scores_avx2, accumulate_avx2, scale_avx2, true};
 
 #if defined(__clang__)
 #pragma clang attribute pop

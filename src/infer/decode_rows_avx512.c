@@ -284,7 +284,7 @@ static void scale_avx512(float *s, int64_t m, int64_t lds, int64_t lo, int64_t h
         }
 }
 
-const kv_row_kernels kv_rows_avx512 = {"avx512", scores_avx512, accumulate_avx512, scale_avx512, true, true};
+const kv_row_kernels kv_rows_avx512 = {"avx512", scores_avx512, accumulate_avx512, scale_avx512, true};
 
 #if defined(__clang__)
 #pragma clang attribute pop
