@@ -97,6 +97,7 @@ INLINE void scores_body(const kv_format f, const int keys, const char *rows, int
     const int64_t lines_per_step = (per / 64 + D / 8 - 1) / (D / 8);
     for (int64_t t = 0; t < n; t += keys) {
         kv_lines pf = kv_lines_share(next, next_bytes, t / keys, per);
+        if (keys == 2) kv_lines_prefetch(&pf, per / 64); /* a few lines; the loop has no registers to spare */
         const char *x[3];
         for (int j = 0; j < keys; ++j) x[j] = rows + (t + j < n ? t + j : n - 1) * rb;
         __m256 acc[3 * KV_ROWS];
@@ -104,7 +105,7 @@ INLINE void scores_body(const kv_format f, const int keys, const char *rows, int
         for (int64_t d = 0; d < D; d += 8) {
             __m256 k[3];
             for (int j = 0; j < keys; ++j) k[j] = load8(f, x[j], d);
-            kv_lines_prefetch(&pf, lines_per_step);
+            if (keys == 3) kv_lines_prefetch(&pf, lines_per_step);
             for (int r = 0; r < m; ++r) {
                 const __m256 qv = _mm256_loadu_ps(q + r * D + d);
                 acc[2 * r] = _mm256_fmadd_ps(qv, k[0], acc[2 * r]);
