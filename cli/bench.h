@@ -23,6 +23,7 @@ typedef struct {
     attn_dtype cache_dtype[8];
     attn_kv_quant cache_quant[8];
     const char *cache_name[8];
+    attn_path cache_path[8]; /* --cache-dtype's :PATH, else --path */
     attn_dtype dtype; /* storage of q, k, v, o, dout, dq, dk, dv and the cache */
     attn_path path;
     bool json;

@@ -205,11 +205,11 @@ int bench_decode(const bench_config *c)
     attn_sdpa_opts opts = attn_sdpa_opts_default();
     opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
     opts.num_threads = threads;
-    opts.path = c->path;
     volatile float sink = 0.0f;
     for (long r = 0; r < c->warmup + c->runs; ++r) {
         for (int i = 0; i < nf; ++i) { /* in turn: the machine's load falls on all alike */
             attn_tensor O = attn_tensor_4d(f[i].out, B, H, Nq, Dv);
+            opts.path = c->cache_path[i];
             const double t0 = bench_now_seconds(), c0 = cpu_seconds();
             if (attn_kvcache_attend(f[i].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
                 rc = cli_report("bench", &err);
@@ -237,6 +237,7 @@ int bench_decode(const bench_config *c)
     (void)sink;
     if (nref < 0) { /* the untimed float32 reference */
         attn_tensor O = attn_tensor_4d(f[nf].out, B, H, Nq, Dv);
+        opts.path = c->path;
         if (attn_kvcache_attend(f[nf].cache, &Q, &O, &L, &opts, &err) != ATTN_OK) {
             rc = cli_report("bench", &err);
             goto done;
@@ -256,6 +257,8 @@ int bench_decode(const bench_config *c)
     if (!c->json && c->rope.style != ATTN_ROPE_NONE)
         printf("  rope %s on the new token (queries and key): median %.1f us\n",
                c->rope.style == ATTN_ROPE_NEOX ? "neox" : "gptj", rope_s * 1e6);
+    int name_width = 5; /* "bf16:fused" and the like line up too */
+    for (int i = 0; i < nf; ++i) name_width = (int)strlen(f[i].name) > name_width ? (int)strlen(f[i].name) : name_width;
     for (int i = 0; i < nf; ++i) {
         const double med = bench_median(f[i].times, c->runs), gbs = f[i].bytes / med / 1e9;
         const double cpu = bench_median(f[i].cpu, c->runs);
@@ -287,9 +290,9 @@ int bench_decode(const bench_config *c)
                    tps / base_tps, emax, esum / (double)no,
                    cpu * 1e3, bench_peak_rss_bytes(), rope_text);
         else
-            printf("  %-5s %6.0f B/token  median %8.3f ms (cpu %8.3f)  %8.1f tokens/s (%.2fx %s)  "
+            printf("  %-*s %6.0f B/token  median %8.3f ms (cpu %8.3f)  %8.1f tokens/s (%.2fx %s)  "
                    "K/V %6.2f GB/s (%3.0f%% of stream)  err max %.2e mean %.2e%s\n",
-                   f[i].name, bpt, med * 1e3, cpu * 1e3, tps, tps / base_tps, f[0].name, gbs,
+                   name_width, f[i].name, bpt, med * 1e3, cpu * 1e3, tps, tps / base_tps, f[0].name, gbs,
                    100.0 * gbs / mem_gbs, emax, esum / (double)no, rope_text);
     }
     fflush(stdout);
@@ -372,7 +375,7 @@ int bench_decode_shared(const bench_config *c)
         attn_sdpa_opts opts = attn_sdpa_opts_default();
         opts.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
         opts.num_threads = threads;
-        opts.path = c->path;
+        opts.path = c->cache_path[f];
         for (long r = 0; r < c->warmup + c->runs && ok; ++r)
             for (int i = 0; i < 2 && ok; ++i) { /* in turn: the machine's load falls on both alike */
                 attn_tensor O = attn_tensor_4d(out[i], B, H, Nq, Dv);

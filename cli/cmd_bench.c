@@ -26,7 +26,7 @@ static const cli_option bench_options[] = {
     {"--head-dim", "D[,D...]", "feature size(s) per head (default 64)"},
     {"--dim", "D", "the same as --head-dim"},
     {"--block-size", "N", "decode: paged KV cache with blocks of N tokens (default contiguous)"},
-    {"--cache-dtype", "T[,T...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0 (default: --dtype)"},
+    {"--cache-dtype", "T[:PATH][,...]", "decode: KV cache storages compared: f32, bf16, f16, int8, fp8, q4_0, each on --path or its own (bf16,bf16:fused; default: --dtype)"},
     {"--shared-prefix", "N", "decode: the batch shares its first N of --kv-seq tokens (forked, cascade) vs the same tokens unshared"},
     {"--stream-mib", "N", "decode: streaming-read buffer in MiB (default: 4x the LLC, >= 256, >= the K/V)"},
     {"--dtype", "T", "storage of Q, K, V, O (and the KV cache): f32 (default), bf16, f16"},
@@ -486,6 +486,16 @@ done:
     return rc;
 }
 
+/* "auto", "fused" or "reference" into *path; false for anything else. */
+static bool parse_path(const char *name, attn_path *path)
+{
+    if (!strcmp(name, "auto")) *path = ATTN_PATH_AUTO;
+    else if (!strcmp(name, "fused")) *path = ATTN_PATH_FUSED;
+    else if (!strcmp(name, "reference")) *path = ATTN_PATH_REFERENCE;
+    else return false;
+    return true;
+}
+
 static int run_bench(int argc, char **argv)
 {
     const cli_command *cmd = &cmd_bench;
@@ -510,12 +520,8 @@ static int run_bench(int argc, char **argv)
         else return cli_usage_error(cmd, "--mode: expected forward, backward, mha, mha-backward, decode or varlen, got '%s'", mode);
     }
     const char *path = cli_get(&a, "--path");
-    if (path) {
-        if (!strcmp(path, "auto")) c.path = ATTN_PATH_AUTO;
-        else if (!strcmp(path, "fused")) c.path = ATTN_PATH_FUSED;
-        else if (!strcmp(path, "reference")) c.path = ATTN_PATH_REFERENCE;
-        else return cli_usage_error(cmd, "--path: expected auto, fused or reference, got '%s'", path);
-    }
+    if (path && !parse_path(path, &c.path))
+        return cli_usage_error(cmd, "--path: expected auto, fused or reference, got '%s'", path);
     const long big = 1L << 30;
     if (!cli_get_int(&a, "--batch", 1, big, &c.batch) ||
         !cli_get_int(&a, "--heads", 1, big, &c.heads) ||
@@ -568,8 +574,15 @@ static int run_bench(int argc, char **argv)
             if (next) *next++ = '\0';
             if (!*tok) return cli_usage_error(cmd, "--cache-dtype: empty field in '%s'", text);
             if (c.ncache == 8) return cli_usage_error(cmd, "--cache-dtype: at most 8 storages");
-            if (!cli_parse_cache_dtype(tok, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
-                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", tok);
+            char storage[32];
+            const char *colon = strchr(tok, ':'); /* STORAGE:PATH: this storage on its own path */
+            snprintf(storage, sizeof storage, "%.*s", colon ? (int)(colon - tok) : (int)strlen(tok), tok);
+            if (!cli_parse_cache_dtype(storage, &c.cache_dtype[c.ncache], &c.cache_quant[c.ncache]))
+                return cli_usage_error(cmd, "--cache-dtype: expected f32, bf16, f16, int8, fp8 or q4_0, got '%s'", storage);
+            c.cache_path[c.ncache] = c.path;
+            if (colon && !parse_path(colon + 1, &c.cache_path[c.ncache]))
+                return cli_usage_error(cmd, "--cache-dtype: expected :auto, :fused or :reference after %s, got '%s'",
+                                       storage, colon);
             c.cache_name[c.ncache++] = tok;
         }
         if (c.ncache == 0) return cli_usage_error(cmd, "--cache-dtype: no storage given");

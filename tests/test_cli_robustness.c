@@ -231,6 +231,8 @@ static void test_messages(tu_suite *s)
         {{"bench", "--mode", "decode", "--cache-dtype", "int8,,q4_0", NULL}, 2, NULL, "--cache-dtype: empty field"},
         {{"bench", "--mode", "decode", "--cache-dtype", "q4_0,", NULL}, 2, NULL, "--cache-dtype: empty field"},
         {{"bench", "--mode", "decode", "--cache-dtype", ",int8", NULL}, 2, NULL, "--cache-dtype: empty field"},
+        {{"bench", "--mode", "decode", "--cache-dtype", "int8:fast", NULL}, 2, NULL, "after int8, got ':fast'"},
+        {{"bench", "--mode", "decode", "--cache-dtype", "f32:", NULL}, 2, NULL, "after f32, got ':'"},
         {{"info", "q.npy", NULL}, 2, "ATTN_NUM_THREADS=abc", "ATTN_NUM_THREADS=abc: expected an integer"},
         {{"info", "q.npy", NULL}, 2, "ATTN_NUM_THREADS= 4", "ATTN_NUM_THREADS= 4: expected an integer"},
         {{"sdpa", "--query", "missing.npy", "--key", "q.npy", "--value", "q.npy", "--out",

@@ -293,6 +293,13 @@ static void group_bench(tu_suite *s)
                      strstr(res.out, "LLC"),
              "bench --mode decode --cache-dtype: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
     clirun_free(&res);
+    /* a storage on its own path: attn_sdpa's beside the decode kernel's, in turn in one run */
+    clirunf(&res, "bench\x1f--mode\x1f" "decode\x1f--kv-seq\x1f" "600\x1f--heads\x1f" "4\x1f--kv-heads\x1f" "2\x1f"
+                  "--dim\x1f" "32\x1f--runs\x1f" "1\x1f--cache-dtype\x1f" "bf16,bf16:fused\x1f--stream-mib\x1f" "8\x1f--json");
+    tu_check(&g, res.status == 0 && strstr(res.out, "\"cache_dtype\":\"bf16\"") &&
+                     strstr(res.out, "\"cache_dtype\":\"bf16:fused\""),
+             "bench --cache-dtype bf16,bf16:fused: exit %d, out '%s' err '%s'", res.status, res.out, res.err);
+    clirun_free(&res);
     /* without f32 among the storages the errors are still against a float32
      * cache: finite, and the same figures as with f32 listed */
     char with_f32[256] = "", without_f32[256] = "";
