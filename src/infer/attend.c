@@ -352,7 +352,7 @@ attn_status kv_attend_prepare(const attn_kvcache *cache, const attn_tensor *q, a
  * storage; for float storage when the call is decode-shaped (at most
  * DECODE_ROWS query rows per kv head, an entry of DECODE_MIN_KEYS keys or
  * more), its path is AUTO and the kernel has a SIMD table for this CPU
- * (AVX-512: steps 1.1-1.6x faster; AVX2: 1.05-1.15x). Shorter caches paid
+ * (AVX-512: steps 1.1-1.6x faster; AVX2: 1.05-1.25x). Shorter caches paid
  * more for the kernel's per-call setup than they gained (docs/PERFORMANCE.md,
  * "Decode"). Its bits differ from attn_sdpa's by float32 roundings;
  * ATTN_PATH_FUSED and _REFERENCE keep attn_sdpa's path and its exact bits. */
