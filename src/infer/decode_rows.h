@@ -59,28 +59,11 @@ static inline int64_t kv_prefetch_per(int64_t bytes, int64_t iters)
     return ((bytes + iters - 1) / iters + 63) & ~(int64_t)63;
 }
 
-/* Iteration i prefetches its share (`per` bytes) of the lines of
- * [next, next + bytes) (NULL: none); prefetches never fault, so the address
- * is formed from integers. */
-static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t per)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    if (!next) return;
-    const int64_t lo = i * per, hi = lo + per < bytes ? lo + per : bytes;
-    for (int64_t o = lo; o < hi; o += 64)
-        __builtin_prefetch((const char *)((uintptr_t)next + (uintptr_t)o), 0, 3);
-#else
-    (void)next, (void)bytes, (void)i, (void)per;
-#endif
-}
-
-/* Iteration i's share of the lines (as kv_prefetch_share), prefetched a
- * few at a time from inside the iteration's feature loop: issued in one
- * burst they fill the core's miss buffers and stall it (on Zen 3 the AVX2
- * table then waited longer on memory than attn_sdpa's kernel, which
- * spreads its prefetches the same way: docs/PERFORMANCE.md). */
+/* Iteration i's share (`per` bytes) of the lines of [next, next + bytes)
+ * (NULL: none), as integers: a prefetch never faults, so its address may
+ * lie past the rows. */
 typedef struct {
-    uintptr_t at, end; /* integers: a prefetch never faults, its address may be past the rows */
+    uintptr_t at, end;
 } kv_lines;
 
 static inline kv_lines kv_lines_share(const void *next, int64_t bytes, int64_t i, int64_t per)
@@ -90,7 +73,22 @@ static inline kv_lines kv_lines_share(const void *next, int64_t bytes, int64_t i
     return next && lo < hi ? (kv_lines){base + (uintptr_t)lo, base + (uintptr_t)hi} : (kv_lines){0, 0};
 }
 
-/* Prefetches the next `count` lines of w (none once it is done). */
+/* Iteration i prefetches its share at once. */
+static inline void kv_prefetch_share(const void *next, int64_t bytes, int64_t i, int64_t per)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    const kv_lines w = kv_lines_share(next, bytes, i, per);
+    for (uintptr_t at = w.at; at < w.end; at += 64) __builtin_prefetch((const char *)at, 0, 3);
+#else
+    (void)next, (void)bytes, (void)i, (void)per;
+#endif
+}
+
+/* Or `count` lines of it at a time (none once it is done), from inside the
+ * iteration's feature loop: issued in one burst the lines fill the core's
+ * miss buffers and stall it (on Zen 3 the AVX2 table then waited longer on
+ * memory than attn_sdpa's kernel, which spreads its prefetches the same
+ * way: docs/PERFORMANCE.md). */
 static inline void kv_lines_prefetch(kv_lines *w, int64_t count)
 {
 #if defined(__GNUC__) || defined(__clang__)
