@@ -5,6 +5,8 @@
 #ifndef ATTN_FUZZ_FILES_H
 #define ATTN_FUZZ_FILES_H
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -68,15 +70,28 @@ static void fuzz_file_close(fuzz_file *f)
     if (f->write_fd >= 0) pthread_join(f->feeder, NULL);
 }
 
-/* A per-process scratch directory for round-trip outputs. */
+/* A per-process scratch directory for round-trip outputs (files only),
+ * removed when the fuzzer exits. */
+static char fuzz_scratch_dir[64];
+
+static void fuzz_scratch_remove(void)
+{
+    DIR *d = opendir(fuzz_scratch_dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(fuzz_scratch_dir);
+}
+
 static const char *fuzz_scratch(void)
 {
-    static char dir[64];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/attn-fuzz-XXXXXX");
-        if (!mkdtemp(dir)) abort();
+    if (!fuzz_scratch_dir[0]) {
+        snprintf(fuzz_scratch_dir, sizeof fuzz_scratch_dir, "/tmp/attn-fuzz-XXXXXX");
+        if (!mkdtemp(fuzz_scratch_dir)) abort();
+        atexit(fuzz_scratch_remove);
     }
-    return dir;
+    return fuzz_scratch_dir;
 }
 
 static size_t fuzz_elsize(const attn_tensor *t)

@@ -121,8 +121,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-alloc-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("alloc");
     write_inputs();
     setenv("ATTN_NUM_THREADS", "1", 1); /* one order of allocations */
     tu_suite s = {0};
@@ -189,8 +188,5 @@ int main(int argc, char **argv)
         for (int i = 0; i < 4; ++i) free(want[i]);
         tu_group_end(&g);
     }
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

@@ -71,8 +71,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-byteorder-XXXXXX";
-    if (!mkdtemp(dir)) return 1;
+    const char *dir = tu_scratch_dir("byteorder");
     char path[128];
     tu_suite s = {0};
     tu_group g;
@@ -140,8 +139,5 @@ int main(int argc, char **argv)
     }
     tu_group_end(&g);
 
-    char cleanup[256];
-    snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

@@ -194,8 +194,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-consistency-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("consistency");
     /* q (2,3,4) against k = v (2,5,4): Nq != Nk, so the alignments differ */
     float q[24], k[40], x[24];
     for (int i = 0; i < 24; ++i) q[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;

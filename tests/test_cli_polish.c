@@ -20,8 +20,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-polish-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("polish");
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     attn_tensor t = attn_tensor_2d(x, 2, 4);
     attn_npy_write("x.npy", &t, NULL);
@@ -79,8 +78,5 @@ int main(int argc, char **argv)
     }
     tu_check(&g, access("o.npy", F_OK) != 0, "a refused command wrote o.npy");
     tu_group_end(&g);
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

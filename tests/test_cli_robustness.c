@@ -401,8 +401,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-robust-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("robust");
     static float q[2 * 4 * 4], x[2 * 3 * 4];
     fill(q, 32, 1), fill(x, 24, 2);
     attn_tensor qt = attn_tensor_3d(q, 2, 4, 4), xt = attn_tensor_3d(x, 2, 3, 4);

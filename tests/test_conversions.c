@@ -44,8 +44,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-conv-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("conv");
     tu_suite s = {0};
     tu_group g;
     tu_group_begin(&g, &s, ".npy integer and half inputs");
@@ -128,8 +127,5 @@ int main(int argc, char **argv)
     tu_check(&g, strstr(r.out, "<i8") && strstr(r.out, "(3,)"), "info output: %s", r.out);
     clirun_free(&r);
     tu_group_end(&g);
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

@@ -614,7 +614,12 @@ static void test_determinism(tu_suite *s, const tu_options *opt)
         {1, 3, 1, 200, 700, 16, 16, ATTN_CAUSAL_NONE, MASK_BOTH, true, false, true},
     };
     const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
-    for (int k = 0; k < nisa; ++k) {
+    /* Under emulation only the tables this architecture adds: the portable
+     * table's schedule, and so its thread invariance, is the same everywhere
+     * and the native runs check it. */
+    const int first = tu_emulated() && nisa > 1 ? 1 : 0;
+    if (first) tu_group_note(&g, "emulated: %s left out", isas[0].name);
+    for (int k = first; k < nisa; ++k) {
         set_arch(isas[k].name);
         for (int n = 0; n < nfixed; ++n) {
             char desc[256];

@@ -51,8 +51,7 @@ int main(int argc, char **argv)
         tu_group_end(&g);
         return tu_suite_finish(&s);
     }
-    char dir[] = "/tmp/attn-test-install-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    const char *dir = tu_scratch_dir("install");
     const char *hello = ATTN_SOURCE_DIR "/examples/hello_attn.c";
     bool ok = sh(&g, "cmake --install '%s' --prefix '%s/prefix'", ATTN_BUILD_DIR, dir);
     ok = ok && sh(&g, "PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig' && export PKG_CONFIG_PATH && "
@@ -96,8 +95,5 @@ int main(int argc, char **argv)
                   ATTN_SOURCE_DIR, dir, hello);
     tu_check(&g, ok, "find_package(attn) works from the moved prefix");
     tu_group_end(&g);
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "cd / && rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

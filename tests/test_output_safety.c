@@ -506,8 +506,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    char dir[] = "/tmp/attn-test-outputs-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("outputs");
     mkdir("out", 0755);
     if (chdir("out") != 0) return 1;
     write_inputs();
@@ -537,8 +536,5 @@ int main(int argc, char **argv)
     test_commit_faults(&s);
 #endif
     test_stdin(&s);
-    char cleanup[256];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

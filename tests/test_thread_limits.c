@@ -108,8 +108,7 @@ int main(int argc, char **argv)
     tu_group_end(&g);
     return tu_suite_finish(&s) == 0 || s.skipped ? 0 : 1;
 #endif
-    char dir[] = "/tmp/attn-test-threads-XXXXXX";
-    if (!mkdtemp(dir) || chdir(dir) != 0) return 1;
+    tu_scratch_dir("threads");
     write_inputs();
     static const limit_case cases[] = {
         {"sdpa", {"sdpa", "--query", "q.npy", "--key", "k.npy", "--value", "v.npy", "--causal",
@@ -142,8 +141,5 @@ int main(int argc, char **argv)
                  "%s: 64 threads under the limit differ from 1 thread", cases[c].name);
     }
     tu_group_end(&g);
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

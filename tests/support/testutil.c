@@ -2,6 +2,8 @@
  * options. See testutil.h for the contract of each function. */
 #include "testutil.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -583,6 +585,54 @@ bool tu_env_flag(const char *name)
 {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;
+}
+
+bool tu_emulated(void)
+{
+    const char *v = getenv("ATTN_TEST_EMULATOR");
+    return v && *v;
+}
+
+static char scratch_path[512];
+static pid_t scratch_owner;
+
+/* Removes name (in dirfd) and, for a directory, everything in it; relative
+ * to open directories, so paths longer than PATH_MAX go too. */
+static void remove_tree_at(int dirfd, const char *name)
+{
+    const int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (fd < 0) {
+        unlinkat(dirfd, name, 0);
+        return;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) remove_tree_at(fd, e->d_name);
+    closedir(d);
+    unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+static void remove_scratch(void)
+{
+    if (getpid() == scratch_owner) remove_tree_at(AT_FDCWD, scratch_path);
+}
+
+const char *tu_scratch_dir(const char *name)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(scratch_path, sizeof scratch_path, "%s/attn-test-%s-XXXXXX",
+             base && *base ? base : "/tmp", name);
+    if (!mkdtemp(scratch_path) || chdir(scratch_path) != 0) {
+        fprintf(stderr, "cannot make a scratch directory %s\n", scratch_path);
+        exit(2);
+    }
+    if (!scratch_owner) atexit(remove_scratch);
+    scratch_owner = getpid();
+    return scratch_path;
 }
 
 /* ----------------------------------------------------- memory and time */

@@ -303,6 +303,18 @@ int tu_replay(tu_suite *s, const tu_options *opt, const char *prog,
 /* True when the environment variable is set to something other than "" or
  * "0" (e.g. ATTN_STRESS_FULL=1). */
 bool tu_env_flag(const char *name);
+/* True when the suite runs under an emulator (ATTN_TEST_EMULATOR, set by
+ * CMake in cross builds): groups whose subject is the same on every
+ * architecture for the portable code (thread invariance, workspace sizes)
+ * then run only the tables this architecture adds; the native runs cover
+ * the portable ones. */
+bool tu_emulated(void);
+
+/* Makes a fresh directory $TMPDIR/attn-test-NAME-XXXXXX (/tmp without
+ * TMPDIR) the working directory and returns its path; the directory and
+ * everything in it are removed when this process exits (not a forked
+ * child). Exits with status 2 when it cannot be made. */
+const char *tu_scratch_dir(const char *name);
 
 /* ----------------------------------------------------- memory and time */
 
