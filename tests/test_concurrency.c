@@ -36,7 +36,7 @@ static float dout[B * HQ * NQ * DV];
 static unsigned char mask[NQ * NK];
 static float x[B * L * E], kv[B * S * E], dy[B * L * E];
 static attn_mha *module; /* forward reads it; backward accumulates into its grads */
-static char dir[64];
+static const char *dir;
 
 static void fill(float *p, size_t n, uint64_t seed)
 {
@@ -153,8 +153,7 @@ int main(int argc, char **argv)
 {
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    snprintf(dir, sizeof dir, "/tmp/attn-test-conc-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    dir = tu_scratch_dir("conc");
     fill(q, sizeof q / 4, 1);
     fill(k, sizeof k / 4, 2);
     fill(v, sizeof v / 4, 3);
@@ -194,8 +193,5 @@ int main(int argc, char **argv)
     }
     tu_group_end(&g);
     attn_mha_free(module);
-    char cleanup[128];
-    snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
-    if (system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return tu_suite_finish(&s);
 }

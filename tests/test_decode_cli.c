@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[256];
+static const char *dir;
 
 static const char *path(const char *name)
 {
@@ -329,20 +329,11 @@ int main(int argc, char **argv)
     tu_prefer_passive_openmp(argv);
     tu_options opt;
     if (!tu_parse_options(argc, argv, 1, &opt)) return 2;
-    snprintf(dir, sizeof dir, "/tmp/attn_decode_cli_XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    dir = tu_scratch_dir("decode-cli");
     tu_suite s = {0};
     if (tu_group_selected(&opt, "decode")) group_decode(&s);
     if (tu_group_selected(&opt, "errors")) group_errors(&s);
     if (tu_group_selected(&opt, "serving")) group_serving(&s);
     if (tu_group_selected(&opt, "bench")) group_bench(&s);
-    const char *names[] = {"q.npy", "k.npy", "v.npy", "o.npy", "l.npy", "o2.npy", "q3.npy",
-                           "k3.npy", "v3.npy", "o3.npy", "lens.txt", "badlens.txt", "k4.npy",
-                           "sq.npy", "sk.npy", "sv.npy", "ss.npy", "so.npy", "c1.npy", "c2.npy"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) unlink(path(names[i]));
-    rmdir(dir);
     return tu_suite_finish(&s);
 }

@@ -464,11 +464,7 @@ int main(int argc, char **argv)
     tu_suite suite = {.verbose = opt.verbose};
     tu_rng rng;
     tu_rng_seed(&rng, opt.seed);
-    char dir[] = "/tmp/attn-test-explain-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *dir = tu_scratch_dir("explain");
     printf("seed %llu\n", (unsigned long long)opt.seed);
     seed_numpy(&suite);
     seed_pytorch(&suite);
@@ -478,11 +474,5 @@ int main(int argc, char **argv)
     seeded_random(&suite);
     npy_input_and_precision(&suite, &rng, dir);
     help_and_errors(&suite, dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/mha.safetensors", dir);
-    remove(path);
-    snprintf(path, sizeof path, "%s/x.npy", dir);
-    remove(path);
-    rmdir(dir);
     return tu_suite_finish(&suite);
 }

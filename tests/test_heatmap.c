@@ -423,20 +423,6 @@ static void failures(tu_suite *suite, const char *dir)
     tu_group_end(&g);
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    char path[2048];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        remove(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
     tu_options opt;
@@ -444,16 +430,11 @@ int main(int argc, char **argv)
     tu_suite suite = {.verbose = opt.verbose};
     tu_rng rng;
     tu_rng_seed(&rng, opt.seed);
-    char dir[] = "/tmp/attn-test-heatmap-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *dir = tu_scratch_dir("heatmap");
     printf("seed %llu\n", (unsigned long long)opt.seed);
     from_file(&suite, &rng, dir);
     computed(&suite, dir);
     escaping_and_size(&suite, dir);
     failures(&suite, dir);
-    remove_dir(dir);
     return tu_suite_finish(&suite);
 }

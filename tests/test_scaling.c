@@ -302,11 +302,7 @@ int main(int argc, char **argv)
 
     /* --------------------------------------------------------- the SVG */
     tu_group_begin(&g, &suite, "SVG plot");
-    char dir[] = "/tmp/attn-test-scaling-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *dir = tu_scratch_dir("scaling");
     char svg_path[1024], bad_path[1024];
     snprintf(svg_path, sizeof svg_path, "%s/scaling.svg", dir);
     snprintf(bad_path, sizeof bad_path, "%s/missing/scaling.svg", dir);
@@ -325,7 +321,6 @@ int main(int argc, char **argv)
         for (int i = 0; i < 4; ++i) tu_check(&g, f.titles[i], "panel title %d missing", i);
         tu_check(&g, f.polylines >= 12, "%d polylines, want 3 per panel", f.polylines);
     }
-    remove(svg_path);
 
     /* --------------------------------------------------- help, failures */
     clirunf(&r, "scaling\x1f--help");
@@ -344,7 +339,6 @@ int main(int argc, char **argv)
     tu_check(&g, r.status == 2 && r.out_len == 0 && clirun_count_lines(r.err) == 1 && stat(bad_path, &st) != 0,
              "unwritable --svg: status %d, stdout %zu bytes: %s", r.status, r.out_len, r.err);
     clirun_free(&r);
-    rmdir(dir);
     tu_group_end(&g);
     return tu_suite_finish(&suite);
 }
