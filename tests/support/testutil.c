@@ -596,13 +596,14 @@ bool tu_emulated(void)
 static char scratch_path[512];
 static pid_t scratch_owner;
 
-/* Removes name (in dirfd) and, for a directory, everything in it; relative
- * to open directories, so paths longer than PATH_MAX go too. */
-static void remove_tree_at(int dirfd, const char *name)
+/* Removes name (in the directory open as parent) and, for a directory,
+ * everything in it; relative to open directories, so paths longer than
+ * PATH_MAX go too. */
+static void remove_tree_at(int parent, const char *name)
 {
-    const int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    const int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (fd < 0) {
-        unlinkat(dirfd, name, 0);
+        unlinkat(parent, name, 0);
         return;
     }
     DIR *d = fdopendir(fd);
@@ -613,7 +614,7 @@ static void remove_tree_at(int dirfd, const char *name)
     for (struct dirent *e; (e = readdir(d));)
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) remove_tree_at(fd, e->d_name);
     closedir(d);
-    unlinkat(dirfd, name, AT_REMOVEDIR);
+    unlinkat(parent, name, AT_REMOVEDIR);
 }
 
 static void remove_scratch(void)
